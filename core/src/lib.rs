@@ -1,0 +1,15 @@
+//! gregor-core: every piece of Gregor's logic, written once against abstract surroundings.
+//!
+//! Nothing here reads a clock, touches a file or socket, starts a thread or draws ambient
+//! randomness: time arrives as an argument (`now_ms`), disk I/O through [`disk::Disk`], and
+//! everything else through [`runtime::Runtime`]. The simulator (`gregor-sim`) and the production
+//! binding (`gregor-realnet`) swap only what lies under these traits. `core/clippy.toml` and
+//! `.ci/run` enforce the boundary.
+
+pub mod disk;
+pub mod ids;
+pub mod log;
+pub mod record;
+pub mod runtime;
+
+pub use ids::{BrokerId, LeaderEpoch, Offset, PartitionId};

@@ -1,0 +1,1 @@
+//! The partition log (work in progress in this commit).

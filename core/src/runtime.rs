@@ -1,0 +1,77 @@
+//! The narrow surroundings a node runs in: clock and timers, task spawning, framed network
+//! connections, its data directory and a seeded random stream.
+//!
+//! `gregor-sim` implements [`Runtime`] on madsim (virtual time, simulated TCP, crashes);
+//! `gregor-realnet` on io_uring and real sockets. The node drivers in core are generic over it
+//! and never name either binding, so a failing seed runs the code production runs.
+//!
+//! Contract for implementations:
+//! - `now_ms` is wall-clock milliseconds since the Unix epoch as this node believes it (the
+//!   simulator may skew it per node); `monotonic_ms` never goes backwards and drives timeouts.
+//! - Futures are driven on one thread per node: nothing here requires `Send`.
+//! - A [`Connection`] carries whole frames of at most `frame_bytes_max` bytes (Kafka's 4-byte
+//!   big-endian length prefix on the wire). A larger frame arriving closes the connection with
+//!   [`NetError::FrameTooLarge`]; it is never buffered.
+//! - `random_u64` draws from a stream seeded by the binding (the scenario seed in the simulator),
+//!   never from ambient entropy in core.
+
+use std::future::Future;
+use std::time::Duration;
+
+use bytes::Bytes;
+use thiserror::Error;
+
+use crate::disk::Disk;
+
+/// A network operating error.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum NetError {
+    #[error("connection refused by {0}")]
+    Refused(String),
+    #[error("connection closed")]
+    Closed,
+    #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
+    FrameTooLarge { len: u64, max: u64 },
+    #[error("network I/O error: {0}")]
+    Io(String),
+}
+
+/// A framed, ordered, reliable byte-stream connection (TCP in both bindings).
+pub trait Connection {
+    /// Sends one frame (the binding adds the length prefix).
+    fn send(&mut self, frame: Bytes) -> impl Future<Output = Result<(), NetError>>;
+    /// Receives the next frame; `Ok(None)` when the peer closed cleanly.
+    fn recv(&mut self) -> impl Future<Output = Result<Option<Bytes>, NetError>>;
+    /// The peer's address, for logs and ACL host checks.
+    fn peer(&self) -> String;
+}
+
+/// Accepts incoming connections on one address.
+pub trait Listener {
+    type Conn: Connection;
+    fn accept(&mut self) -> impl Future<Output = Result<Self::Conn, NetError>>;
+}
+
+/// Everything a node may use of the world around it.
+pub trait Runtime: Clone + 'static {
+    type Disk: Disk;
+    type Conn: Connection + 'static;
+    type Listener: Listener<Conn = Self::Conn> + 'static;
+
+    /// Wall-clock time in ms since the Unix epoch (record timestamps, retention).
+    fn now_ms(&self) -> i64;
+    /// Monotonic time in ms (timeouts, linger, session expiry).
+    fn monotonic_ms(&self) -> u64;
+    /// Completes after `duration` of this runtime's time.
+    fn sleep(&self, duration: Duration) -> impl Future<Output = ()>;
+    /// Runs `task` concurrently on this node; it dies with the node.
+    fn spawn(&self, task: impl Future<Output = ()> + 'static);
+    /// Opens a connection to `addr` (`host:port`).
+    fn connect(&self, addr: &str) -> impl Future<Output = Result<Self::Conn, NetError>>;
+    /// Listens on `addr` (`host:port`).
+    fn listen(&self, addr: &str) -> impl Future<Output = Result<Self::Listener, NetError>>;
+    /// Runs `f` with this node's data directory.
+    fn with_disk<T>(&self, f: impl FnOnce(&mut Self::Disk) -> T) -> T;
+    /// The next number of this node's seeded random stream.
+    fn random_u64(&self) -> u64;
+}

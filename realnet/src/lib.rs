@@ -1,0 +1,1 @@
+//! gregor-realnet: binds gregor-core to real disks and sockets.
