@@ -102,6 +102,29 @@ impl MemDisk {
         Ok(())
     }
 
+    /// Overwrites stored bytes in place, durable or not, growing nothing: a misdirected write
+    /// (data meant for elsewhere landing here), for checksums to catch.
+    pub fn overwrite(&mut self, path: &str, pos: u64, bytes: &[u8]) -> Result<(), DiskError> {
+        let file = self.file_mut(path)?;
+        let len = file.data.len() as u64;
+        let end = pos.checked_add(bytes.len() as u64).filter(|&end| end <= len);
+        let Some(end) = end else {
+            return Err(DiskError::UnexpectedEof {
+                path: path.to_string(),
+                pos,
+                wanted: bytes.len(),
+                len,
+            });
+        };
+        file.data[pos as usize..end as usize].copy_from_slice(bytes);
+        Ok(())
+    }
+
+    /// Bytes held in all files (what a capacity limit counts).
+    pub fn used_bytes(&self) -> u64 {
+        self.files.values().map(|f| f.data.len() as u64).sum()
+    }
+
     /// Paths of every file, sorted.
     pub fn paths(&self) -> Vec<String> {
         self.files.keys().cloned().collect()
