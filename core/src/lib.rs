@@ -6,10 +6,13 @@
 //! binding (`gregor-realnet`) swap only what lies under these traits. `core/clippy.toml` and
 //! `.ci/run` enforce the boundary.
 
+pub mod broker;
 pub mod disk;
+pub mod error_code;
 pub mod ids;
 pub mod log;
 pub mod record;
 pub mod runtime;
 
+pub use error_code::ErrorCode;
 pub use ids::{BrokerId, LeaderEpoch, Offset, PartitionId};

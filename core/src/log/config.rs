@@ -43,6 +43,38 @@ impl Default for LogConfig {
 }
 
 impl LogConfig {
+    /// Applies one topic-config override by its Kafka name (`-1` means "none" where Kafka
+    /// allows it). Unknown keys and bad values are errors naming the key.
+    pub fn apply(&mut self, key: &str, value: &str) -> Result<(), String> {
+        fn num<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, String> {
+            value
+                .trim()
+                .parse()
+                .map_err(|_| format!("{key}: {value:?} is not a valid number"))
+        }
+        fn optional<T: std::str::FromStr>(key: &str, value: &str) -> Result<Option<T>, String> {
+            if value.trim() == "-1" || value.trim() == "9223372036854775807" {
+                Ok(None)
+            } else {
+                num(key, value).map(Some)
+            }
+        }
+        match key {
+            "segment.bytes" => self.segment_bytes = num(key, value)?,
+            "segment.ms" => self.segment_ms = num(key, value)?,
+            "index.interval.bytes" => self.index_interval_bytes = num(key, value)?,
+            "flush.messages" => self.flush_messages = optional(key, value)?,
+            "flush.ms" => self.flush_ms = optional(key, value)?,
+            "retention.ms" => self.retention_ms = optional(key, value)?,
+            "retention.bytes" => self.retention_bytes = optional(key, value)?,
+            "max.message.bytes" => self.max_message_bytes = num(key, value)?,
+            "cleanup.policy" if value == "delete" => {}
+            "cleanup.policy" => return Err(format!("cleanup.policy={value} is not supported (only delete)")),
+            _ => return Err(format!("unknown or unsupported topic config {key:?}")),
+        }
+        self.validate().map_err(|e| e.to_string())
+    }
+
     /// Refuses settings the log cannot honour. Positions are stored as u32 in the index, as
     /// Kafka does, so a segment is at most 2 GiB.
     pub fn validate(&self) -> Result<(), LogError> {

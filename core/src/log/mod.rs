@@ -451,6 +451,12 @@ impl Log {
                     .is_some_and(|ms| self.unflushed_since_ms.is_some_and(|t| now_ms.saturating_sub(t) >= ms)))
     }
 
+    /// When the flush policy's `flush.ms` will next want a sync (for the driver's timer).
+    pub fn flush_deadline_ms(&self) -> Option<i64> {
+        let since = self.unflushed_since_ms?;
+        self.config.flush_ms.map(|ms| since.saturating_add(ms))
+    }
+
     /// Makes every appended batch durable.
     pub fn flush<D: Disk>(&mut self, disk: &mut D) -> Result<(), LogError> {
         self.check_failed()?;

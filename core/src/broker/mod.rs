@@ -1,0 +1,544 @@
+//! The broker's partitions on one node: topics, their partition logs, and the Kafka semantics of
+//! produce, fetch, list-offsets, create and delete on top of [`Log`].
+//!
+//! A state machine in the quinn-proto style: requests come in as method calls with `now_ms` and
+//! the node's disk, answers go out as return values, and time-driven work (the `flush.ms` policy,
+//! retention) is asked for by [`Broker::poll_timeout`] and done in [`Broker::handle_timeout`].
+//! No I/O beyond the [`Disk`] handed in.
+//!
+//! Until the coordinator (issue #4) holds topic metadata, each partition directory carries a
+//! `partition.metadata` file (topic id, partition count, config overrides), so a single node
+//! restarts with its topics. A directory without valid metadata is a half-created or
+//! half-deleted partition: its files are removed at startup, so old data never reappears in a
+//! new topic of the same name.
+//!
+//! Replication is not here yet: every partition is led by this broker with an ISR of itself, so
+//! the high watermark follows the log end.
+
+pub mod topic;
+
+use std::collections::BTreeMap;
+
+use thiserror::Error;
+
+use crate::disk::{Disk, DiskError};
+use crate::error_code::ErrorCode;
+use crate::ids::{BrokerId, LeaderEpoch, Offset};
+use crate::log::{Log, LogConfig, LogError, ReadSlice};
+use crate::record::BatchError;
+pub use topic::TopicId;
+
+/// Broker-wide settings, with Kafka's server.properties names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BrokerConfig {
+    /// `broker.id`
+    pub broker_id: BrokerId,
+    /// `log.*` defaults for new topics.
+    pub log: LogConfig,
+    /// `num.partitions` for auto-created topics.
+    pub num_partitions: i32,
+    /// `auto.create.topics.enable`
+    pub auto_create_topics: bool,
+    /// `min.insync.replicas` default for topics.
+    pub min_insync_replicas: i32,
+    /// `log.retention.check.interval.ms`
+    pub retention_check_interval_ms: i64,
+    /// Partitions this broker will host at most (a limit on everything).
+    pub partitions_max: usize,
+    /// Partitions one topic may have at most.
+    pub partitions_per_topic_max: i32,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            broker_id: BrokerId(0),
+            log: LogConfig::default(),
+            num_partitions: 1,
+            auto_create_topics: true,
+            min_insync_replicas: 1,
+            retention_check_interval_ms: 300_000,
+            partitions_max: 10_000,
+            partitions_per_topic_max: 1_000,
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum BrokerError {
+    #[error("disk: {0}")]
+    Disk(#[from] DiskError),
+    #[error("partition {dir}: {source}")]
+    Log { dir: String, source: LogError },
+}
+
+/// A topic as this broker knows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicMeta {
+    pub id: TopicId,
+    pub partitions: i32,
+    pub replication_factor: i16,
+    /// Topic-level overrides by Kafka name, as given.
+    pub overrides: BTreeMap<String, String>,
+    pub log_config: LogConfig,
+    pub min_insync_replicas: i32,
+}
+
+struct PartitionState {
+    log: Log,
+    leader_epoch: LeaderEpoch,
+    high_watermark: Offset,
+}
+
+/// A successful produce to one partition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProduceOk {
+    pub base_offset: Offset,
+    pub log_start_offset: Offset,
+}
+
+/// A successful fetch from one partition: `slice` is a region of a segment file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FetchOk {
+    pub high_watermark: Offset,
+    pub last_stable_offset: Offset,
+    pub log_start_offset: Offset,
+    pub slice: ReadSlice,
+}
+
+/// `timestamp` values of ListOffsets with special meanings.
+pub const LATEST_TIMESTAMP: i64 = -1;
+pub const EARLIEST_TIMESTAMP: i64 = -2;
+
+/// The partitions hosted by one broker.
+pub struct Broker {
+    config: BrokerConfig,
+    topics: BTreeMap<String, TopicMeta>,
+    partitions: BTreeMap<(String, i32), PartitionState>,
+    next_retention_check_ms: i64,
+    /// Things found at startup that an operator should hear about.
+    pub startup_warnings: Vec<String>,
+}
+
+fn metadata_bytes(meta: &TopicMeta) -> Vec<u8> {
+    let mut out = topic::encode_metadata(meta.id);
+    out.extend_from_slice(format!("partitions: {}\n", meta.partitions).as_bytes());
+    for (k, v) in &meta.overrides {
+        out.extend_from_slice(format!("config: {k}={v}\n").as_bytes());
+    }
+    out
+}
+
+fn log_error_code(e: &LogError) -> ErrorCode {
+    match e {
+        LogError::Batch(BatchError::TooLarge { .. }) | LogError::LargerThanSegment { .. } => ErrorCode::MessageTooLarge,
+        LogError::Batch(BatchError::BadMagic(_)) => ErrorCode::UnsupportedForMessageFormat,
+        LogError::Batch(BatchError::BadCrc { .. }) => ErrorCode::CorruptMessage,
+        LogError::Batch(_) => ErrorCode::InvalidRecord,
+        LogError::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
+        LogError::StaleEpoch { .. } => ErrorCode::FencedLeaderEpoch,
+        LogError::NonContiguous { .. } => ErrorCode::UnknownServerError,
+        LogError::Config(_) => ErrorCode::InvalidConfig,
+        LogError::Disk(_) | LogError::Failed(_) => ErrorCode::KafkaStorageError,
+    }
+}
+
+impl Broker {
+    /// Opens every partition found in the data directory, recovering each log.
+    pub fn open<D: Disk>(disk: &mut D, config: BrokerConfig, now_ms: i64) -> Result<Broker, BrokerError> {
+        let mut broker = Broker {
+            next_retention_check_ms: now_ms.saturating_add(config.retention_check_interval_ms),
+            config,
+            topics: BTreeMap::new(),
+            partitions: BTreeMap::new(),
+            startup_warnings: Vec::new(),
+        };
+        for dir in disk.list("")? {
+            let Some((name, partition)) = topic::parse_partition_dir(&dir) else {
+                continue;
+            };
+            let parsed = disk
+                .read_all(&format!("{dir}/{}", topic::METADATA_FILE))
+                .ok()
+                .and_then(|bytes| broker.parse_metadata(&bytes));
+            let Some(meta) = parsed.filter(|m| partition < m.partitions) else {
+                broker
+                    .startup_warnings
+                    .push(format!("{dir}: no valid {}; removing its files", topic::METADATA_FILE));
+                for file in disk.list(&dir)? {
+                    disk.remove(&format!("{dir}/{file}"))?;
+                }
+                continue;
+            };
+            let log = Log::open(disk, &dir, meta.log_config.clone()).map_err(|source| BrokerError::Log {
+                dir: dir.clone(),
+                source,
+            })?;
+            let high_watermark = log.log_end_offset();
+            let leader_epoch = log.latest_epoch().unwrap_or_default();
+            broker.topics.entry(name.clone()).or_insert(meta);
+            broker.partitions.insert(
+                (name, partition),
+                PartitionState {
+                    log,
+                    leader_epoch,
+                    high_watermark,
+                },
+            );
+        }
+        let incomplete: Vec<String> = broker
+            .topics
+            .iter()
+            .filter(|(name, meta)| (0..meta.partitions).any(|p| !broker.partitions.contains_key(&((*name).clone(), p))))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in incomplete {
+            broker
+                .startup_warnings
+                .push(format!("topic {name} is missing partitions; they are recreated empty"));
+            let meta = broker.topics[&name].clone();
+            for p in 0..meta.partitions {
+                if !broker.partitions.contains_key(&(name.clone(), p)) {
+                    broker
+                        .create_partition(disk, &name, p, &meta)
+                        .map_err(|source| BrokerError::Log {
+                            dir: topic::partition_dir(&name, p),
+                            source,
+                        })?;
+                }
+            }
+        }
+        Ok(broker)
+    }
+
+    fn parse_metadata(&self, bytes: &[u8]) -> Option<TopicMeta> {
+        let id = topic::decode_metadata(bytes)?;
+        let text = std::str::from_utf8(bytes).ok()?;
+        let mut partitions = None;
+        let mut overrides = BTreeMap::new();
+        for line in text.lines().skip(2) {
+            if let Some(n) = line.strip_prefix("partitions: ") {
+                partitions = n.parse().ok();
+            } else if let Some(kv) = line.strip_prefix("config: ") {
+                let (k, v) = kv.split_once('=')?;
+                overrides.insert(k.to_string(), v.to_string());
+            } else {
+                return None;
+            }
+        }
+        let (log_config, min_insync_replicas) = self.topic_config(&overrides).ok()?;
+        Some(TopicMeta {
+            id,
+            partitions: partitions?,
+            replication_factor: 1,
+            overrides,
+            log_config,
+            min_insync_replicas,
+        })
+    }
+
+    /// The effective log config and min ISR of a topic with these overrides.
+    fn topic_config(&self, overrides: &BTreeMap<String, String>) -> Result<(LogConfig, i32), String> {
+        let mut log = self.config.log.clone();
+        let mut min_isr = self.config.min_insync_replicas;
+        for (k, v) in overrides {
+            if k == "min.insync.replicas" {
+                min_isr = v
+                    .trim()
+                    .parse()
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| format!("min.insync.replicas: {v:?} is not a number >= 1"))?;
+            } else {
+                log.apply(k, v)?;
+            }
+        }
+        Ok((log, min_isr))
+    }
+
+    pub fn config(&self) -> &BrokerConfig {
+        &self.config
+    }
+
+    pub fn topics(&self) -> &BTreeMap<String, TopicMeta> {
+        &self.topics
+    }
+
+    pub fn topic(&self, name: &str) -> Option<&TopicMeta> {
+        self.topics.get(name)
+    }
+
+    pub fn topic_by_id(&self, id: TopicId) -> Option<(&String, &TopicMeta)> {
+        self.topics.iter().find(|(_, m)| m.id == id)
+    }
+
+    /// Creates a topic. `id` comes from the caller's seeded random stream. Validates everything
+    /// before touching the disk; with `validate_only` touches nothing.
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_topic<D: Disk>(
+        &mut self,
+        disk: &mut D,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        overrides: &[(String, String)],
+        id: TopicId,
+        validate_only: bool,
+    ) -> Result<(), (ErrorCode, String)> {
+        topic::validate_name(name).map_err(|e| (ErrorCode::InvalidTopicException, e))?;
+        if self.topics.contains_key(name) {
+            return Err((ErrorCode::TopicAlreadyExists, format!("topic {name} already exists")));
+        }
+        let partitions = if partitions == -1 {
+            self.config.num_partitions
+        } else {
+            partitions
+        };
+        if partitions < 1 || partitions > self.config.partitions_per_topic_max {
+            return Err((
+                ErrorCode::InvalidPartitions,
+                format!(
+                    "partitions must be between 1 and {}, got {partitions}",
+                    self.config.partitions_per_topic_max
+                ),
+            ));
+        }
+        if self.partitions.len() + partitions as usize > self.config.partitions_max {
+            return Err((
+                ErrorCode::InvalidPartitions,
+                format!("this broker hosts at most {} partitions", self.config.partitions_max),
+            ));
+        }
+        let replication_factor = if replication_factor == -1 {
+            1
+        } else {
+            replication_factor
+        };
+        if replication_factor != 1 {
+            return Err((
+                ErrorCode::InvalidReplicationFactor,
+                format!("replication factor {replication_factor} is larger than the 1 available broker"),
+            ));
+        }
+        let overrides: BTreeMap<String, String> = overrides.iter().cloned().collect();
+        let (log_config, min_insync_replicas) = self
+            .topic_config(&overrides)
+            .map_err(|e| (ErrorCode::InvalidConfig, e))?;
+        if validate_only {
+            return Ok(());
+        }
+        let meta = TopicMeta {
+            id,
+            partitions,
+            replication_factor,
+            overrides,
+            log_config,
+            min_insync_replicas,
+        };
+        for p in 0..partitions {
+            self.create_partition(disk, name, p, &meta)
+                .map_err(|e| (ErrorCode::KafkaStorageError, e.to_string()))?;
+        }
+        self.topics.insert(name.to_string(), meta);
+        Ok(())
+    }
+
+    fn create_partition<D: Disk>(
+        &mut self,
+        disk: &mut D,
+        name: &str,
+        p: i32,
+        meta: &TopicMeta,
+    ) -> Result<(), LogError> {
+        let dir = topic::partition_dir(name, p);
+        for stale in disk.list(&dir)? {
+            disk.remove(&format!("{dir}/{stale}"))?;
+        }
+        let log = Log::open(disk, &dir, meta.log_config.clone())?;
+        // The metadata goes last: a partition without it is removed at startup.
+        disk.write_file_atomic(&format!("{dir}/{}", topic::METADATA_FILE), &metadata_bytes(meta))?;
+        self.partitions.insert(
+            (name.to_string(), p),
+            PartitionState {
+                log,
+                leader_epoch: LeaderEpoch(0),
+                high_watermark: Offset(0),
+            },
+        );
+        Ok(())
+    }
+
+    /// Deletes a topic and its data.
+    pub fn delete_topic<D: Disk>(&mut self, disk: &mut D, name: &str) -> Result<TopicId, (ErrorCode, String)> {
+        let meta = self
+            .topics
+            .remove(name)
+            .ok_or((ErrorCode::UnknownTopicOrPartition, format!("no topic {name}")))?;
+        for p in 0..meta.partitions {
+            self.partitions.remove(&(name.to_string(), p));
+            let dir = topic::partition_dir(name, p);
+            let storage = |e: DiskError| (ErrorCode::KafkaStorageError, e.to_string());
+            // Metadata first: a crash midway leaves a directory that startup cleans up.
+            let metadata = format!("{dir}/{}", topic::METADATA_FILE);
+            if disk.exists(&metadata) {
+                disk.remove(&metadata).map_err(storage)?;
+            }
+            for file in disk.list(&dir).map_err(storage)? {
+                disk.remove(&format!("{dir}/{file}")).map_err(storage)?;
+            }
+        }
+        Ok(meta.id)
+    }
+
+    fn partition(&self, topic: &str, partition: i32) -> Result<&PartitionState, ErrorCode> {
+        self.partitions
+            .get(&(topic.to_string(), partition))
+            .ok_or(ErrorCode::UnknownTopicOrPartition)
+    }
+
+    /// Appends a producer's record set (rewritten in place with offsets) to a partition this
+    /// broker leads, honouring `acks` and `min.insync.replicas`, and syncs when the flush
+    /// policy asks.
+    pub fn produce<D: Disk>(
+        &mut self,
+        disk: &mut D,
+        topic: &str,
+        partition: i32,
+        records: &mut [u8],
+        acks: i16,
+        now_ms: i64,
+    ) -> Result<ProduceOk, ErrorCode> {
+        if !(-1..=1).contains(&acks) {
+            return Err(ErrorCode::InvalidRequiredAcks);
+        }
+        let min_isr = self.topics.get(topic).map_or(1, |m| m.min_insync_replicas);
+        let state = self
+            .partitions
+            .get_mut(&(topic.to_string(), partition))
+            .ok_or(ErrorCode::UnknownTopicOrPartition)?;
+        let isr_size = 1;
+        if acks == -1 && isr_size < min_isr {
+            return Err(ErrorCode::NotEnoughReplicas);
+        }
+        let info = state
+            .log
+            .append_as_leader(disk, records, state.leader_epoch, now_ms)
+            .map_err(|e| log_error_code(&e))?;
+        if info.flush_due {
+            state.log.flush(disk).map_err(|e| log_error_code(&e))?;
+        }
+        state.high_watermark = state.log.log_end_offset();
+        Ok(ProduceOk {
+            base_offset: info.base_offset,
+            log_start_offset: state.log.log_start_offset(),
+        })
+    }
+
+    /// Reads whole batches from `offset`, up to the high watermark.
+    pub fn fetch<D: Disk>(
+        &self,
+        disk: &D,
+        topic: &str,
+        partition: i32,
+        offset: Offset,
+        max_bytes: u64,
+    ) -> Result<FetchOk, ErrorCode> {
+        let state = self.partition(topic, partition)?;
+        if offset > state.high_watermark {
+            return Err(ErrorCode::OffsetOutOfRange);
+        }
+        let slice = state
+            .log
+            .read(disk, offset, max_bytes, Some(state.high_watermark))
+            .map_err(|e| log_error_code(&e))?;
+        Ok(FetchOk {
+            high_watermark: state.high_watermark,
+            last_stable_offset: state.high_watermark,
+            log_start_offset: state.log.log_start_offset(),
+            slice,
+        })
+    }
+
+    /// ListOffsets: `-1` latest (the high watermark), `-2` earliest, else the first offset with
+    /// a timestamp at least `timestamp`; `(-1, -1)` when there is none, as Kafka answers.
+    pub fn list_offset<D: Disk>(
+        &self,
+        disk: &D,
+        topic: &str,
+        partition: i32,
+        timestamp: i64,
+    ) -> Result<(Offset, i64), ErrorCode> {
+        let state = self.partition(topic, partition)?;
+        match timestamp {
+            LATEST_TIMESTAMP => Ok((state.high_watermark, -1)),
+            EARLIEST_TIMESTAMP => Ok((state.log.log_start_offset(), -1)),
+            t if t < 0 => Err(ErrorCode::UnsupportedVersion),
+            t => match state
+                .log
+                .offset_for_timestamp(disk, t)
+                .map_err(|e| log_error_code(&e))?
+            {
+                Some((offset, ts)) if offset < state.high_watermark => Ok((offset, ts)),
+                _ => Ok((Offset(-1), -1)),
+            },
+        }
+    }
+
+    /// (log start, high watermark, log end) of a partition.
+    pub fn offsets(&self, topic: &str, partition: i32) -> Result<(Offset, Offset, Offset), ErrorCode> {
+        let s = self.partition(topic, partition)?;
+        Ok((s.log.log_start_offset(), s.high_watermark, s.log.log_end_offset()))
+    }
+
+    /// The leader epoch of a partition this broker leads.
+    pub fn leader_epoch(&self, topic: &str, partition: i32) -> Result<LeaderEpoch, ErrorCode> {
+        Ok(self.partition(topic, partition)?.leader_epoch)
+    }
+
+    /// When [`Broker::handle_timeout`] next has work.
+    pub fn poll_timeout(&self) -> Option<i64> {
+        let flush = self.partitions.values().filter_map(|p| p.log.flush_deadline_ms()).min();
+        Some(flush.map_or(self.next_retention_check_ms, |f| f.min(self.next_retention_check_ms)))
+    }
+
+    /// Time-driven work: syncs logs whose `flush.ms` elapsed; applies retention every
+    /// `log.retention.check.interval.ms`. A disk failure takes that partition offline (its log
+    /// refuses everything after) and is reported, the others carry on.
+    pub fn handle_timeout<D: Disk>(&mut self, disk: &mut D, now_ms: i64) -> Vec<(String, i32, LogError)> {
+        let mut failures = Vec::new();
+        let retention_due = now_ms >= self.next_retention_check_ms;
+        if retention_due {
+            self.next_retention_check_ms = now_ms.saturating_add(self.config.retention_check_interval_ms);
+        }
+        for ((topic, p), state) in self.partitions.iter_mut() {
+            let mut result = Ok(());
+            if state.log.flush_due(now_ms) {
+                result = state.log.flush(disk);
+            }
+            if retention_due && result.is_ok() {
+                result = state
+                    .log
+                    .apply_retention(disk, now_ms, state.high_watermark)
+                    .map(|_| ());
+            }
+            if let Err(e) = result {
+                failures.push((topic.clone(), *p, e));
+            }
+        }
+        failures
+    }
+
+    /// Syncs every partition (clean shutdown).
+    pub fn flush_all<D: Disk>(&mut self, disk: &mut D) -> Vec<(String, i32, LogError)> {
+        let mut failures = Vec::new();
+        for ((topic, p), state) in self.partitions.iter_mut() {
+            if let Err(e) = state.log.flush(disk) {
+                failures.push((topic.clone(), *p, e));
+            }
+        }
+        failures
+    }
+}
+
+#[cfg(test)]
+mod tests;

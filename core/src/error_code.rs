@@ -1,0 +1,77 @@
+//! Kafka's error codes (the `ErrorCode` values of the wire protocol) that Gregor answers with.
+//! One enum, so a code means the same thing in every API.
+
+/// A Kafka protocol error code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(i16)]
+pub enum ErrorCode {
+    UnknownServerError = -1,
+    None = 0,
+    OffsetOutOfRange = 1,
+    CorruptMessage = 2,
+    UnknownTopicOrPartition = 3,
+    InvalidFetchSize = 4,
+    LeaderNotAvailable = 5,
+    NotLeaderOrFollower = 6,
+    RequestTimedOut = 7,
+    MessageTooLarge = 10,
+    CoordinatorNotAvailable = 15,
+    NotCoordinator = 16,
+    InvalidTopicException = 17,
+    RecordListTooLarge = 18,
+    NotEnoughReplicas = 19,
+    NotEnoughReplicasAfterAppend = 20,
+    InvalidRequiredAcks = 21,
+    IllegalGeneration = 22,
+    UnknownMemberId = 25,
+    InvalidSessionTimeout = 26,
+    RebalanceInProgress = 27,
+    TopicAuthorizationFailed = 29,
+    GroupAuthorizationFailed = 30,
+    ClusterAuthorizationFailed = 31,
+    UnsupportedVersion = 35,
+    TopicAlreadyExists = 36,
+    InvalidPartitions = 37,
+    InvalidReplicationFactor = 38,
+    InvalidReplicaAssignment = 39,
+    InvalidConfig = 40,
+    InvalidRequest = 42,
+    UnsupportedForMessageFormat = 43,
+    OutOfOrderSequenceNumber = 45,
+    DuplicateSequenceNumber = 46,
+    InvalidProducerEpoch = 47,
+    KafkaStorageError = 56,
+    SaslAuthenticationFailed = 58,
+    UnknownProducerId = 59,
+    FencedLeaderEpoch = 74,
+    UnknownLeaderEpoch = 75,
+    MemberIdRequired = 79,
+    InvalidRecord = 87,
+    UnknownTopicId = 100,
+}
+
+impl ErrorCode {
+    pub fn code(self) -> i16 {
+        self as i16
+    }
+
+    /// Whether a client should retry the same request (Kafka's RetriableException).
+    pub fn is_retriable(self) -> bool {
+        matches!(
+            self,
+            ErrorCode::CorruptMessage
+                | ErrorCode::UnknownTopicOrPartition
+                | ErrorCode::LeaderNotAvailable
+                | ErrorCode::NotLeaderOrFollower
+                | ErrorCode::RequestTimedOut
+                | ErrorCode::CoordinatorNotAvailable
+                | ErrorCode::NotCoordinator
+                | ErrorCode::NotEnoughReplicas
+                | ErrorCode::NotEnoughReplicasAfterAppend
+                | ErrorCode::KafkaStorageError
+                | ErrorCode::FencedLeaderEpoch
+                | ErrorCode::UnknownLeaderEpoch
+                | ErrorCode::UnknownTopicId
+        )
+    }
+}
