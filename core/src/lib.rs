@@ -9,6 +9,7 @@
 pub mod disk;
 pub mod ids;
 pub mod log;
+pub mod protocol;
 pub mod record;
 pub mod runtime;
 
