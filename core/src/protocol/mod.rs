@@ -98,7 +98,10 @@ macro_rules! support {
     };
 }
 
-const SUPPORTED: &[ApiSupport] = &[support!("ApiVersions", api_versions)];
+const SUPPORTED: &[ApiSupport] = &[
+    support!("Metadata", metadata),
+    support!("ApiVersions", api_versions),
+];
 
 /// Every API Gregor decodes and encodes, in ascending key order: what ApiVersions advertises.
 pub fn supported_versions() -> &'static [ApiSupport] {
@@ -113,6 +116,7 @@ pub fn api_support(api_key: i16) -> Option<&'static ApiSupport> {
 /// A decoded request body.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Request {
+    Metadata(metadata::MetadataRequest),
     ApiVersions(api_versions::ApiVersionsRequest),
 }
 
@@ -165,6 +169,7 @@ fn decode_with(mut r: Reader<'_>) -> Result<(RequestHeader, Request), DecodeErro
         api_versions::API_KEY => {
             Request::ApiVersions(api_versions::ApiVersionsRequest::decode(v, r)?)
         }
+        metadata::API_KEY => Request::Metadata(metadata::MetadataRequest::decode(v, r)?),
         _ => unreachable!("every key in SUPPORTED has a decoder"),
     };
     r.finish()?;

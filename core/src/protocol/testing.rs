@@ -46,3 +46,20 @@ pub fn response_as<R: Decodable>(body: Bytes, version: i16) -> R {
     );
     out
 }
+
+pub fn kp_uuid(id: super::Uuid) -> uuid::Uuid {
+    uuid::Uuid::from_bytes(id.0)
+}
+
+pub fn our_uuid(id: uuid::Uuid) -> super::Uuid {
+    super::Uuid(*id.as_bytes())
+}
+
+pub fn s(v: &'static str) -> StrBytes {
+    StrBytes::from_static_str(v)
+}
+
+/// A tagged field no schema defines: flexible decoders must skip it.
+pub fn unknown_tags() -> std::collections::BTreeMap<i32, Bytes> {
+    std::collections::BTreeMap::from([(90, Bytes::from_static(b"future"))])
+}

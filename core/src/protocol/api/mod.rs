@@ -4,3 +4,4 @@
 //! as in Kafka's message JSON schemas).
 
 pub mod api_versions;
+pub mod metadata;
