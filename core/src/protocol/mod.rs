@@ -99,6 +99,7 @@ macro_rules! support {
 }
 
 const SUPPORTED: &[ApiSupport] = &[
+    support!("Produce", produce),
     support!("Metadata", metadata),
     support!("ApiVersions", api_versions),
 ];
@@ -116,6 +117,7 @@ pub fn api_support(api_key: i16) -> Option<&'static ApiSupport> {
 /// A decoded request body.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Request {
+    Produce(produce::ProduceRequest),
     Metadata(metadata::MetadataRequest),
     ApiVersions(api_versions::ApiVersionsRequest),
 }
@@ -170,6 +172,7 @@ fn decode_with(mut r: Reader<'_>) -> Result<(RequestHeader, Request), DecodeErro
             Request::ApiVersions(api_versions::ApiVersionsRequest::decode(v, r)?)
         }
         metadata::API_KEY => Request::Metadata(metadata::MetadataRequest::decode(v, r)?),
+        produce::API_KEY => Request::Produce(produce::ProduceRequest::decode(v, r)?),
         _ => unreachable!("every key in SUPPORTED has a decoder"),
     };
     r.finish()?;

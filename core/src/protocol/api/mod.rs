@@ -5,3 +5,4 @@
 
 pub mod api_versions;
 pub mod metadata;
+pub mod produce;
