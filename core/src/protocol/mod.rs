@@ -100,6 +100,7 @@ macro_rules! support {
 
 const SUPPORTED: &[ApiSupport] = &[
     support!("Produce", produce),
+    support!("Fetch", fetch),
     support!("Metadata", metadata),
     support!("ApiVersions", api_versions),
 ];
@@ -118,6 +119,7 @@ pub fn api_support(api_key: i16) -> Option<&'static ApiSupport> {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Request {
     Produce(produce::ProduceRequest),
+    Fetch(fetch::FetchRequest),
     Metadata(metadata::MetadataRequest),
     ApiVersions(api_versions::ApiVersionsRequest),
 }
@@ -173,6 +175,7 @@ fn decode_with(mut r: Reader<'_>) -> Result<(RequestHeader, Request), DecodeErro
         }
         metadata::API_KEY => Request::Metadata(metadata::MetadataRequest::decode(v, r)?),
         produce::API_KEY => Request::Produce(produce::ProduceRequest::decode(v, r)?),
+        fetch::API_KEY => Request::Fetch(fetch::FetchRequest::decode(v, r)?),
         _ => unreachable!("every key in SUPPORTED has a decoder"),
     };
     r.finish()?;

@@ -4,5 +4,6 @@
 //! as in Kafka's message JSON schemas).
 
 pub mod api_versions;
+pub mod fetch;
 pub mod metadata;
 pub mod produce;
