@@ -101,8 +101,10 @@ macro_rules! support {
 const SUPPORTED: &[ApiSupport] = &[
     support!("Produce", produce),
     support!("Fetch", fetch),
+    support!("ListOffsets", list_offsets),
     support!("Metadata", metadata),
     support!("ApiVersions", api_versions),
+    support!("CreateTopics", create_topics),
 ];
 
 /// Every API Gregor decodes and encodes, in ascending key order: what ApiVersions advertises.
@@ -120,8 +122,10 @@ pub fn api_support(api_key: i16) -> Option<&'static ApiSupport> {
 pub enum Request {
     Produce(produce::ProduceRequest),
     Fetch(fetch::FetchRequest),
+    ListOffsets(list_offsets::ListOffsetsRequest),
     Metadata(metadata::MetadataRequest),
     ApiVersions(api_versions::ApiVersionsRequest),
+    CreateTopics(create_topics::CreateTopicsRequest),
 }
 
 /// Decodes one request frame (without its length prefix). Record sets are copied out of
@@ -176,6 +180,12 @@ fn decode_with(mut r: Reader<'_>) -> Result<(RequestHeader, Request), DecodeErro
         metadata::API_KEY => Request::Metadata(metadata::MetadataRequest::decode(v, r)?),
         produce::API_KEY => Request::Produce(produce::ProduceRequest::decode(v, r)?),
         fetch::API_KEY => Request::Fetch(fetch::FetchRequest::decode(v, r)?),
+        list_offsets::API_KEY => {
+            Request::ListOffsets(list_offsets::ListOffsetsRequest::decode(v, r)?)
+        }
+        create_topics::API_KEY => {
+            Request::CreateTopics(create_topics::CreateTopicsRequest::decode(v, r)?)
+        }
         _ => unreachable!("every key in SUPPORTED has a decoder"),
     };
     r.finish()?;

@@ -4,6 +4,8 @@
 //! as in Kafka's message JSON schemas).
 
 pub mod api_versions;
+pub mod create_topics;
 pub mod fetch;
+pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
