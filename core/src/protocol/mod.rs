@@ -20,6 +20,9 @@ pub mod writer;
 #[cfg(test)]
 pub(crate) mod testing;
 
+#[cfg(test)]
+mod fuzz;
+
 use bytes::Bytes;
 
 pub use header::{encode_response_header, RequestHeader};

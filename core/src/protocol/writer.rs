@@ -9,6 +9,9 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use super::Uuid;
 
+/// One tagged field to write: its tag and the encoder of its payload.
+pub type TaggedField<'a> = (u32, &'a dyn Fn(&mut Writer));
+
 #[derive(Debug, Default)]
 pub struct Writer {
     buf: BytesMut,
@@ -123,7 +126,7 @@ impl Writer {
 
     /// A tagged-field section: `fields` are (tag, encoder) in ascending tag order; each payload
     /// is encoded into a scratch writer to learn its size. Nothing in non-flexible versions.
-    pub fn tagged_fields(&mut self, flexible: bool, fields: &[(u32, &dyn Fn(&mut Writer))]) {
+    pub fn tagged_fields(&mut self, flexible: bool, fields: &[TaggedField<'_>]) {
         if !flexible {
             return;
         }

@@ -97,18 +97,29 @@ impl ApiVersionsResponse {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::protocol::testing::{decode_frame, request_frame, response_as};
     use crate::protocol::{decode_request, DecodeError, Limits, Request};
     use kafka_protocol::messages as kp;
 
+    /// A populated request as a Kafka client encodes it at version `v`.
+    pub(crate) fn sample(_v: i16) -> kp::ApiVersionsRequest {
+        kp::ApiVersionsRequest::default()
+            .with_client_software_name("gregor-test".into())
+            .with_client_software_version("1.2".into())
+    }
+
+    pub(crate) fn sample_frames() -> Vec<Vec<u8>> {
+        (VERSION_MIN..=VERSION_MAX)
+            .map(|v| request_frame(API_KEY, v, &sample(v)))
+            .collect()
+    }
+
     #[test]
     fn request_round_trips_every_version() {
         for v in VERSION_MIN..=VERSION_MAX {
-            let sent = kp::ApiVersionsRequest::default()
-                .with_client_software_name("gregor-test".into())
-                .with_client_software_version("1.2".into());
+            let sent = sample(v);
             let (h, req) = decode_frame(&request_frame(API_KEY, v, &sent));
             assert_eq!((h.api_key, h.api_version), (API_KEY, v));
             let Request::ApiVersions(req) = req else {

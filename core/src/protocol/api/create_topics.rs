@@ -159,7 +159,7 @@ impl CreateTopicsResponse {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::protocol::testing::*;
     use crate::protocol::Request;
@@ -167,28 +167,40 @@ mod tests {
     use kafka_protocol::messages::create_topics_request as kcq;
     use kafka_protocol::messages::create_topics_response as kcs;
 
+    /// A populated request as a Kafka client encodes it at version `v`.
+    pub(crate) fn sample(v: i16) -> kp::CreateTopicsRequest {
+        let mut a = kcq::CreatableReplicaAssignment::default();
+        a.partition_index = 0;
+        a.broker_ids = vec![kp::BrokerId(1), kp::BrokerId(2)];
+        let mut c = kcq::CreatableTopicConfig::default();
+        c.name = s("retention.ms");
+        c.value = Some(s("1000"));
+        let mut t = kcq::CreatableTopic::default();
+        t.name = kp::TopicName(s("orders"));
+        t.num_partitions = -1;
+        t.replication_factor = -1;
+        t.assignments = vec![a];
+        t.configs = vec![c];
+        let mut sent = kp::CreateTopicsRequest::default();
+        sent.topics = vec![t];
+        sent.timeout_ms = 30_000;
+        sent.validate_only = true;
+        if v >= FLEXIBLE_MIN {
+            sent.unknown_tagged_fields = unknown_tags();
+        }
+        sent
+    }
+
+    pub(crate) fn sample_frames() -> Vec<Vec<u8>> {
+        (VERSION_MIN..=VERSION_MAX)
+            .map(|v| request_frame(API_KEY, v, &sample(v)))
+            .collect()
+    }
+
     #[test]
     fn request_round_trips_every_version() {
         for v in VERSION_MIN..=VERSION_MAX {
-            let mut a = kcq::CreatableReplicaAssignment::default();
-            a.partition_index = 0;
-            a.broker_ids = vec![kp::BrokerId(1), kp::BrokerId(2)];
-            let mut c = kcq::CreatableTopicConfig::default();
-            c.name = s("retention.ms");
-            c.value = Some(s("1000"));
-            let mut t = kcq::CreatableTopic::default();
-            t.name = kp::TopicName(s("orders"));
-            t.num_partitions = -1;
-            t.replication_factor = -1;
-            t.assignments = vec![a];
-            t.configs = vec![c];
-            let mut sent = kp::CreateTopicsRequest::default();
-            sent.topics = vec![t];
-            sent.timeout_ms = 30_000;
-            sent.validate_only = true;
-            if v >= FLEXIBLE_MIN {
-                sent.unknown_tagged_fields = unknown_tags();
-            }
+            let sent = sample(v);
             let (_, req) = decode_frame(&request_frame(API_KEY, v, &sent));
             let Request::CreateTopics(req) = req else {
                 panic!("wrong api: {req:?}")

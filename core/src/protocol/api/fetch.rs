@@ -10,7 +10,7 @@
 use bytes::Bytes;
 
 use crate::protocol::reader::{min_bytes, Reader, Result};
-use crate::protocol::writer::Writer;
+use crate::protocol::writer::{TaggedField, Writer};
 use crate::protocol::Uuid;
 
 pub const API_KEY: i16 = 1;
@@ -278,7 +278,7 @@ fn encode_partition(w: &mut Writer, version: i16, flex: bool, p: &FetchPartition
             w.no_tagged_fields(true);
         }
     });
-    let mut tags: Vec<(u32, &dyn Fn(&mut Writer))> = Vec::new();
+    let mut tags: Vec<TaggedField<'_>> = Vec::new();
     if let Some(f) = &diverging {
         tags.push((0, f));
     }
@@ -289,57 +289,70 @@ fn encode_partition(w: &mut Writer, version: i16, flex: bool, p: &FetchPartition
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::protocol::testing::*;
     use crate::protocol::Request;
     use kafka_protocol::messages as kp;
     use kafka_protocol::messages::fetch_request as kfq;
 
+    /// A populated request as a Kafka client encodes it at version `v`.
+    pub(crate) fn sample(v: i16) -> kp::FetchRequest {
+        let id = Uuid([3; 16]);
+        let mut p = kfq::FetchPartition::default();
+        p.partition = 4;
+        p.fetch_offset = 1234;
+        p.partition_max_bytes = 1 << 20;
+        p.current_leader_epoch = if v >= 9 { 6 } else { -1 };
+        p.last_fetched_epoch = if v >= 12 { 5 } else { -1 };
+        p.log_start_offset = if v >= 5 { 10 } else { -1 };
+        let mut t = kfq::FetchTopic::default();
+        if v >= TOPIC_ID_MIN {
+            t.topic_id = kp_uuid(id);
+        } else {
+            t.topic = kp::TopicName(s("orders"));
+        }
+        t.partitions = vec![p];
+        let mut sent = kp::FetchRequest::default();
+        sent.replica_id = kp::BrokerId(2);
+        sent.max_wait_ms = 500;
+        sent.min_bytes = 1;
+        sent.max_bytes = 50 << 20;
+        sent.isolation_level = 1;
+        sent.topics = vec![t];
+        if v >= 7 {
+            sent.session_id = 77;
+            sent.session_epoch = 3;
+            let mut f = kfq::ForgottenTopic::default();
+            if v >= TOPIC_ID_MIN {
+                f.topic_id = kp_uuid(id);
+            } else {
+                f.topic = kp::TopicName(s("old"));
+            }
+            f.partitions = vec![0, 1];
+            sent.forgotten_topics_data = vec![f];
+        }
+        if v >= 11 {
+            sent.rack_id = s("rack-a");
+        }
+        if v >= FLEXIBLE_MIN {
+            sent.cluster_id = Some(s("cluster"));
+            sent.unknown_tagged_fields = unknown_tags();
+        }
+        sent
+    }
+
+    pub(crate) fn sample_frames() -> Vec<Vec<u8>> {
+        (VERSION_MIN..=VERSION_MAX)
+            .map(|v| request_frame(API_KEY, v, &sample(v)))
+            .collect()
+    }
+
     #[test]
     fn request_round_trips_every_version() {
         let id = Uuid([3; 16]);
         for v in VERSION_MIN..=VERSION_MAX {
-            let mut p = kfq::FetchPartition::default();
-            p.partition = 4;
-            p.fetch_offset = 1234;
-            p.partition_max_bytes = 1 << 20;
-            p.current_leader_epoch = if v >= 9 { 6 } else { -1 };
-            p.last_fetched_epoch = if v >= 12 { 5 } else { -1 };
-            p.log_start_offset = if v >= 5 { 10 } else { -1 };
-            let mut t = kfq::FetchTopic::default();
-            if v >= TOPIC_ID_MIN {
-                t.topic_id = kp_uuid(id);
-            } else {
-                t.topic = kp::TopicName(s("orders"));
-            }
-            t.partitions = vec![p];
-            let mut sent = kp::FetchRequest::default();
-            sent.replica_id = kp::BrokerId(2);
-            sent.max_wait_ms = 500;
-            sent.min_bytes = 1;
-            sent.max_bytes = 50 << 20;
-            sent.isolation_level = 1;
-            sent.topics = vec![t];
-            if v >= 7 {
-                sent.session_id = 77;
-                sent.session_epoch = 3;
-                let mut f = kfq::ForgottenTopic::default();
-                if v >= TOPIC_ID_MIN {
-                    f.topic_id = kp_uuid(id);
-                } else {
-                    f.topic = kp::TopicName(s("old"));
-                }
-                f.partitions = vec![0, 1];
-                sent.forgotten_topics_data = vec![f];
-            }
-            if v >= 11 {
-                sent.rack_id = s("rack-a");
-            }
-            if v >= FLEXIBLE_MIN {
-                sent.cluster_id = Some(s("cluster"));
-                sent.unknown_tagged_fields = unknown_tags();
-            }
+            let sent = sample(v);
             let (_, req) = decode_frame(&request_frame(API_KEY, v, &sent));
             let Request::Fetch(req) = req else {
                 panic!("wrong api: {req:?}")

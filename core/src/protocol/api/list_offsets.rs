@@ -124,7 +124,7 @@ impl ListOffsetsResponse {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::protocol::testing::*;
     use crate::protocol::Request;
@@ -132,23 +132,35 @@ mod tests {
     use kafka_protocol::messages::list_offsets_request as klq;
     use kafka_protocol::messages::list_offsets_response as kls;
 
+    /// A populated request as a Kafka client encodes it at version `v`.
+    pub(crate) fn sample(v: i16) -> kp::ListOffsetsRequest {
+        let mut p = klq::ListOffsetsPartition::default();
+        p.partition_index = 1;
+        p.current_leader_epoch = if v >= 4 { 3 } else { -1 };
+        p.timestamp = EARLIEST_TIMESTAMP;
+        let mut t = klq::ListOffsetsTopic::default();
+        t.name = kp::TopicName(s("orders"));
+        t.partitions = vec![p];
+        let mut sent = kp::ListOffsetsRequest::default();
+        sent.replica_id = kp::BrokerId(-1);
+        sent.isolation_level = if v >= 2 { 1 } else { 0 };
+        sent.topics = vec![t];
+        if v >= FLEXIBLE_MIN {
+            sent.unknown_tagged_fields = unknown_tags();
+        }
+        sent
+    }
+
+    pub(crate) fn sample_frames() -> Vec<Vec<u8>> {
+        (VERSION_MIN..=VERSION_MAX)
+            .map(|v| request_frame(API_KEY, v, &sample(v)))
+            .collect()
+    }
+
     #[test]
     fn request_round_trips_every_version() {
         for v in VERSION_MIN..=VERSION_MAX {
-            let mut p = klq::ListOffsetsPartition::default();
-            p.partition_index = 1;
-            p.current_leader_epoch = if v >= 4 { 3 } else { -1 };
-            p.timestamp = EARLIEST_TIMESTAMP;
-            let mut t = klq::ListOffsetsTopic::default();
-            t.name = kp::TopicName(s("orders"));
-            t.partitions = vec![p];
-            let mut sent = kp::ListOffsetsRequest::default();
-            sent.replica_id = kp::BrokerId(-1);
-            sent.isolation_level = if v >= 2 { 1 } else { 0 };
-            sent.topics = vec![t];
-            if v >= FLEXIBLE_MIN {
-                sent.unknown_tagged_fields = unknown_tags();
-            }
+            let sent = sample(v);
             let (_, req) = decode_frame(&request_frame(API_KEY, v, &sent));
             let Request::ListOffsets(req) = req else {
                 panic!("wrong api: {req:?}")

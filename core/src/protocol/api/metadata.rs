@@ -186,29 +186,42 @@ impl MetadataResponse {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::protocol::testing::*;
     use crate::protocol::{decode_request, DecodeError, Limits, Request};
     use kafka_protocol::messages as kp;
 
+    /// A populated request as a Kafka client encodes it at version `v`.
+    pub(crate) fn sample(v: i16) -> kp::MetadataRequest {
+        let id = Uuid([7; 16]);
+        let mut t = kp::metadata_request::MetadataRequestTopic::default();
+        t.name = Some(kp::TopicName(s("orders")));
+        if v >= 10 {
+            t.topic_id = kp_uuid(id);
+        }
+        let mut sent = kp::MetadataRequest::default();
+        sent.topics = Some(vec![t]);
+        sent.allow_auto_topic_creation = v < 4;
+        sent.include_cluster_authorized_operations = (8..=10).contains(&v);
+        sent.include_topic_authorized_operations = v >= 8;
+        if v >= FLEXIBLE_MIN {
+            sent.unknown_tagged_fields = unknown_tags();
+        }
+        sent
+    }
+
+    pub(crate) fn sample_frames() -> Vec<Vec<u8>> {
+        (VERSION_MIN..=VERSION_MAX)
+            .map(|v| request_frame(API_KEY, v, &sample(v)))
+            .collect()
+    }
+
     #[test]
     fn request_round_trips_every_version() {
         let id = Uuid([7; 16]);
         for v in VERSION_MIN..=VERSION_MAX {
-            let mut t = kp::metadata_request::MetadataRequestTopic::default();
-            t.name = Some(kp::TopicName(s("orders")));
-            if v >= 10 {
-                t.topic_id = kp_uuid(id);
-            }
-            let mut sent = kp::MetadataRequest::default();
-            sent.topics = Some(vec![t]);
-            sent.allow_auto_topic_creation = v < 4;
-            sent.include_cluster_authorized_operations = (8..=10).contains(&v);
-            sent.include_topic_authorized_operations = v >= 8;
-            if v >= FLEXIBLE_MIN {
-                sent.unknown_tagged_fields = unknown_tags();
-            }
+            let sent = sample(v);
             let (_, req) = decode_frame(&request_frame(API_KEY, v, &sent));
             let Request::Metadata(req) = req else {
                 panic!("wrong api: {req:?}")
@@ -240,7 +253,7 @@ mod tests {
         }
     }
 
-    fn sample() -> MetadataResponse {
+    fn sample_response() -> MetadataResponse {
         MetadataResponse {
             throttle_time_ms: 3,
             brokers: vec![MetadataBroker {
@@ -273,7 +286,7 @@ mod tests {
 
     #[test]
     fn response_decodes_with_the_reference_codec() {
-        let ours = sample();
+        let ours = sample_response();
         for v in VERSION_MIN..=VERSION_MAX {
             let theirs: kp::MetadataResponse = response_as(ours.encode(v), v);
             assert_eq!(theirs.throttle_time_ms, if v >= 3 { 3 } else { 0 });

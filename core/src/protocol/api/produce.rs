@@ -132,34 +132,47 @@ impl ProduceResponse {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::protocol::testing::*;
     use crate::protocol::{decode_request_bytes, Limits, Request};
     use kafka_protocol::messages as kp;
     use kafka_protocol::messages::produce_request as kpr;
 
+    /// A populated request as a Kafka client encodes it at version `v`.
+    pub(crate) fn sample(v: i16) -> kp::ProduceRequest {
+        let batch = Bytes::from_static(b"\x00\x00\x00\x00\x00\x00\x00\x00 raw record batch");
+        let mut p = kpr::PartitionProduceData::default();
+        p.index = 2;
+        p.records = Some(batch.clone());
+        let mut empty = kpr::PartitionProduceData::default();
+        empty.index = 3;
+        empty.records = None;
+        let mut t = kpr::TopicProduceData::default();
+        t.name = kp::TopicName(s("orders"));
+        t.partition_data = vec![p, empty];
+        let mut sent = kp::ProduceRequest::default();
+        sent.transactional_id = Some(kp::TransactionalId(s("tx")));
+        sent.acks = -1;
+        sent.timeout_ms = 1500;
+        sent.topic_data = vec![t];
+        if v >= FLEXIBLE_MIN {
+            sent.unknown_tagged_fields = unknown_tags();
+        }
+        sent
+    }
+
+    pub(crate) fn sample_frames() -> Vec<Vec<u8>> {
+        (VERSION_MIN..=VERSION_MAX)
+            .map(|v| request_frame(API_KEY, v, &sample(v)))
+            .collect()
+    }
+
     #[test]
     fn request_round_trips_every_version_and_records_are_untouched() {
         let batch = Bytes::from_static(b"\x00\x00\x00\x00\x00\x00\x00\x00 raw record batch");
         for v in VERSION_MIN..=VERSION_MAX {
-            let mut p = kpr::PartitionProduceData::default();
-            p.index = 2;
-            p.records = Some(batch.clone());
-            let mut empty = kpr::PartitionProduceData::default();
-            empty.index = 3;
-            empty.records = None;
-            let mut t = kpr::TopicProduceData::default();
-            t.name = kp::TopicName(s("orders"));
-            t.partition_data = vec![p, empty];
-            let mut sent = kp::ProduceRequest::default();
-            sent.transactional_id = Some(kp::TransactionalId(s("tx")));
-            sent.acks = -1;
-            sent.timeout_ms = 1500;
-            sent.topic_data = vec![t];
-            if v >= FLEXIBLE_MIN {
-                sent.unknown_tagged_fields = unknown_tags();
-            }
+            let sent = sample(v);
             let frame = Bytes::from(request_frame(API_KEY, v, &sent));
             let (_, req) = decode_request_bytes(&frame, Limits::default()).expect("valid");
             let Request::Produce(req) = req else {
