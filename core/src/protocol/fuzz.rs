@@ -17,6 +17,12 @@ fn corpus() -> Vec<Vec<u8>> {
     frames.extend(api::fetch::tests::sample_frames());
     frames.extend(api::list_offsets::tests::sample_frames());
     frames.extend(api::create_topics::tests::sample_frames());
+    frames.extend(api::find_coordinator::tests::sample_frames());
+    frames.extend(api::join_group::tests::sample_frames());
+    frames.extend(api::heartbeat::tests::sample_frames());
+    frames.extend(api::leave_group::tests::sample_frames());
+    frames.extend(api::sync_group::tests::sample_frames());
+    frames.extend(api::init_producer_id::tests::sample_frames());
     frames
 }
 

@@ -106,8 +106,14 @@ const SUPPORTED: &[ApiSupport] = &[
     support!("Fetch", fetch),
     support!("ListOffsets", list_offsets),
     support!("Metadata", metadata),
+    support!("FindCoordinator", find_coordinator),
+    support!("JoinGroup", join_group),
+    support!("Heartbeat", heartbeat),
+    support!("LeaveGroup", leave_group),
+    support!("SyncGroup", sync_group),
     support!("ApiVersions", api_versions),
     support!("CreateTopics", create_topics),
+    support!("InitProducerId", init_producer_id),
 ];
 
 /// Every API Gregor decodes and encodes, in ascending key order: what ApiVersions advertises.
@@ -129,6 +135,12 @@ pub enum Request {
     Metadata(metadata::MetadataRequest),
     ApiVersions(api_versions::ApiVersionsRequest),
     CreateTopics(create_topics::CreateTopicsRequest),
+    FindCoordinator(find_coordinator::FindCoordinatorRequest),
+    JoinGroup(join_group::JoinGroupRequest),
+    Heartbeat(heartbeat::HeartbeatRequest),
+    LeaveGroup(leave_group::LeaveGroupRequest),
+    SyncGroup(sync_group::SyncGroupRequest),
+    InitProducerId(init_producer_id::InitProducerIdRequest),
 }
 
 /// Decodes one request frame (without its length prefix). Record sets are copied out of
@@ -188,6 +200,16 @@ fn decode_with(mut r: Reader<'_>) -> Result<(RequestHeader, Request), DecodeErro
         }
         create_topics::API_KEY => {
             Request::CreateTopics(create_topics::CreateTopicsRequest::decode(v, r)?)
+        }
+        find_coordinator::API_KEY => {
+            Request::FindCoordinator(find_coordinator::FindCoordinatorRequest::decode(v, r)?)
+        }
+        join_group::API_KEY => Request::JoinGroup(join_group::JoinGroupRequest::decode(v, r)?),
+        heartbeat::API_KEY => Request::Heartbeat(heartbeat::HeartbeatRequest::decode(v, r)?),
+        leave_group::API_KEY => Request::LeaveGroup(leave_group::LeaveGroupRequest::decode(v, r)?),
+        sync_group::API_KEY => Request::SyncGroup(sync_group::SyncGroupRequest::decode(v, r)?),
+        init_producer_id::API_KEY => {
+            Request::InitProducerId(init_producer_id::InitProducerIdRequest::decode(v, r)?)
         }
         _ => unreachable!("every key in SUPPORTED has a decoder"),
     };

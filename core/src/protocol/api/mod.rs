@@ -6,6 +6,12 @@
 pub mod api_versions;
 pub mod create_topics;
 pub mod fetch;
+pub mod find_coordinator;
+pub mod heartbeat;
+pub mod init_producer_id;
+pub mod join_group;
+pub mod leave_group;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
+pub mod sync_group;
