@@ -1,0 +1,178 @@
+//! ApiVersions (key 18), v0–v3: what the broker speaks. Flexible from v3.
+//!
+//! KIP-511: a client may send a version newer than the broker knows. The broker cannot parse its
+//! body, so it answers with a v0-format response carrying UNSUPPORTED_VERSION and the full
+//! supported list ([`ApiVersionsResponse::unsupported_version`]); the client then retries with a
+//! version from that list. The response header is always v0 (see `header.rs`).
+
+use bytes::Bytes;
+
+use crate::protocol::reader::{Reader, Result};
+use crate::protocol::writer::Writer;
+use crate::protocol::{error_code, supported_versions};
+
+pub const API_KEY: i16 = 18;
+pub const VERSION_MIN: i16 = 0;
+pub const VERSION_MAX: i16 = 3;
+pub const FLEXIBLE_MIN: i16 = 3;
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ApiVersionsRequest {
+    /// v3+; empty before.
+    pub client_software_name: String,
+    /// v3+; empty before.
+    pub client_software_version: String,
+}
+
+impl ApiVersionsRequest {
+    pub fn decode(version: i16, r: &mut Reader<'_>) -> Result<Self> {
+        let flex = version >= FLEXIBLE_MIN;
+        let mut req = ApiVersionsRequest::default();
+        if version >= 3 {
+            req.client_software_name = r.string(flex, "client_software_name")?;
+            req.client_software_version = r.string(flex, "client_software_version")?;
+        }
+        r.skip_tagged_fields(flex)?;
+        Ok(req)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiVersion {
+    pub api_key: i16,
+    pub min_version: i16,
+    pub max_version: i16,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiVersionsResponse {
+    pub error_code: i16,
+    pub api_keys: Vec<ApiVersion>,
+    /// v1+.
+    pub throttle_time_ms: i32,
+}
+
+impl ApiVersionsResponse {
+    /// The answer to a supported ApiVersions request: everything Gregor decodes and encodes.
+    pub fn supported() -> Self {
+        ApiVersionsResponse {
+            error_code: error_code::NONE,
+            api_keys: supported_versions()
+                .iter()
+                .map(|s| ApiVersion {
+                    api_key: s.api_key,
+                    min_version: s.version_min,
+                    max_version: s.version_max,
+                })
+                .collect(),
+            throttle_time_ms: 0,
+        }
+    }
+
+    /// KIP-511's answer to a version Gregor does not know: encode it with version 0.
+    pub fn unsupported_version() -> Self {
+        ApiVersionsResponse {
+            error_code: error_code::UNSUPPORTED_VERSION,
+            ..ApiVersionsResponse::supported()
+        }
+    }
+
+    pub fn encode(&self, version: i16) -> Bytes {
+        assert!((VERSION_MIN..=VERSION_MAX).contains(&version));
+        let flex = version >= FLEXIBLE_MIN;
+        let mut w = Writer::new();
+        w.i16(self.error_code);
+        w.array(flex, &self.api_keys, |w, k| {
+            w.i16(k.api_key);
+            w.i16(k.min_version);
+            w.i16(k.max_version);
+            w.no_tagged_fields(flex);
+        });
+        if version >= 1 {
+            w.i32(self.throttle_time_ms);
+        }
+        w.no_tagged_fields(flex);
+        w.finish()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::protocol::testing::{decode_frame, request_frame, response_as};
+    use crate::protocol::{decode_request, DecodeError, Limits, Request};
+    use kafka_protocol::messages as kp;
+
+    /// A populated request as a Kafka client encodes it at version `v`.
+    pub(crate) fn sample(_v: i16) -> kp::ApiVersionsRequest {
+        kp::ApiVersionsRequest::default()
+            .with_client_software_name("gregor-test".into())
+            .with_client_software_version("1.2".into())
+    }
+
+    pub(crate) fn sample_frames() -> Vec<Vec<u8>> {
+        (VERSION_MIN..=VERSION_MAX)
+            .map(|v| request_frame(API_KEY, v, &sample(v)))
+            .collect()
+    }
+
+    #[test]
+    fn request_round_trips_every_version() {
+        for v in VERSION_MIN..=VERSION_MAX {
+            let sent = sample(v);
+            let (h, req) = decode_frame(&request_frame(API_KEY, v, &sent));
+            assert_eq!((h.api_key, h.api_version), (API_KEY, v));
+            let Request::ApiVersions(req) = req else {
+                panic!("wrong api: {req:?}")
+            };
+            if v >= 3 {
+                assert_eq!(req.client_software_name, "gregor-test");
+                assert_eq!(req.client_software_version, "1.2");
+            } else {
+                assert_eq!(req, ApiVersionsRequest::default());
+            }
+        }
+    }
+
+    #[test]
+    fn response_decodes_with_the_reference_codec() {
+        for v in VERSION_MIN..=VERSION_MAX {
+            let ours = ApiVersionsResponse {
+                throttle_time_ms: 7,
+                ..ApiVersionsResponse::supported()
+            };
+            let theirs: kp::ApiVersionsResponse = response_as(ours.encode(v), v);
+            assert_eq!(theirs.error_code, 0);
+            assert_eq!(theirs.api_keys.len(), ours.api_keys.len());
+            for (a, b) in theirs.api_keys.iter().zip(&ours.api_keys) {
+                assert_eq!(
+                    (a.api_key, a.min_version, a.max_version),
+                    (b.api_key, b.min_version, b.max_version)
+                );
+            }
+            assert_eq!(theirs.throttle_time_ms, if v >= 1 { 7 } else { 0 });
+        }
+    }
+
+    #[test]
+    fn unknown_version_gets_a_v0_unsupported_version_answer() {
+        // ApiVersions v9 with a body we cannot know (flexible header, tagged fields, garbage).
+        let mut frame = vec![0, 18, 0, 9, 0, 0, 0, 42, 0, 3, b'c', b'l', b'i', 0];
+        frame.extend_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
+        let err = decode_request(&frame, Limits::default()).expect_err("v9 is unknown");
+        let DecodeError::UnsupportedVersion { header } = err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(
+            (header.api_key, header.api_version, header.correlation_id),
+            (18, 9, 42)
+        );
+        let body = ApiVersionsResponse::unsupported_version().encode(0);
+        let theirs: kp::ApiVersionsResponse = response_as(body, 0);
+        assert_eq!(theirs.error_code, 35);
+        assert!(theirs
+            .api_keys
+            .iter()
+            .any(|k| k.api_key == API_KEY && k.max_version == VERSION_MAX));
+    }
+}

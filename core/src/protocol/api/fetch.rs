@@ -1,0 +1,474 @@
+//! Fetch (key 1), v4–v13: consumers and follower replicas read records. Flexible from v12;
+//! topics are named by id instead of name from v13. A follower's fetch carries its broker id
+//! in `replica_id` (-1 for consumers) and, from v9, the leader epoch it believes in (KIP-320).
+//!
+//! Response records are raw bytes (whole RecordBatch v2 batches as stored). From v12 a
+//! partition may carry the tagged fields `diverging_epoch` (tag 0: the follower must truncate,
+//! KIP-279/KIP-595) and `current_leader` (tag 1); they are written only when set. This encoder
+//! copies records into the response; serving them with sendfile is the transport's business.
+
+use bytes::Bytes;
+
+use crate::protocol::reader::{min_bytes, Reader, Result};
+use crate::protocol::writer::{TaggedField, Writer};
+use crate::protocol::Uuid;
+
+pub const API_KEY: i16 = 1;
+pub const VERSION_MIN: i16 = 4;
+pub const VERSION_MAX: i16 = 13;
+pub const FLEXIBLE_MIN: i16 = 12;
+/// First version naming topics by id.
+pub const TOPIC_ID_MIN: i16 = 13;
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FetchRequest {
+    /// The fetching follower's broker id; -1 for a consumer.
+    pub replica_id: i32,
+    pub max_wait_ms: i32,
+    pub min_bytes: i32,
+    pub max_bytes: i32,
+    /// 0 read_uncommitted, 1 read_committed.
+    pub isolation_level: i8,
+    /// v7+ (KIP-227 fetch sessions); 0 before.
+    pub session_id: i32,
+    /// v7+; -1 before (no session).
+    pub session_epoch: i32,
+    pub topics: Vec<FetchTopic>,
+    /// v7+.
+    pub forgotten_topics: Vec<ForgottenTopic>,
+    /// v11+; empty before.
+    pub rack_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FetchTopic {
+    /// v4–v12; empty from v13.
+    pub topic: String,
+    /// v13+; zero before.
+    pub topic_id: Uuid,
+    pub partitions: Vec<FetchPartition>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FetchPartition {
+    pub partition: i32,
+    /// v9+; -1 before (unknown).
+    pub current_leader_epoch: i32,
+    pub fetch_offset: i64,
+    /// v12+; -1 before.
+    pub last_fetched_epoch: i32,
+    /// v5+ (followers only); -1 before.
+    pub log_start_offset: i64,
+    pub partition_max_bytes: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ForgottenTopic {
+    /// v7–v12.
+    pub topic: String,
+    /// v13+.
+    pub topic_id: Uuid,
+    pub partitions: Vec<i32>,
+}
+
+/// Reads a topic's identity: its name before v13, its id from v13.
+fn topic_ident(version: i16, flex: bool, r: &mut Reader<'_>) -> Result<(String, Uuid)> {
+    if version >= TOPIC_ID_MIN {
+        Ok((String::new(), r.uuid()?))
+    } else {
+        Ok((r.string(flex, "topic")?, Uuid::ZERO))
+    }
+}
+
+fn topic_ident_min(version: i16, flex: bool) -> usize {
+    if version >= TOPIC_ID_MIN {
+        16
+    } else {
+        min_bytes::string(flex)
+    }
+}
+
+impl FetchRequest {
+    pub fn decode(version: i16, r: &mut Reader<'_>) -> Result<Self> {
+        let flex = version >= FLEXIBLE_MIN;
+        let replica_id = r.i32()?;
+        let max_wait_ms = r.i32()?;
+        let min_bytes = r.i32()?;
+        let max_bytes = r.i32()?;
+        let isolation_level = r.i8()?;
+        let (session_id, session_epoch) = if version >= 7 {
+            (r.i32()?, r.i32()?)
+        } else {
+            (0, -1)
+        };
+        let part_min = 4 + 8 + 4 + min_bytes::tags(flex);
+        let topic_min =
+            topic_ident_min(version, flex) + min_bytes::array(flex) + min_bytes::tags(flex);
+        let topics = r.array(flex, topic_min, |r| {
+            let (topic, topic_id) = topic_ident(version, flex, r)?;
+            let partitions = r.array(flex, part_min, |r| {
+                let partition = r.i32()?;
+                let current_leader_epoch = if version >= 9 { r.i32()? } else { -1 };
+                let fetch_offset = r.i64()?;
+                let last_fetched_epoch = if version >= 12 { r.i32()? } else { -1 };
+                let log_start_offset = if version >= 5 { r.i64()? } else { -1 };
+                let partition_max_bytes = r.i32()?;
+                r.skip_tagged_fields(flex)?;
+                Ok(FetchPartition {
+                    partition,
+                    current_leader_epoch,
+                    fetch_offset,
+                    last_fetched_epoch,
+                    log_start_offset,
+                    partition_max_bytes,
+                })
+            })?;
+            r.skip_tagged_fields(flex)?;
+            Ok(FetchTopic {
+                topic,
+                topic_id,
+                partitions,
+            })
+        })?;
+        let forgotten_topics = if version >= 7 {
+            r.array(flex, topic_min, |r| {
+                let (topic, topic_id) = topic_ident(version, flex, r)?;
+                let partitions = r.array(flex, min_bytes::I32, |r| r.i32())?;
+                r.skip_tagged_fields(flex)?;
+                Ok(ForgottenTopic {
+                    topic,
+                    topic_id,
+                    partitions,
+                })
+            })?
+        } else {
+            Vec::new()
+        };
+        let rack_id = if version >= 11 {
+            r.string(flex, "rack_id")?
+        } else {
+            String::new()
+        };
+        // Tag 0 (cluster_id) and later tags are not used by Gregor.
+        r.skip_tagged_fields(flex)?;
+        Ok(FetchRequest {
+            replica_id,
+            max_wait_ms,
+            min_bytes,
+            max_bytes,
+            isolation_level,
+            session_id,
+            session_epoch,
+            topics,
+            forgotten_topics,
+            rack_id,
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FetchResponse {
+    pub throttle_time_ms: i32,
+    /// v7+: a session-level error.
+    pub error_code: i16,
+    /// v7+.
+    pub session_id: i32,
+    pub topics: Vec<FetchTopicResponse>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FetchTopicResponse {
+    /// v4–v12.
+    pub topic: String,
+    /// v13+.
+    pub topic_id: Uuid,
+    pub partitions: Vec<FetchPartitionResponse>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FetchPartitionResponse {
+    pub partition_index: i32,
+    pub error_code: i16,
+    pub high_watermark: i64,
+    pub last_stable_offset: i64,
+    /// v5+.
+    pub log_start_offset: i64,
+    /// v12+ tag 0: where the follower's log diverges from the leader's.
+    pub diverging_epoch: Option<EpochEndOffset>,
+    /// v12+ tag 1: the leader as this broker knows it (on NOT_LEADER / FENCED errors).
+    pub current_leader: Option<LeaderIdAndEpoch>,
+    pub aborted_transactions: Option<Vec<AbortedTransaction>>,
+    /// v11+; -1 when there is none.
+    pub preferred_read_replica: i32,
+    pub records: Option<Bytes>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EpochEndOffset {
+    pub epoch: i32,
+    pub end_offset: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaderIdAndEpoch {
+    pub leader_id: i32,
+    pub leader_epoch: i32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbortedTransaction {
+    pub producer_id: i64,
+    pub first_offset: i64,
+}
+
+impl FetchResponse {
+    pub fn encode(&self, version: i16) -> Bytes {
+        assert!((VERSION_MIN..=VERSION_MAX).contains(&version));
+        let flex = version >= FLEXIBLE_MIN;
+        let mut w = Writer::new();
+        w.i32(self.throttle_time_ms);
+        if version >= 7 {
+            w.i16(self.error_code);
+            w.i32(self.session_id);
+        }
+        w.array(flex, &self.topics, |w, t| {
+            if version >= TOPIC_ID_MIN {
+                w.uuid(t.topic_id);
+            } else {
+                w.string(flex, &t.topic);
+            }
+            w.array(flex, &t.partitions, |w, p| {
+                encode_partition(w, version, flex, p)
+            });
+            w.no_tagged_fields(flex);
+        });
+        w.no_tagged_fields(flex);
+        w.finish()
+    }
+}
+
+fn encode_partition(w: &mut Writer, version: i16, flex: bool, p: &FetchPartitionResponse) {
+    w.i32(p.partition_index);
+    w.i16(p.error_code);
+    w.i64(p.high_watermark);
+    w.i64(p.last_stable_offset);
+    if version >= 5 {
+        w.i64(p.log_start_offset);
+    }
+    w.nullable_array(flex, p.aborted_transactions.as_deref(), |w, a| {
+        w.i64(a.producer_id);
+        w.i64(a.first_offset);
+        w.no_tagged_fields(flex);
+    });
+    if version >= 11 {
+        w.i32(p.preferred_read_replica);
+    }
+    w.nullable_bytes(flex, p.records.as_deref());
+    let diverging = p.diverging_epoch.map(|d| {
+        move |w: &mut Writer| {
+            w.i32(d.epoch);
+            w.i64(d.end_offset);
+            w.no_tagged_fields(true);
+        }
+    });
+    let leader = p.current_leader.map(|l| {
+        move |w: &mut Writer| {
+            w.i32(l.leader_id);
+            w.i32(l.leader_epoch);
+            w.no_tagged_fields(true);
+        }
+    });
+    let mut tags: Vec<TaggedField<'_>> = Vec::new();
+    if let Some(f) = &diverging {
+        tags.push((0, f));
+    }
+    if let Some(f) = &leader {
+        tags.push((1, f));
+    }
+    w.tagged_fields(flex, &tags);
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::protocol::testing::*;
+    use crate::protocol::Request;
+    use kafka_protocol::messages as kp;
+    use kafka_protocol::messages::fetch_request as kfq;
+
+    /// A populated request as a Kafka client encodes it at version `v`.
+    pub(crate) fn sample(v: i16) -> kp::FetchRequest {
+        let id = Uuid([3; 16]);
+        let mut p = kfq::FetchPartition::default();
+        p.partition = 4;
+        p.fetch_offset = 1234;
+        p.partition_max_bytes = 1 << 20;
+        p.current_leader_epoch = if v >= 9 { 6 } else { -1 };
+        p.last_fetched_epoch = if v >= 12 { 5 } else { -1 };
+        p.log_start_offset = if v >= 5 { 10 } else { -1 };
+        let mut t = kfq::FetchTopic::default();
+        if v >= TOPIC_ID_MIN {
+            t.topic_id = kp_uuid(id);
+        } else {
+            t.topic = kp::TopicName(s("orders"));
+        }
+        t.partitions = vec![p];
+        let mut sent = kp::FetchRequest::default();
+        sent.replica_id = kp::BrokerId(2);
+        sent.max_wait_ms = 500;
+        sent.min_bytes = 1;
+        sent.max_bytes = 50 << 20;
+        sent.isolation_level = 1;
+        sent.topics = vec![t];
+        if v >= 7 {
+            sent.session_id = 77;
+            sent.session_epoch = 3;
+            let mut f = kfq::ForgottenTopic::default();
+            if v >= TOPIC_ID_MIN {
+                f.topic_id = kp_uuid(id);
+            } else {
+                f.topic = kp::TopicName(s("old"));
+            }
+            f.partitions = vec![0, 1];
+            sent.forgotten_topics_data = vec![f];
+        }
+        if v >= 11 {
+            sent.rack_id = s("rack-a");
+        }
+        if v >= FLEXIBLE_MIN {
+            sent.cluster_id = Some(s("cluster"));
+            sent.unknown_tagged_fields = unknown_tags();
+        }
+        sent
+    }
+
+    pub(crate) fn sample_frames() -> Vec<Vec<u8>> {
+        (VERSION_MIN..=VERSION_MAX)
+            .map(|v| request_frame(API_KEY, v, &sample(v)))
+            .collect()
+    }
+
+    #[test]
+    fn request_round_trips_every_version() {
+        let id = Uuid([3; 16]);
+        for v in VERSION_MIN..=VERSION_MAX {
+            let sent = sample(v);
+            let (_, req) = decode_frame(&request_frame(API_KEY, v, &sent));
+            let Request::Fetch(req) = req else {
+                panic!("wrong api: {req:?}")
+            };
+            let named = |name: &str| {
+                if v >= TOPIC_ID_MIN {
+                    (String::new(), id)
+                } else {
+                    (name.to_owned(), Uuid::ZERO)
+                }
+            };
+            let (topic, topic_id) = named("orders");
+            let want = FetchRequest {
+                replica_id: 2,
+                max_wait_ms: 500,
+                min_bytes: 1,
+                max_bytes: 50 << 20,
+                isolation_level: 1,
+                session_id: if v >= 7 { 77 } else { 0 },
+                session_epoch: if v >= 7 { 3 } else { -1 },
+                topics: vec![FetchTopic {
+                    topic,
+                    topic_id,
+                    partitions: vec![FetchPartition {
+                        partition: 4,
+                        current_leader_epoch: if v >= 9 { 6 } else { -1 },
+                        fetch_offset: 1234,
+                        last_fetched_epoch: if v >= 12 { 5 } else { -1 },
+                        log_start_offset: if v >= 5 { 10 } else { -1 },
+                        partition_max_bytes: 1 << 20,
+                    }],
+                }],
+                forgotten_topics: if v >= 7 {
+                    let (topic, topic_id) = named("old");
+                    vec![ForgottenTopic {
+                        topic,
+                        topic_id,
+                        partitions: vec![0, 1],
+                    }]
+                } else {
+                    vec![]
+                },
+                rack_id: if v >= 11 {
+                    "rack-a".into()
+                } else {
+                    String::new()
+                },
+            };
+            assert_eq!(req, want, "v{v}");
+        }
+    }
+
+    #[test]
+    fn response_decodes_with_the_reference_codec() {
+        let records = Bytes::from_static(b"batch bytes as stored");
+        let ours = FetchResponse {
+            throttle_time_ms: 1,
+            error_code: 0,
+            session_id: 77,
+            topics: vec![FetchTopicResponse {
+                topic: "orders".into(),
+                topic_id: Uuid([3; 16]),
+                partitions: vec![FetchPartitionResponse {
+                    partition_index: 4,
+                    error_code: 0,
+                    high_watermark: 100,
+                    last_stable_offset: 90,
+                    log_start_offset: 5,
+                    diverging_epoch: Some(EpochEndOffset {
+                        epoch: 4,
+                        end_offset: 80,
+                    }),
+                    current_leader: Some(LeaderIdAndEpoch {
+                        leader_id: 1,
+                        leader_epoch: 6,
+                    }),
+                    aborted_transactions: Some(vec![AbortedTransaction {
+                        producer_id: 9,
+                        first_offset: 50,
+                    }]),
+                    preferred_read_replica: -1,
+                    records: Some(records.clone()),
+                }],
+            }],
+        };
+        for v in VERSION_MIN..=VERSION_MAX {
+            let theirs: kp::FetchResponse = response_as(ours.encode(v), v);
+            assert_eq!(theirs.throttle_time_ms, 1);
+            assert_eq!(theirs.session_id, if v >= 7 { 77 } else { 0 });
+            let t = &theirs.responses[0];
+            if v >= TOPIC_ID_MIN {
+                assert_eq!(our_uuid(t.topic_id), Uuid([3; 16]));
+            } else {
+                assert_eq!(&*t.topic.0, "orders");
+            }
+            let p = &t.partitions[0];
+            assert_eq!(
+                (p.partition_index, p.high_watermark, p.last_stable_offset),
+                (4, 100, 90)
+            );
+            assert_eq!(p.log_start_offset, if v >= 5 { 5 } else { -1 });
+            let aborted = p.aborted_transactions.as_ref().expect("sent");
+            assert_eq!((aborted[0].producer_id.0, aborted[0].first_offset), (9, 50));
+            assert_eq!(p.records.as_ref(), Some(&records));
+            if v >= 12 {
+                assert_eq!(
+                    (p.diverging_epoch.epoch, p.diverging_epoch.end_offset),
+                    (4, 80)
+                );
+                assert_eq!(
+                    (p.current_leader.leader_id.0, p.current_leader.leader_epoch),
+                    (1, 6)
+                );
+            } else {
+                assert_eq!(p.diverging_epoch.epoch, -1);
+            }
+        }
+    }
+}

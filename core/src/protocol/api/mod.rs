@@ -1,0 +1,17 @@
+//! One module per Kafka API: the request we decode, the response we encode, and the versions of
+//! each. Every module exports `API_KEY`, `VERSION_MIN`, `VERSION_MAX` (what Gregor both decodes
+//! and encodes) and `FLEXIBLE_MIN` (the first version using compact encodings and tagged fields,
+//! as in Kafka's message JSON schemas).
+
+pub mod api_versions;
+pub mod create_topics;
+pub mod fetch;
+pub mod find_coordinator;
+pub mod heartbeat;
+pub mod init_producer_id;
+pub mod join_group;
+pub mod leave_group;
+pub mod list_offsets;
+pub mod metadata;
+pub mod produce;
+pub mod sync_group;

@@ -1,0 +1,46 @@
+//! Request and response headers, and which header version each API version uses.
+//!
+//! Contract (Kafka's `RequestHeader.json`/`ResponseHeader.json`): request header v1 is
+//! api_key, api_version, correlation_id, client_id (a *non-compact* nullable string even in v2);
+//! v2 adds a tagged-field section. A request uses v2 exactly when its API version is flexible.
+//! Response header v0 is the correlation id; v1 adds tagged fields, except that ApiVersions
+//! responses always use v0 so a client can read them before it knows what the broker speaks.
+//! (Header v0, without client_id, is only ControlledShutdown v0, which Gregor does not accept.)
+
+use super::reader::{Reader, Result};
+use super::writer::Writer;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestHeader {
+    pub api_key: i16,
+    pub api_version: i16,
+    pub correlation_id: i32,
+    pub client_id: Option<String>,
+}
+
+impl RequestHeader {
+    /// Reads the header fields shared by v1 and v2; the caller skips v2's tagged fields once it
+    /// knows whether the API version is flexible.
+    pub fn decode_v1(r: &mut Reader<'_>) -> Result<RequestHeader> {
+        Ok(RequestHeader {
+            api_key: r.i16()?,
+            api_version: r.i16()?,
+            correlation_id: r.i32()?,
+            client_id: r.nullable_string(false)?,
+        })
+    }
+}
+
+/// Writes the response header for `api_key` at `api_version` whose request versions from
+/// `flexible_min` on are flexible.
+pub fn encode_response_header(
+    w: &mut Writer,
+    api_key: i16,
+    api_version: i16,
+    flexible_min: i16,
+    correlation_id: i32,
+) {
+    w.i32(correlation_id);
+    let always_v0 = api_key == super::api::api_versions::API_KEY;
+    w.no_tagged_fields(!always_v0 && api_version >= flexible_min);
+}

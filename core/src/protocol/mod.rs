@@ -1,0 +1,235 @@
+//! The Kafka wire codec for the broker side: requests in, responses out.
+//!
+//! Owns: decoding request frames (untrusted bytes) into our own structs, and encoding our
+//! response structs. A frame here is what follows the 4-byte length prefix; the transport owns
+//! the prefix and must refuse lengths over [`Limits::request_bytes_max`] before reading them.
+//!
+//! Contract: [`decode_request`] never panics and allocates only in proportion to the bytes it was
+//! given (see `reader.rs`), because the published `kafka-protocol` decoder pre-allocates from
+//! wire counts and a 6-byte Metadata request makes it abort. Responses are encoded by our own
+//! `Writer` rather than `kafka-protocol`: the decoders already spell out each version's fields,
+//! encoding mirrors them line for line, and core then needs no conversion layer or extra
+//! dependencies; `kafka-protocol` is only a test oracle.
+//! [`supported_versions`] advertises exactly the versions both decoded and encoded here.
+
+pub mod api;
+pub mod header;
+pub mod reader;
+pub mod writer;
+
+#[cfg(test)]
+pub(crate) mod testing;
+
+#[cfg(test)]
+mod fuzz;
+
+use bytes::Bytes;
+
+pub use header::{encode_response_header, RequestHeader};
+pub use reader::{
+    DecodeError, Limits, Reader, ARRAY_LEN_MAX, REQUEST_BYTES_MAX, TAGGED_FIELDS_MAX,
+};
+pub use writer::Writer;
+
+use api::*;
+
+/// A Kafka UUID (topic ids): 16 raw bytes; all zeros is Kafka's "no id".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Uuid(pub [u8; 16]);
+
+impl Uuid {
+    pub const ZERO: Uuid = Uuid([0; 16]);
+}
+
+/// Kafka error codes used by the codec and its callers (Kafka's `Errors.java`).
+pub mod error_code {
+    pub const NONE: i16 = 0;
+    pub const UNKNOWN_SERVER_ERROR: i16 = -1;
+    pub const OFFSET_OUT_OF_RANGE: i16 = 1;
+    pub const CORRUPT_MESSAGE: i16 = 2;
+    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+    pub const LEADER_NOT_AVAILABLE: i16 = 5;
+    pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+    pub const REQUEST_TIMED_OUT: i16 = 7;
+    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    pub const NOT_COORDINATOR: i16 = 16;
+    pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
+    pub const NOT_ENOUGH_REPLICAS: i16 = 19;
+    pub const ILLEGAL_GENERATION: i16 = 22;
+    pub const UNKNOWN_MEMBER_ID: i16 = 25;
+    pub const REBALANCE_IN_PROGRESS: i16 = 27;
+    pub const UNSUPPORTED_VERSION: i16 = 35;
+    pub const TOPIC_ALREADY_EXISTS: i16 = 36;
+    pub const INVALID_PARTITIONS: i16 = 37;
+    pub const INVALID_REPLICATION_FACTOR: i16 = 38;
+    pub const INVALID_REQUEST: i16 = 42;
+    pub const FENCED_LEADER_EPOCH: i16 = 74;
+    pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
+    pub const MEMBER_ID_REQUIRED: i16 = 79;
+    pub const UNKNOWN_TOPIC_ID: i16 = 100;
+}
+
+/// One API's versions as Gregor handles them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiSupport {
+    pub api_key: i16,
+    pub name: &'static str,
+    pub version_min: i16,
+    pub version_max: i16,
+    /// First flexible version (compact encodings, tagged fields, request header v2).
+    pub flexible_min: i16,
+}
+
+impl ApiSupport {
+    pub fn supports(&self, version: i16) -> bool {
+        (self.version_min..=self.version_max).contains(&version)
+    }
+    pub fn is_flexible(&self, version: i16) -> bool {
+        version >= self.flexible_min
+    }
+}
+
+macro_rules! support {
+    ($name:literal, $m:ident) => {
+        ApiSupport {
+            api_key: $m::API_KEY,
+            name: $name,
+            version_min: $m::VERSION_MIN,
+            version_max: $m::VERSION_MAX,
+            flexible_min: $m::FLEXIBLE_MIN,
+        }
+    };
+}
+
+const SUPPORTED: &[ApiSupport] = &[
+    support!("Produce", produce),
+    support!("Fetch", fetch),
+    support!("ListOffsets", list_offsets),
+    support!("Metadata", metadata),
+    support!("FindCoordinator", find_coordinator),
+    support!("JoinGroup", join_group),
+    support!("Heartbeat", heartbeat),
+    support!("LeaveGroup", leave_group),
+    support!("SyncGroup", sync_group),
+    support!("ApiVersions", api_versions),
+    support!("CreateTopics", create_topics),
+    support!("InitProducerId", init_producer_id),
+];
+
+/// Every API Gregor decodes and encodes, in ascending key order: what ApiVersions advertises.
+pub fn supported_versions() -> &'static [ApiSupport] {
+    SUPPORTED
+}
+
+/// The support entry for `api_key`, if Gregor speaks that API at all.
+pub fn api_support(api_key: i16) -> Option<&'static ApiSupport> {
+    SUPPORTED.iter().find(|s| s.api_key == api_key)
+}
+
+/// A decoded request body.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request {
+    Produce(produce::ProduceRequest),
+    Fetch(fetch::FetchRequest),
+    ListOffsets(list_offsets::ListOffsetsRequest),
+    Metadata(metadata::MetadataRequest),
+    ApiVersions(api_versions::ApiVersionsRequest),
+    CreateTopics(create_topics::CreateTopicsRequest),
+    FindCoordinator(find_coordinator::FindCoordinatorRequest),
+    JoinGroup(join_group::JoinGroupRequest),
+    Heartbeat(heartbeat::HeartbeatRequest),
+    LeaveGroup(leave_group::LeaveGroupRequest),
+    SyncGroup(sync_group::SyncGroupRequest),
+    InitProducerId(init_producer_id::InitProducerIdRequest),
+}
+
+/// Decodes one request frame (without its length prefix). Record sets are copied out of
+/// `frame`; use [`decode_request_bytes`] to share the frame's allocation instead.
+pub fn decode_request(
+    frame: &[u8],
+    limits: Limits,
+) -> Result<(RequestHeader, Request), DecodeError> {
+    check_len(frame.len(), limits)?;
+    decode_with(Reader::new(frame, limits))
+}
+
+/// As [`decode_request`], but produce record sets are slices of `frame` (zero copy).
+pub fn decode_request_bytes(
+    frame: &Bytes,
+    limits: Limits,
+) -> Result<(RequestHeader, Request), DecodeError> {
+    check_len(frame.len(), limits)?;
+    decode_with(Reader::from_bytes(frame, limits))
+}
+
+fn check_len(len: usize, limits: Limits) -> Result<(), DecodeError> {
+    if len > limits.request_bytes_max {
+        return Err(DecodeError::FrameTooLarge {
+            len,
+            max: limits.request_bytes_max,
+        });
+    }
+    Ok(())
+}
+
+fn decode_with(mut r: Reader<'_>) -> Result<(RequestHeader, Request), DecodeError> {
+    let header = RequestHeader::decode_v1(&mut r)?;
+    let Some(support) = api_support(header.api_key) else {
+        return Err(DecodeError::UnknownApiKey {
+            api_key: header.api_key,
+            header,
+        });
+    };
+    let v = header.api_version;
+    if !support.supports(v) {
+        // For ApiVersions the caller answers with `ApiVersionsResponse::unsupported_version`
+        // (KIP-511); the body of an unknown version is not read.
+        return Err(DecodeError::UnsupportedVersion { header });
+    }
+    r.skip_tagged_fields(support.is_flexible(v))?;
+    let r = &mut r;
+    let request = match header.api_key {
+        api_versions::API_KEY => {
+            Request::ApiVersions(api_versions::ApiVersionsRequest::decode(v, r)?)
+        }
+        metadata::API_KEY => Request::Metadata(metadata::MetadataRequest::decode(v, r)?),
+        produce::API_KEY => Request::Produce(produce::ProduceRequest::decode(v, r)?),
+        fetch::API_KEY => Request::Fetch(fetch::FetchRequest::decode(v, r)?),
+        list_offsets::API_KEY => {
+            Request::ListOffsets(list_offsets::ListOffsetsRequest::decode(v, r)?)
+        }
+        create_topics::API_KEY => {
+            Request::CreateTopics(create_topics::CreateTopicsRequest::decode(v, r)?)
+        }
+        find_coordinator::API_KEY => {
+            Request::FindCoordinator(find_coordinator::FindCoordinatorRequest::decode(v, r)?)
+        }
+        join_group::API_KEY => Request::JoinGroup(join_group::JoinGroupRequest::decode(v, r)?),
+        heartbeat::API_KEY => Request::Heartbeat(heartbeat::HeartbeatRequest::decode(v, r)?),
+        leave_group::API_KEY => Request::LeaveGroup(leave_group::LeaveGroupRequest::decode(v, r)?),
+        sync_group::API_KEY => Request::SyncGroup(sync_group::SyncGroupRequest::decode(v, r)?),
+        init_producer_id::API_KEY => {
+            Request::InitProducerId(init_producer_id::InitProducerIdRequest::decode(v, r)?)
+        }
+        _ => unreachable!("every key in SUPPORTED has a decoder"),
+    };
+    r.finish()?;
+    Ok((header, request))
+}
+
+/// Frames a response: header for the request's API and version, then `body` (from a response's
+/// `encode`). The transport adds the 4-byte length prefix.
+pub fn encode_response(request: &RequestHeader, body: &[u8]) -> Bytes {
+    let flexible_min = api_support(request.api_key).map_or(i16::MAX, |s| s.flexible_min);
+    let mut w = Writer::new();
+    encode_response_header(
+        &mut w,
+        request.api_key,
+        request.api_version,
+        flexible_min,
+        request.correlation_id,
+    );
+    let mut out = bytes::BytesMut::from(&w.finish()[..]);
+    out.extend_from_slice(body);
+    out.freeze()
+}

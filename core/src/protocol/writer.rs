@@ -1,0 +1,183 @@
+//! `Writer`: encodes response fields in Kafka's wire formats into a growable buffer.
+//!
+//! Contract: the caller passes only values a version can carry; encoders in `api/` decide which
+//! fields a version has. Our own values are trusted, so a length that cannot be represented
+//! (a string over 32767 bytes, an array over i32::MAX elements) is a programmer error and
+//! asserts rather than truncating silently.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use super::Uuid;
+
+/// One tagged field to write: its tag and the encoder of its payload.
+pub type TaggedField<'a> = (u32, &'a dyn Fn(&mut Writer));
+
+#[derive(Debug, Default)]
+pub struct Writer {
+    buf: BytesMut,
+}
+
+impl Writer {
+    pub fn new() -> Self {
+        Writer::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    pub fn finish(self) -> Bytes {
+        self.buf.freeze()
+    }
+
+    pub fn i8(&mut self, v: i8) {
+        self.buf.put_i8(v);
+    }
+    pub fn i16(&mut self, v: i16) {
+        self.buf.put_i16(v);
+    }
+    pub fn i32(&mut self, v: i32) {
+        self.buf.put_i32(v);
+    }
+    pub fn i64(&mut self, v: i64) {
+        self.buf.put_i64(v);
+    }
+    pub fn u16(&mut self, v: u16) {
+        self.buf.put_u16(v);
+    }
+    pub fn bool(&mut self, v: bool) {
+        self.buf.put_u8(u8::from(v));
+    }
+    pub fn uuid(&mut self, v: Uuid) {
+        self.buf.put_slice(&v.0);
+    }
+
+    pub fn uvarint(&mut self, mut v: u32) {
+        while v >= 0x80 {
+            self.buf.put_u8((v as u8 & 0x7f) | 0x80);
+            v >>= 7;
+        }
+        self.buf.put_u8(v as u8);
+    }
+
+    /// A length prefix; `None` is null. See `Reader::length`.
+    fn length(&mut self, flexible: bool, wide: bool, len: Option<usize>) {
+        match (flexible, len) {
+            (true, None) => self.uvarint(0),
+            (true, Some(n)) => {
+                let n = u32::try_from(n).expect("our lengths fit a u32");
+                self.uvarint(n.checked_add(1).expect("our lengths fit a u32"));
+            }
+            (false, None) if wide => self.i32(-1),
+            (false, None) => self.i16(-1),
+            (false, Some(n)) if wide => self.i32(i32::try_from(n).expect("our lengths fit an i32")),
+            (false, Some(n)) => {
+                self.i16(i16::try_from(n).expect("strings we send are under 32 KiB"))
+            }
+        }
+    }
+
+    pub fn string(&mut self, flexible: bool, v: &str) {
+        self.length(flexible, false, Some(v.len()));
+        self.buf.put_slice(v.as_bytes());
+    }
+
+    pub fn nullable_string(&mut self, flexible: bool, v: Option<&str>) {
+        match v {
+            None => self.length(flexible, false, None),
+            Some(s) => self.string(flexible, s),
+        }
+    }
+
+    pub fn bytes(&mut self, flexible: bool, v: &[u8]) {
+        self.length(flexible, true, Some(v.len()));
+        self.buf.put_slice(v);
+    }
+
+    pub fn nullable_bytes(&mut self, flexible: bool, v: Option<&[u8]>) {
+        match v {
+            None => self.length(flexible, true, None),
+            Some(b) => self.bytes(flexible, b),
+        }
+    }
+
+    pub fn array<T>(&mut self, flexible: bool, items: &[T], mut elem: impl FnMut(&mut Self, &T)) {
+        self.length(flexible, true, Some(items.len()));
+        for item in items {
+            elem(self, item);
+        }
+    }
+
+    pub fn nullable_array<T>(
+        &mut self,
+        flexible: bool,
+        items: Option<&[T]>,
+        elem: impl FnMut(&mut Self, &T),
+    ) {
+        match items {
+            None => self.length(flexible, true, None),
+            Some(items) => self.array(flexible, items, elem),
+        }
+    }
+
+    /// A tagged-field section: `fields` are (tag, encoder) in ascending tag order; each payload
+    /// is encoded into a scratch writer to learn its size. Nothing in non-flexible versions.
+    pub fn tagged_fields(&mut self, flexible: bool, fields: &[TaggedField<'_>]) {
+        if !flexible {
+            return;
+        }
+        self.uvarint(u32::try_from(fields.len()).expect("a handful of tags"));
+        for (tag, encode) in fields {
+            let mut scratch = Writer::new();
+            encode(&mut scratch);
+            self.uvarint(*tag);
+            self.uvarint(u32::try_from(scratch.len()).expect("tagged fields are small"));
+            self.buf.put_slice(&scratch.buf);
+        }
+    }
+
+    /// An empty tagged-field section (flexible versions only).
+    pub fn no_tagged_fields(&mut self, flexible: bool) {
+        if flexible {
+            self.uvarint(0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::reader::{Limits, Reader};
+    use super::*;
+
+    #[test]
+    fn writer_output_reads_back() {
+        let mut w = Writer::new();
+        w.i16(-3);
+        w.uvarint(300);
+        w.string(true, "héllo");
+        w.nullable_string(false, None);
+        w.bytes(false, &[1, 2, 3]);
+        w.array(true, &[7i32, 8], |w, v| w.i32(*v));
+        w.tagged_fields(true, &[(0, &|w: &mut Writer| w.i32(5))]);
+        let b = w.finish();
+        let mut r = Reader::new(&b, Limits::default());
+        assert_eq!(r.i16(), Ok(-3));
+        assert_eq!(r.uvarint(), Ok(300));
+        assert_eq!(r.string(true, "s").as_deref(), Ok("héllo"));
+        assert_eq!(r.nullable_string(false), Ok(None));
+        assert_eq!(r.bytes(false, "b").map(|b| b.to_vec()), Ok(vec![1, 2, 3]));
+        assert_eq!(r.array(true, 4, |r| r.i32()), Ok(vec![7, 8]));
+        let mut seen = None;
+        r.tagged_fields(true, |tag, sub| {
+            seen = Some((tag, sub.i32()?));
+            Ok(true)
+        })
+        .expect("well-formed section");
+        assert_eq!(seen, Some((0, 5)));
+        assert_eq!(r.finish(), Ok(()));
+    }
+}
