@@ -54,11 +54,7 @@ fn every_truncation_of_every_valid_frame_is_an_error() {
     for f in corpus() {
         for len in 0..f.len() {
             let res = decode_request(&f[..len], Limits::default());
-            assert!(
-                res.is_err(),
-                "a {len}-byte prefix of a {}-byte frame decoded",
-                f.len()
-            );
+            assert!(res.is_err(), "a {len}-byte prefix of a {}-byte frame decoded", f.len());
         }
     }
 }
@@ -68,10 +64,7 @@ fn trailing_bytes_are_refused() {
     for mut f in corpus() {
         f.push(0);
         let res = decode_request(&f, Limits::default());
-        assert!(
-            matches!(res, Err(DecodeError::TrailingBytes { .. })),
-            "{res:?}"
-        );
+        assert!(matches!(res, Err(DecodeError::TrailingBytes { .. })), "{res:?}");
     }
 }
 
@@ -82,10 +75,7 @@ fn frames_over_request_bytes_max_are_refused_unread() {
         ..Limits::default()
     };
     let res = decode_request(&[0u8; 9], limits);
-    assert!(matches!(
-        res,
-        Err(DecodeError::FrameTooLarge { len: 9, max: 8 })
-    ));
+    assert!(matches!(res, Err(DecodeError::FrameTooLarge { len: 9, max: 8 })));
 }
 
 /// Huge counts at every array position of every API: each must fail on the count, before

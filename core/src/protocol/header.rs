@@ -33,13 +33,7 @@ impl RequestHeader {
 
 /// Writes the response header for `api_key` at `api_version` whose request versions from
 /// `flexible_min` on are flexible.
-pub fn encode_response_header(
-    w: &mut Writer,
-    api_key: i16,
-    api_version: i16,
-    flexible_min: i16,
-    correlation_id: i32,
-) {
+pub fn encode_response_header(w: &mut Writer, api_key: i16, api_version: i16, flexible_min: i16, correlation_id: i32) {
     w.i32(correlation_id);
     let always_v0 = api_key == super::api::api_versions::API_KEY;
     w.no_tagged_fields(!always_v0 && api_version >= flexible_min);

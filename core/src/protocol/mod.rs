@@ -26,9 +26,7 @@ mod fuzz;
 use bytes::Bytes;
 
 pub use header::{encode_response_header, RequestHeader};
-pub use reader::{
-    DecodeError, Limits, Reader, ARRAY_LEN_MAX, REQUEST_BYTES_MAX, TAGGED_FIELDS_MAX,
-};
+pub use reader::{DecodeError, Limits, Reader, ARRAY_LEN_MAX, REQUEST_BYTES_MAX, TAGGED_FIELDS_MAX};
 pub use writer::Writer;
 
 use api::*;
@@ -145,19 +143,13 @@ pub enum Request {
 
 /// Decodes one request frame (without its length prefix). Record sets are copied out of
 /// `frame`; use [`decode_request_bytes`] to share the frame's allocation instead.
-pub fn decode_request(
-    frame: &[u8],
-    limits: Limits,
-) -> Result<(RequestHeader, Request), DecodeError> {
+pub fn decode_request(frame: &[u8], limits: Limits) -> Result<(RequestHeader, Request), DecodeError> {
     check_len(frame.len(), limits)?;
     decode_with(Reader::new(frame, limits))
 }
 
 /// As [`decode_request`], but produce record sets are slices of `frame` (zero copy).
-pub fn decode_request_bytes(
-    frame: &Bytes,
-    limits: Limits,
-) -> Result<(RequestHeader, Request), DecodeError> {
+pub fn decode_request_bytes(frame: &Bytes, limits: Limits) -> Result<(RequestHeader, Request), DecodeError> {
     check_len(frame.len(), limits)?;
     decode_with(Reader::from_bytes(frame, limits))
 }
@@ -189,28 +181,18 @@ fn decode_with(mut r: Reader<'_>) -> Result<(RequestHeader, Request), DecodeErro
     r.skip_tagged_fields(support.is_flexible(v))?;
     let r = &mut r;
     let request = match header.api_key {
-        api_versions::API_KEY => {
-            Request::ApiVersions(api_versions::ApiVersionsRequest::decode(v, r)?)
-        }
+        api_versions::API_KEY => Request::ApiVersions(api_versions::ApiVersionsRequest::decode(v, r)?),
         metadata::API_KEY => Request::Metadata(metadata::MetadataRequest::decode(v, r)?),
         produce::API_KEY => Request::Produce(produce::ProduceRequest::decode(v, r)?),
         fetch::API_KEY => Request::Fetch(fetch::FetchRequest::decode(v, r)?),
-        list_offsets::API_KEY => {
-            Request::ListOffsets(list_offsets::ListOffsetsRequest::decode(v, r)?)
-        }
-        create_topics::API_KEY => {
-            Request::CreateTopics(create_topics::CreateTopicsRequest::decode(v, r)?)
-        }
-        find_coordinator::API_KEY => {
-            Request::FindCoordinator(find_coordinator::FindCoordinatorRequest::decode(v, r)?)
-        }
+        list_offsets::API_KEY => Request::ListOffsets(list_offsets::ListOffsetsRequest::decode(v, r)?),
+        create_topics::API_KEY => Request::CreateTopics(create_topics::CreateTopicsRequest::decode(v, r)?),
+        find_coordinator::API_KEY => Request::FindCoordinator(find_coordinator::FindCoordinatorRequest::decode(v, r)?),
         join_group::API_KEY => Request::JoinGroup(join_group::JoinGroupRequest::decode(v, r)?),
         heartbeat::API_KEY => Request::Heartbeat(heartbeat::HeartbeatRequest::decode(v, r)?),
         leave_group::API_KEY => Request::LeaveGroup(leave_group::LeaveGroupRequest::decode(v, r)?),
         sync_group::API_KEY => Request::SyncGroup(sync_group::SyncGroupRequest::decode(v, r)?),
-        init_producer_id::API_KEY => {
-            Request::InitProducerId(init_producer_id::InitProducerIdRequest::decode(v, r)?)
-        }
+        init_producer_id::API_KEY => Request::InitProducerId(init_producer_id::InitProducerIdRequest::decode(v, r)?),
         _ => unreachable!("every key in SUPPORTED has a decoder"),
     };
     r.finish()?;

@@ -38,17 +38,9 @@ pub enum DecodeError {
         remaining: usize,
     },
     #[error("array of {count} elements at offset {offset} exceeds array_len_max {max}")]
-    ArrayTooLong {
-        offset: usize,
-        count: usize,
-        max: usize,
-    },
+    ArrayTooLong { offset: usize, count: usize, max: usize },
     #[error("{count} tagged fields at offset {offset} exceed tagged_fields_max {max}")]
-    TooManyTaggedFields {
-        offset: usize,
-        count: usize,
-        max: usize,
-    },
+    TooManyTaggedFields { offset: usize, count: usize, max: usize },
     #[error("varint at offset {offset} is longer than {bytes_max} bytes")]
     VarintTooLong { offset: usize, bytes_max: usize },
     #[error("string at offset {offset} is not UTF-8")]
@@ -63,9 +55,7 @@ pub enum DecodeError {
         header: super::header::RequestHeader,
     },
     #[error("api key {} does not support version {}", header.api_key, header.api_version)]
-    UnsupportedVersion {
-        header: super::header::RequestHeader,
-    },
+    UnsupportedVersion { header: super::header::RequestHeader },
     #[error("{remaining} bytes left over after the request body")]
     TrailingBytes { remaining: usize },
 }
@@ -234,10 +224,7 @@ impl<'a> Reader<'a> {
     pub fn uvarint(&mut self) -> Result<u32> {
         let offset = self.pos;
         let v = self.uvar(5)?;
-        u32::try_from(v).map_err(|_| DecodeError::VarintTooLong {
-            offset,
-            bytes_max: 5,
-        })
+        u32::try_from(v).map_err(|_| DecodeError::VarintTooLong { offset, bytes_max: 5 })
     }
 
     /// Unsigned varlong (at most 10 bytes).
@@ -312,10 +299,7 @@ impl<'a> Reader<'a> {
         elem_bytes_min: usize,
         mut elem: impl FnMut(&mut Self) -> Result<T>,
     ) -> Result<Option<Vec<T>>> {
-        assert!(
-            elem_bytes_min > 0,
-            "every Kafka array element takes at least one byte"
-        );
+        assert!(elem_bytes_min > 0, "every Kafka array element takes at least one byte");
         let offset = self.pos;
         let Some(count) = self.length(flexible, true)? else {
             return Ok(None);
@@ -352,10 +336,7 @@ impl<'a> Reader<'a> {
     ) -> Result<Vec<T>> {
         let offset = self.pos;
         self.nullable_array(flexible, elem_bytes_min, elem)?
-            .ok_or(DecodeError::UnexpectedNull {
-                offset,
-                field: "array",
-            })
+            .ok_or(DecodeError::UnexpectedNull { offset, field: "array" })
     }
 
     /// Reads a tagged-field section when `flexible`, handing each field's tag and payload to
@@ -464,10 +445,7 @@ mod tests {
         // i32::MAX elements of 4 bytes, announced in 4 bytes.
         let mut rd = r(&[0x7f, 0xff, 0xff, 0xff]);
         let res = rd.array(false, 4, |r| r.i32());
-        assert!(
-            matches!(res, Err(DecodeError::ArrayTooLong { .. })),
-            "{res:?}"
-        );
+        assert!(matches!(res, Err(DecodeError::ArrayTooLong { .. })), "{res:?}");
         // Under array_len_max but over the bytes present.
         let mut rd = r(&[0x00, 0x00, 0x10, 0x00, 0, 0, 0, 1]);
         let res = rd.array(false, 4, |r| r.i32());

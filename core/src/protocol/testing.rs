@@ -9,11 +9,7 @@ use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use super::{decode_request, Limits, Request, RequestHeader};
 
 /// A request frame (no length prefix) as a Kafka client would send it.
-pub fn request_frame<R: Encodable + HeaderVersion>(
-    api_key: i16,
-    version: i16,
-    body: &R,
-) -> Vec<u8> {
+pub fn request_frame<R: Encodable + HeaderVersion>(api_key: i16, version: i16, body: &R) -> Vec<u8> {
     let mut buf = BytesMut::new();
     KpHeader::default()
         .with_request_api_key(api_key)
@@ -39,11 +35,7 @@ pub fn decode_frame(frame: &[u8]) -> (RequestHeader, Request) {
 pub fn response_as<R: Decodable>(body: Bytes, version: i16) -> R {
     let mut buf = body;
     let out = R::decode(&mut buf, version).expect("reference decoder accepts our response");
-    assert!(
-        buf.is_empty(),
-        "{} bytes left after the reference decoder",
-        buf.len()
-    );
+    assert!(buf.is_empty(), "{} bytes left after the reference decoder", buf.len());
     out
 }
 

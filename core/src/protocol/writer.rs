@@ -75,9 +75,7 @@ impl Writer {
             (false, None) if wide => self.i32(-1),
             (false, None) => self.i16(-1),
             (false, Some(n)) if wide => self.i32(i32::try_from(n).expect("our lengths fit an i32")),
-            (false, Some(n)) => {
-                self.i16(i16::try_from(n).expect("strings we send are under 32 KiB"))
-            }
+            (false, Some(n)) => self.i16(i16::try_from(n).expect("strings we send are under 32 KiB")),
         }
     }
 
@@ -112,12 +110,7 @@ impl Writer {
         }
     }
 
-    pub fn nullable_array<T>(
-        &mut self,
-        flexible: bool,
-        items: Option<&[T]>,
-        elem: impl FnMut(&mut Self, &T),
-    ) {
+    pub fn nullable_array<T>(&mut self, flexible: bool, items: Option<&[T]>, elem: impl FnMut(&mut Self, &T)) {
         match items {
             None => self.length(flexible, true, None),
             Some(items) => self.array(flexible, items, elem),

@@ -163,10 +163,7 @@ pub(crate) mod tests {
         let DecodeError::UnsupportedVersion { header } = err else {
             panic!("{err:?}")
         };
-        assert_eq!(
-            (header.api_key, header.api_version, header.correlation_id),
-            (18, 9, 42)
-        );
+        assert_eq!((header.api_key, header.api_version, header.correlation_id), (18, 9, 42));
         let body = ApiVersionsResponse::unsupported_version().encode(0);
         let theirs: kp::ApiVersionsResponse = response_as(body, 0);
         assert_eq!(theirs.error_code, 35);

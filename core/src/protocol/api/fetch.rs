@@ -96,14 +96,9 @@ impl FetchRequest {
         let min_bytes = r.i32()?;
         let max_bytes = r.i32()?;
         let isolation_level = r.i8()?;
-        let (session_id, session_epoch) = if version >= 7 {
-            (r.i32()?, r.i32()?)
-        } else {
-            (0, -1)
-        };
+        let (session_id, session_epoch) = if version >= 7 { (r.i32()?, r.i32()?) } else { (0, -1) };
         let part_min = 4 + 8 + 4 + min_bytes::tags(flex);
-        let topic_min =
-            topic_ident_min(version, flex) + min_bytes::array(flex) + min_bytes::tags(flex);
+        let topic_min = topic_ident_min(version, flex) + min_bytes::array(flex) + min_bytes::tags(flex);
         let topics = r.array(flex, topic_min, |r| {
             let (topic, topic_id) = topic_ident(version, flex, r)?;
             let partitions = r.array(flex, part_min, |r| {
@@ -237,9 +232,7 @@ impl FetchResponse {
             } else {
                 w.string(flex, &t.topic);
             }
-            w.array(flex, &t.partitions, |w, p| {
-                encode_partition(w, version, flex, p)
-            });
+            w.array(flex, &t.partitions, |w, p| encode_partition(w, version, flex, p));
             w.no_tagged_fields(flex);
         });
         w.no_tagged_fields(flex);
@@ -395,11 +388,7 @@ pub(crate) mod tests {
                 } else {
                     vec![]
                 },
-                rack_id: if v >= 11 {
-                    "rack-a".into()
-                } else {
-                    String::new()
-                },
+                rack_id: if v >= 11 { "rack-a".into() } else { String::new() },
             };
             assert_eq!(req, want, "v{v}");
         }
@@ -458,14 +447,8 @@ pub(crate) mod tests {
             assert_eq!((aborted[0].producer_id.0, aborted[0].first_offset), (9, 50));
             assert_eq!(p.records.as_ref(), Some(&records));
             if v >= 12 {
-                assert_eq!(
-                    (p.diverging_epoch.epoch, p.diverging_epoch.end_offset),
-                    (4, 80)
-                );
-                assert_eq!(
-                    (p.current_leader.leader_id.0, p.current_leader.leader_epoch),
-                    (1, 6)
-                );
+                assert_eq!((p.diverging_epoch.epoch, p.diverging_epoch.end_offset), (4, 80));
+                assert_eq!((p.current_leader.leader_id.0, p.current_leader.leader_epoch), (1, 6));
             } else {
                 assert_eq!(p.diverging_epoch.epoch, -1);
             }

@@ -32,15 +32,9 @@ impl FindCoordinatorRequest {
         if version <= 3 {
             keys.push(r.string(flex, "key")?);
         }
-        let key_type = if version >= 1 {
-            r.i8()?
-        } else {
-            KEY_TYPE_GROUP
-        };
+        let key_type = if version >= 1 { r.i8()? } else { KEY_TYPE_GROUP };
         if version >= 4 {
-            keys = r.array(flex, min_bytes::string(flex), |r| {
-                r.string(flex, "coordinator_keys")
-            })?;
+            keys = r.array(flex, min_bytes::string(flex), |r| r.string(flex, "coordinator_keys"))?;
         }
         r.skip_tagged_fields(flex)?;
         Ok(FindCoordinatorRequest { key_type, keys })
@@ -142,11 +136,7 @@ pub(crate) mod tests {
                 vec!["group-a".into(), "group-b".into()]
             };
             assert_eq!(req.keys, keys, "v{v}");
-            let key_type = if v >= 1 {
-                KEY_TYPE_TRANSACTION
-            } else {
-                KEY_TYPE_GROUP
-            };
+            let key_type = if v >= 1 { KEY_TYPE_TRANSACTION } else { KEY_TYPE_GROUP };
             assert_eq!(req.key_type, key_type);
         }
     }
@@ -170,19 +160,13 @@ pub(crate) mod tests {
             assert_eq!(theirs.throttle_time_ms, if v >= 1 { 4 } else { 0 });
             let msg = if v >= 1 { Some("fine") } else { None };
             if v <= 3 {
-                assert_eq!(
-                    (theirs.node_id.0, &*theirs.host, theirs.port),
-                    (2, "b2", 9092)
-                );
+                assert_eq!((theirs.node_id.0, &*theirs.host, theirs.port), (2, "b2", 9092));
                 if v >= 1 {
                     assert_eq!(theirs.error_message.as_deref(), msg);
                 }
             } else {
                 let c = &theirs.coordinators[0];
-                assert_eq!(
-                    (&*c.key, c.node_id.0, &*c.host, c.port),
-                    ("group-a", 2, "b2", 9092)
-                );
+                assert_eq!((&*c.key, c.node_id.0, &*c.host, c.port), ("group-a", 2, "b2", 9092));
                 assert_eq!(c.error_message.as_deref(), msg);
             }
         }

@@ -25,11 +25,7 @@ impl HeartbeatRequest {
         let group_id = r.string(flex, "group_id")?;
         let generation_id = r.i32()?;
         let member_id = r.string(flex, "member_id")?;
-        let group_instance_id = if version >= 3 {
-            r.nullable_string(flex)?
-        } else {
-            None
-        };
+        let group_instance_id = if version >= 3 { r.nullable_string(flex)? } else { None };
         r.skip_tagged_fields(flex)?;
         Ok(HeartbeatRequest {
             group_id,
@@ -99,11 +95,7 @@ pub(crate) mod tests {
                 group_id: "group-a".into(),
                 generation_id: 3,
                 member_id: "m-1".into(),
-                group_instance_id: if v >= 3 {
-                    Some("instance-1".into())
-                } else {
-                    None
-                },
+                group_instance_id: if v >= 3 { Some("instance-1".into()) } else { None },
             };
             assert_eq!(req, want, "v{v}");
         }

@@ -28,11 +28,7 @@ impl InitProducerIdRequest {
         let flex = version >= FLEXIBLE_MIN;
         let transactional_id = r.nullable_string(flex)?;
         let transaction_timeout_ms = r.i32()?;
-        let (producer_id, producer_epoch) = if version >= 3 {
-            (r.i64()?, r.i16()?)
-        } else {
-            (-1, -1)
-        };
+        let (producer_id, producer_epoch) = if version >= 3 { (r.i64()?, r.i16()?) } else { (-1, -1) };
         r.skip_tagged_fields(flex)?;
         Ok(InitProducerIdRequest {
             transactional_id,
@@ -119,11 +115,7 @@ pub(crate) mod tests {
         };
         for v in VERSION_MIN..=VERSION_MAX {
             let theirs: kp::InitProducerIdResponse = response_as(ours.encode(v), v);
-            let got = (
-                theirs.throttle_time_ms,
-                theirs.error_code,
-                theirs.producer_id.0,
-            );
+            let got = (theirs.throttle_time_ms, theirs.error_code, theirs.producer_id.0);
             assert_eq!(got, (1, 0, 1000));
             assert_eq!(theirs.producer_epoch, 5);
         }

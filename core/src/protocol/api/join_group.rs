@@ -39,17 +39,9 @@ impl JoinGroupRequest {
         let flex = version >= FLEXIBLE_MIN;
         let group_id = r.string(flex, "group_id")?;
         let session_timeout_ms = r.i32()?;
-        let rebalance_timeout_ms = if version >= 1 {
-            r.i32()?
-        } else {
-            session_timeout_ms
-        };
+        let rebalance_timeout_ms = if version >= 1 { r.i32()? } else { session_timeout_ms };
         let member_id = r.string(flex, "member_id")?;
-        let group_instance_id = if version >= 5 {
-            r.nullable_string(flex)?
-        } else {
-            None
-        };
+        let group_instance_id = if version >= 5 { r.nullable_string(flex)? } else { None };
         let protocol_type = r.string(flex, "protocol_type")?;
         let proto_min = min_bytes::string(flex) * 2 + min_bytes::tags(flex);
         let protocols = r.array(flex, proto_min, |r| {
@@ -58,11 +50,7 @@ impl JoinGroupRequest {
             r.skip_tagged_fields(flex)?;
             Ok(JoinGroupProtocol { name, metadata })
         })?;
-        let reason = if version >= 8 {
-            r.nullable_string(flex)?
-        } else {
-            None
-        };
+        let reason = if version >= 8 { r.nullable_string(flex)? } else { None };
         r.skip_tagged_fields(flex)?;
         Ok(JoinGroupRequest {
             group_id,
@@ -187,11 +175,7 @@ pub(crate) mod tests {
                 session_timeout_ms: 10_000,
                 rebalance_timeout_ms: if v >= 1 { 30_000 } else { 10_000 },
                 member_id: "m-1".into(),
-                group_instance_id: if v >= 5 {
-                    Some("instance-1".into())
-                } else {
-                    None
-                },
+                group_instance_id: if v >= 5 { Some("instance-1".into()) } else { None },
                 protocol_type: "consumer".into(),
                 protocols: vec![JoinGroupProtocol {
                     name: "range".into(),

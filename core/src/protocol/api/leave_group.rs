@@ -42,11 +42,7 @@ impl LeaveGroupRequest {
             r.array(flex, member_min, |r| {
                 let member_id = r.string(flex, "members.member_id")?;
                 let group_instance_id = r.nullable_string(flex)?;
-                let reason = if version >= 5 {
-                    r.nullable_string(flex)?
-                } else {
-                    None
-                };
+                let reason = if version >= 5 { r.nullable_string(flex)? } else { None };
                 r.skip_tagged_fields(flex)?;
                 Ok(MemberIdentity {
                     member_id,
@@ -141,16 +137,8 @@ pub(crate) mod tests {
             };
             let member = MemberIdentity {
                 member_id: "m-1".into(),
-                group_instance_id: if v >= 3 {
-                    Some("instance-1".into())
-                } else {
-                    None
-                },
-                reason: if v >= 5 {
-                    Some("shutdown".into())
-                } else {
-                    None
-                },
+                group_instance_id: if v >= 3 { Some("instance-1".into()) } else { None },
+                reason: if v >= 5 { Some("shutdown".into()) } else { None },
             };
             let want = LeaveGroupRequest {
                 group_id: "group-a".into(),

@@ -202,10 +202,7 @@ pub(crate) mod tests {
             let t = &theirs.topics[0];
             assert_eq!(&*t.name.0, "orders");
             let p: &kls::ListOffsetsPartitionResponse = &t.partitions[0];
-            assert_eq!(
-                (p.partition_index, p.error_code, p.timestamp, p.offset),
-                (1, 0, -1, 42)
-            );
+            assert_eq!((p.partition_index, p.error_code, p.timestamp, p.offset), (1, 0, -1, 42));
             assert_eq!(p.leader_epoch, if v >= 4 { 3 } else { -1 });
         }
     }

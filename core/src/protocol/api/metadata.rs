@@ -38,8 +38,7 @@ pub struct MetadataRequestTopic {
 impl MetadataRequest {
     pub fn decode(version: i16, r: &mut Reader<'_>) -> Result<Self> {
         let flex = version >= FLEXIBLE_MIN;
-        let topic_min =
-            if version >= 10 { 16 } else { 0 } + min_bytes::string(flex) + min_bytes::tags(flex);
+        let topic_min = if version >= 10 { 16 } else { 0 } + min_bytes::string(flex) + min_bytes::tags(flex);
         let topics = r.nullable_array(flex, topic_min, |r| {
             let topic_id = if version >= 10 { r.uuid()? } else { Uuid::ZERO };
             let name = if version >= 10 {
@@ -55,11 +54,7 @@ impl MetadataRequest {
             t => t,
         };
         let allow_auto_topic_creation = if version >= 4 { r.bool()? } else { true };
-        let include_cluster_authorized_operations = if (8..=10).contains(&version) {
-            r.bool()?
-        } else {
-            false
-        };
+        let include_cluster_authorized_operations = if (8..=10).contains(&version) { r.bool()? } else { false };
         let include_topic_authorized_operations = if version >= 8 { r.bool()? } else { false };
         r.skip_tagged_fields(flex)?;
         Ok(MetadataRequest {
@@ -231,10 +226,7 @@ pub(crate) mod tests {
             assert_eq!(topics[0].name.as_deref(), Some("orders"));
             assert_eq!(topics[0].topic_id, if v >= 10 { id } else { Uuid::ZERO });
             assert_eq!(req.allow_auto_topic_creation, v < 4);
-            assert_eq!(
-                req.include_cluster_authorized_operations,
-                (8..=10).contains(&v)
-            );
+            assert_eq!(req.include_cluster_authorized_operations, (8..=10).contains(&v));
             assert_eq!(req.include_topic_authorized_operations, v >= 8);
         }
     }
@@ -293,31 +285,19 @@ pub(crate) mod tests {
             let b = &theirs.brokers[0];
             assert_eq!((b.node_id.0, &*b.host, b.port), (1, "b1", 9092));
             assert_eq!(b.rack.as_deref(), if v >= 1 { Some("r1") } else { None });
-            assert_eq!(
-                theirs.cluster_id.as_deref(),
-                if v >= 2 { Some("c") } else { None }
-            );
+            assert_eq!(theirs.cluster_id.as_deref(), if v >= 2 { Some("c") } else { None });
             assert_eq!(theirs.controller_id.0, if v >= 1 { 1 } else { -1 });
             let t = &theirs.topics[0];
             assert_eq!(t.name.as_ref().map(|n| &*n.0), Some("orders"));
-            assert_eq!(
-                our_uuid(t.topic_id),
-                if v >= 10 { Uuid([9; 16]) } else { Uuid::ZERO }
-            );
+            assert_eq!(our_uuid(t.topic_id), if v >= 10 { Uuid([9; 16]) } else { Uuid::ZERO });
             let p = &t.partitions[0];
             assert_eq!((p.partition_index, p.leader_id.0), (0, 1));
             assert_eq!(p.leader_epoch, if v >= 7 { 5 } else { -1 });
-            assert_eq!(
-                p.replica_nodes.iter().map(|b| b.0).collect::<Vec<_>>(),
-                [1, 2, 3]
-            );
+            assert_eq!(p.replica_nodes.iter().map(|b| b.0).collect::<Vec<_>>(), [1, 2, 3]);
             assert_eq!(p.isr_nodes.iter().map(|b| b.0).collect::<Vec<_>>(), [1, 2]);
             let offline: Vec<i32> = p.offline_replicas.iter().map(|b| b.0).collect();
             assert_eq!(offline, if v >= 5 { vec![3] } else { vec![] });
-            assert_eq!(
-                t.topic_authorized_operations,
-                if v >= 8 { 8 } else { i32::MIN }
-            );
+            assert_eq!(t.topic_authorized_operations, if v >= 8 { 8 } else { i32::MIN });
             let cluster_ops = if (8..=10).contains(&v) { 4 } else { i32::MIN };
             assert_eq!(theirs.cluster_authorized_operations, cluster_ops);
         }

@@ -237,10 +237,7 @@ pub(crate) mod tests {
             assert_eq!(p.log_start_offset, if v >= 5 { 7 } else { -1 });
             if v >= 8 {
                 assert_eq!(p.record_errors.len(), 1);
-                assert_eq!(
-                    p.record_errors[0].batch_index_error_message.as_deref(),
-                    Some("bad")
-                );
+                assert_eq!(p.record_errors[0].batch_index_error_message.as_deref(), Some("bad"));
                 assert_eq!(p.error_message.as_deref(), Some("oops"));
             } else {
                 assert!(p.record_errors.is_empty());

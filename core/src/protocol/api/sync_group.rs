@@ -38,11 +38,7 @@ impl SyncGroupRequest {
         let group_id = r.string(flex, "group_id")?;
         let generation_id = r.i32()?;
         let member_id = r.string(flex, "member_id")?;
-        let group_instance_id = if version >= 3 {
-            r.nullable_string(flex)?
-        } else {
-            None
-        };
+        let group_instance_id = if version >= 3 { r.nullable_string(flex)? } else { None };
         let (protocol_type, protocol_name) = if version >= 5 {
             (r.nullable_string(flex)?, r.nullable_string(flex)?)
         } else {
@@ -53,10 +49,7 @@ impl SyncGroupRequest {
             let member_id = r.string(flex, "assignments.member_id")?;
             let assignment = r.bytes(flex, "assignments.assignment")?;
             r.skip_tagged_fields(flex)?;
-            Ok(SyncGroupAssignment {
-                member_id,
-                assignment,
-            })
+            Ok(SyncGroupAssignment { member_id, assignment })
         })?;
         r.skip_tagged_fields(flex)?;
         Ok(SyncGroupRequest {
@@ -149,16 +142,8 @@ pub(crate) mod tests {
                 group_id: "group-a".into(),
                 generation_id: 7,
                 member_id: "m-1".into(),
-                group_instance_id: if v >= 3 {
-                    Some("instance-1".into())
-                } else {
-                    None
-                },
-                protocol_type: if v >= 5 {
-                    Some("consumer".into())
-                } else {
-                    None
-                },
+                group_instance_id: if v >= 3 { Some("instance-1".into()) } else { None },
+                protocol_type: if v >= 5 { Some("consumer".into()) } else { None },
                 protocol_name: if v >= 5 { Some("range".into()) } else { None },
                 assignments: vec![SyncGroupAssignment {
                     member_id: "m-1".into(),
