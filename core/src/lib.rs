@@ -11,6 +11,7 @@ pub mod disk;
 pub mod error_code;
 pub mod ids;
 pub mod log;
+pub mod node;
 pub mod protocol;
 pub mod record;
 pub mod runtime;

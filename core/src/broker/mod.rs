@@ -109,6 +109,7 @@ pub struct FetchOk {
 /// `timestamp` values of ListOffsets with special meanings.
 pub const LATEST_TIMESTAMP: i64 = -1;
 pub const EARLIEST_TIMESTAMP: i64 = -2;
+pub const MAX_TIMESTAMP: i64 = -3;
 
 /// The partitions hosted by one broker.
 pub struct Broker {
@@ -472,6 +473,11 @@ impl Broker {
         match timestamp {
             LATEST_TIMESTAMP => Ok((state.high_watermark, -1)),
             EARLIEST_TIMESTAMP => Ok((state.log.log_start_offset(), -1)),
+            MAX_TIMESTAMP => Ok(state
+                .log
+                .max_timestamp()
+                .filter(|(o, _)| *o < state.high_watermark)
+                .unwrap_or((Offset(-1), -1))),
             t if t < 0 => Err(ErrorCode::UnsupportedVersion),
             t => match state
                 .log

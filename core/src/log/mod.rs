@@ -583,6 +583,16 @@ impl Log {
         Ok(buf)
     }
 
+    /// The record batch holding the largest timestamp (ListOffsets' MAX_TIMESTAMP, KIP-734):
+    /// its base offset and that timestamp. `None` for an empty log.
+    pub fn max_timestamp(&self) -> Option<(Offset, i64)> {
+        self.segments
+            .values()
+            .filter(|s| !s.is_empty())
+            .max_by_key(|s| s.max_timestamp)
+            .map(|s| (Offset(s.offset_of_max_timestamp), s.max_timestamp))
+    }
+
     /// ListOffsets by timestamp: the first offset whose record timestamp is at least
     /// `timestamp`, with that timestamp. For a compressed batch the batch's base offset and max
     /// timestamp are returned (records are not decompressed in the log). `None` past the end.

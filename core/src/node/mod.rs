@@ -1,0 +1,206 @@
+//! The broker node: one async driver, generic over [`Runtime`], that serves the Kafka protocol
+//! from a [`Broker`]. The simulator runs it on madsim, `gregor dev` on real sockets; nothing in it
+//! knows which.
+//!
+//! Per connection, requests are handled one at a time in arrival order and answered in that
+//! order, as Kafka does (a waiting Fetch holds back the connection's later requests). Frames are
+//! untrusted: a frame that does not decode closes its connection only; other connections and the
+//! broker carry on. The broker's state is shared by the node's tasks on one thread
+//! (`Rc<RefCell<_>>`); no borrow is held across an `.await`.
+
+pub mod handlers;
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use thiserror::Error;
+
+use crate::broker::{Broker, BrokerConfig, BrokerError, TopicId};
+use crate::protocol::api::api_versions::ApiVersionsResponse;
+use crate::protocol::{decode_request_bytes, encode_response, DecodeError, Limits, Request};
+use crate::runtime::{Connection, Listener, NetError, Runtime};
+pub use handlers::Advertised;
+
+/// How a broker node listens and answers.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// `host:port` to listen on.
+    pub listen: String,
+    pub advertised: Advertised,
+    pub broker: BrokerConfig,
+    /// Decoder limits (`socket.request.max.bytes` and friends).
+    pub limits: Limits,
+    /// The longest a Fetch may wait for data, whatever its `max_wait_ms` asks.
+    pub fetch_wait_ms_max: u64,
+    /// How often a waiting Fetch looks for new data.
+    pub fetch_poll_ms: u64,
+}
+
+impl NodeConfig {
+    pub fn single_node(listen: &str, advertised_host: &str, port: i32, cluster_id: &str) -> NodeConfig {
+        NodeConfig {
+            listen: listen.to_string(),
+            advertised: Advertised {
+                host: advertised_host.to_string(),
+                port,
+                cluster_id: cluster_id.to_string(),
+            },
+            broker: BrokerConfig::default(),
+            limits: Limits::default(),
+            fetch_wait_ms_max: 30_000,
+            fetch_poll_ms: 5,
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum NodeError {
+    #[error("broker: {0}")]
+    Broker(#[from] BrokerError),
+    #[error("network: {0}")]
+    Net(#[from] NetError),
+}
+
+/// A running broker's shared state.
+pub type SharedBroker = Rc<RefCell<Broker>>;
+
+/// Opens the broker's data and listens. Returns the shared broker once it is listening, and the
+/// accept loop to run (spawn it, or await it).
+pub async fn start_broker<R: Runtime>(
+    rt: R,
+    config: NodeConfig,
+) -> Result<(SharedBroker, impl std::future::Future<Output = ()>), NodeError> {
+    let now = rt.now_ms();
+    let broker = rt.with_disk(|disk| Broker::open(disk, config.broker.clone(), now))?;
+    for warning in &broker.startup_warnings {
+        tracing::warn!(%warning, "broker startup");
+    }
+    tracing::info!(topics = broker.topics().len(), listen = %config.listen, "broker opened its data");
+    let shared = Rc::new(RefCell::new(broker));
+    let mut listener = rt.listen(&config.listen).await?;
+    rt.spawn(run_timers(rt.clone(), shared.clone()));
+    let state = shared.clone();
+    let accept_loop = async move {
+        loop {
+            match listener.accept().await {
+                Ok(conn) => rt.spawn(serve_connection(rt.clone(), state.clone(), config.clone(), conn)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    rt.sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
+    };
+    Ok((shared, accept_loop))
+}
+
+/// Runs the broker's time-driven work (`flush.ms`, retention) for as long as the node lives.
+async fn run_timers<R: Runtime>(rt: R, broker: SharedBroker) {
+    loop {
+        let now = rt.now_ms();
+        let deadline = broker.borrow().poll_timeout().unwrap_or(now + 1_000);
+        if deadline > now {
+            // Wake at least every second: a new flush.ms deadline may have appeared meanwhile.
+            rt.sleep(Duration::from_millis((deadline - now).clamp(1, 1_000) as u64))
+                .await;
+            continue;
+        }
+        let failures = rt.with_disk(|disk| broker.borrow_mut().handle_timeout(disk, now));
+        for (topic, partition, error) in failures {
+            tracing::error!(%topic, partition, %error, "partition failed; it answers KAFKA_STORAGE_ERROR from now on");
+        }
+    }
+}
+
+/// What to do after a frame.
+enum Outcome {
+    Reply(Bytes),
+    NoReply,
+    Close(String),
+}
+
+async fn serve_connection<R: Runtime>(rt: R, broker: SharedBroker, config: NodeConfig, mut conn: R::Conn) {
+    let peer = conn.peer();
+    loop {
+        let frame = match conn.recv().await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "connection ended");
+                break;
+            }
+        };
+        match handle_frame(&rt, &broker, &config, &frame).await {
+            Outcome::Reply(bytes) => {
+                if let Err(e) = conn.send(bytes).await {
+                    tracing::debug!(%peer, error = %e, "send failed");
+                    break;
+                }
+            }
+            Outcome::NoReply => {}
+            Outcome::Close(why) => {
+                tracing::info!(%peer, %why, "closing connection");
+                break;
+            }
+        }
+    }
+}
+
+async fn handle_frame<R: Runtime>(rt: &R, broker: &SharedBroker, config: &NodeConfig, frame: &Bytes) -> Outcome {
+    let (header, request) = match decode_request_bytes(frame, config.limits) {
+        Ok(decoded) => decoded,
+        // KIP-511: an ApiVersions of a version we do not know still gets a v0 answer listing
+        // what we speak, so the client can pick a version.
+        Err(DecodeError::UnsupportedVersion { header }) if header.api_key == 18 => {
+            let body = ApiVersionsResponse {
+                api_keys: handlers::api_versions().api_keys,
+                ..ApiVersionsResponse::unsupported_version()
+            };
+            return Outcome::Reply(encode_response(&header, &body.encode(0)));
+        }
+        Err(e) => return Outcome::Close(format!("undecodable request: {e}")),
+    };
+    let version = header.api_version;
+    let now = rt.now_ms();
+    let new_id = || TopicId::from_random(rt.random_u64(), rt.random_u64());
+    let body = match &request {
+        Request::ApiVersions(_) => handlers::api_versions().encode(version),
+        Request::Metadata(req) => rt
+            .with_disk(|disk| handlers::metadata(&mut broker.borrow_mut(), disk, req, &config.advertised, new_id))
+            .encode(version),
+        Request::Produce(req) => match rt.with_disk(|disk| handlers::produce(&mut broker.borrow_mut(), disk, req, now))
+        {
+            Some(resp) => resp.encode(version),
+            None => return Outcome::NoReply,
+        },
+        Request::Fetch(req) => {
+            let wait_ms = u64::try_from(req.max_wait_ms.max(0))
+                .unwrap_or(0)
+                .min(config.fetch_wait_ms_max);
+            let deadline = rt.monotonic_ms().saturating_add(wait_ms);
+            let min_bytes = u64::try_from(req.min_bytes.max(0)).unwrap_or(0);
+            loop {
+                let (resp, bytes) = rt.with_disk(|disk| handlers::fetch(&broker.borrow(), disk, req, version));
+                let errors = resp
+                    .topics
+                    .iter()
+                    .flat_map(|t| &t.partitions)
+                    .any(|p| p.error_code != 0);
+                if bytes >= min_bytes || errors || rt.monotonic_ms() >= deadline {
+                    break resp.encode(version);
+                }
+                rt.sleep(Duration::from_millis(config.fetch_poll_ms.max(1))).await;
+            }
+        }
+        Request::ListOffsets(req) => rt
+            .with_disk(|disk| handlers::list_offsets(&broker.borrow(), disk, req))
+            .encode(version),
+        Request::CreateTopics(req) => rt
+            .with_disk(|disk| handlers::create_topics(&mut broker.borrow_mut(), disk, req, new_id))
+            .encode(version),
+        _ => return Outcome::Close(format!("api key {} is not served by this node", header.api_key)),
+    };
+    Outcome::Reply(encode_response(&header, &body))
+}
