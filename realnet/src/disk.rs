@@ -1,0 +1,473 @@
+//! `FsDisk`: the [`Disk`] of a node on the real file system, under one root data directory.
+//!
+//! It owns the node's data directory and a bounded cache of open files (with each file's length,
+//! so appends need no `stat`). It is driven from one thread (the node's I/O thread): the cache
+//! sits in a `RefCell` because `len`/`read_at` take `&self` but may open a file.
+//!
+//! # How it keeps the disk model (`gregor_core::disk`, rules 1–6)
+//!
+//! 1. **Paths**: every path is checked before it touches the file system: `/`-separated, relative,
+//!    no empty, `.` or `..` component, no NUL byte, so no path can leave the root (`Io` error).
+//!    Directories are implicit: `create` and `rename` create the missing parents of their target.
+//!    Empty directories are left behind by `remove` (the model allows either).
+//!    Symlinks are never created by Gregor; one planted inside the root by someone else is
+//!    followed (outside the fault model: the data directory belongs to the broker).
+//! 2. **Data writes** go straight to the kernel with `pwrite` at the tracked end of the file
+//!    (`append`) or `ftruncate` (`truncate`); they sit in the page cache, and every read
+//!    (`pread`) sees them. `sync` is `fdatasync` (`File::sync_data`), which makes the file's data,
+//!    and the length needed to read it back, durable. An append that fails part-way is cut back
+//!    to the old end, so a failed append leaves no volatile bytes behind.
+//! 3. **At a crash** the kernel loses what was not written back; ext4/xfs keep the synced bytes
+//!    and may keep any prefix of the rest (data=ordered may show a torn or zeroed tail): no
+//!    stronger than the model's promise, which is why the log checks CRCs on recovery.
+//! 4. **Metadata operations** are durable when they return `Ok`: after `create` (which also
+//!    fsyncs the new, empty file), `rename` and `remove`, the parent directory of every name
+//!    that changed, and of every directory created on the way, is fsynced. `rename` is
+//!    `rename(2)`, which replaces its target atomically.
+//! 5. **A failed sync** is sticky: after `fdatasync` fails on a file, Linux may drop the dirty
+//!    pages and report the next `fdatasync` as `Ok` (fsyncgate). So every later `sync` of that
+//!    path fails too, until the file is removed or replaced by `rename`/`create`. A file evicted
+//!    from the open-file cache with unsynced writes is synced first, and a failure there is
+//!    recorded the same way, so closing a descriptor never hides a write-back error.
+//! 6. **Corruption** is not detected here (checksums above do that). A read past the end is
+//!    `UnexpectedEof` and fills nothing; nothing here panics on any input.
+//!
+//! # Errors
+//!
+//! `ENOSPC` (and `EDQUOT`) → `NoSpace`, `ENOENT` → `NotFound`, `EEXIST` → `AlreadyExists`,
+//! anything else → `Io { path, detail }`.
+
+use std::cell::{RefCell, RefMut};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, ErrorKind};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use gregor_core::disk::{Disk, DiskError};
+
+/// Open files kept by default: well under the common soft `RLIMIT_NOFILE` of 1024, leaving room
+/// for sockets.
+pub const OPEN_FILES_MAX_DEFAULT: usize = 512;
+
+/// One open file and what `FsDisk` knows about it.
+#[derive(Debug)]
+struct OpenFile {
+    file: File,
+    /// Current length, volatile writes included (this process is the only writer).
+    len: u64,
+    /// Whether writes were made since the last successful `sync`.
+    dirty: bool,
+}
+
+/// A node's data directory on the real file system. See the module docs for its contract.
+#[derive(Debug)]
+pub struct FsDisk {
+    root: PathBuf,
+    open: RefCell<HashMap<String, OpenFile>>,
+    open_files_max: usize,
+    /// Paths whose `fdatasync` failed: their durable content is unknown (rule 5).
+    sync_failed: RefCell<HashSet<String>>,
+}
+
+impl FsDisk {
+    /// Opens (creating it if needed) the data directory `root`.
+    pub fn open(root: impl AsRef<Path>) -> Result<Self, DiskError> {
+        Self::with_open_files_max(root, OPEN_FILES_MAX_DEFAULT)
+    }
+
+    /// Like [`FsDisk::open`], keeping at most `open_files_max` (at least 1) files open.
+    pub fn with_open_files_max(
+        root: impl AsRef<Path>,
+        open_files_max: usize,
+    ) -> Result<Self, DiskError> {
+        let root = root.as_ref().to_path_buf();
+        let shown = root.display().to_string();
+        fs::create_dir_all(&root).map_err(|e| map_err(&shown, e))?;
+        let meta = fs::metadata(&root).map_err(|e| map_err(&shown, e))?;
+        if !meta.is_dir() {
+            return Err(DiskError::Io {
+                path: shown,
+                detail: "data directory is not a directory".to_string(),
+            });
+        }
+        Ok(FsDisk {
+            root,
+            open: RefCell::new(HashMap::new()),
+            open_files_max: open_files_max.max(1),
+            sync_failed: RefCell::new(HashSet::new()),
+        })
+    }
+
+    /// The data directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The real path of a checked relative path.
+    fn resolve(&self, path: &str) -> Result<PathBuf, DiskError> {
+        check_path(path)?;
+        Ok(self.root.join(path))
+    }
+
+    fn cache(&self) -> Result<RefMut<'_, HashMap<String, OpenFile>>, DiskError> {
+        self.open.try_borrow_mut().map_err(|_| DiskError::Io {
+            path: String::new(),
+            detail: "open-file cache re-entered (FsDisk is single-threaded)".to_string(),
+        })
+    }
+
+    fn sync_failed(&self) -> Result<RefMut<'_, HashSet<String>>, DiskError> {
+        self.sync_failed
+            .try_borrow_mut()
+            .map_err(|_| DiskError::Io {
+                path: String::new(),
+                detail: "sync-failure set re-entered (FsDisk is single-threaded)".to_string(),
+            })
+    }
+
+    /// Runs `f` on the open file `path`, opening (and caching) it first if needed. A cached
+    /// path was checked when it was opened, so the hot path (append, read) does no path work.
+    fn with_file<R>(
+        &self,
+        path: &str,
+        f: impl FnOnce(&mut OpenFile) -> Result<R, DiskError>,
+    ) -> Result<R, DiskError> {
+        let mut cache = self.cache()?;
+        if let Some(open) = cache.get_mut(path) {
+            return f(open);
+        }
+        let real = self.resolve(path)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&real)
+            .map_err(|e| map_err(path, e))?;
+        let meta = file.metadata().map_err(|e| map_err(path, e))?;
+        if !meta.is_file() {
+            return Err(DiskError::Io {
+                path: path.to_string(),
+                detail: "not a regular file".to_string(),
+            });
+        }
+        self.make_room(&mut cache)?;
+        let open = cache.entry(path.to_string()).or_insert(OpenFile {
+            file,
+            len: meta.len(),
+            dirty: false,
+        });
+        f(open)
+    }
+
+    /// Closes one cached file if the cache is full: a clean one if any, else a dirty one after
+    /// syncing it (a failure there is remembered for that path's next `sync`, rule 5).
+    fn make_room(&self, cache: &mut HashMap<String, OpenFile>) -> Result<(), DiskError> {
+        if cache.len() < self.open_files_max {
+            return Ok(());
+        }
+        let victim = cache
+            .iter()
+            .find(|(_, open)| !open.dirty)
+            .or_else(|| cache.iter().next())
+            .map(|(path, _)| path.clone());
+        if let Some(victim) = victim {
+            if let Some(open) = cache.remove(&victim) {
+                if open.dirty && open.file.sync_data().is_err() {
+                    self.sync_failed()?.insert(victim);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets everything cached about `path` (its file was removed or replaced).
+    fn forget(&self, path: &str) -> Result<(), DiskError> {
+        self.cache()?.remove(path);
+        self.sync_failed()?.remove(path);
+        Ok(())
+    }
+
+    /// Creates the missing directories above `path`; returns the directories whose entries
+    /// changed and must be fsynced for that to be durable (rule 4).
+    fn make_parents(&self, path: &str) -> Result<BTreeSet<PathBuf>, DiskError> {
+        let mut changed = BTreeSet::new();
+        let mut dir = self.root.clone();
+        let mut shown = String::new();
+        let components: Vec<&str> = path.split('/').collect();
+        let parents = components.len().saturating_sub(1);
+        for component in &components[..parents] {
+            let parent = dir.clone();
+            dir.push(component);
+            if !shown.is_empty() {
+                shown.push('/');
+            }
+            shown.push_str(component);
+            match fs::create_dir(&dir) {
+                Ok(()) => {
+                    changed.insert(parent);
+                }
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                    if !dir.is_dir() {
+                        return Err(DiskError::Io {
+                            path: shown,
+                            detail: "a file is in the way of a directory".to_string(),
+                        });
+                    }
+                }
+                Err(e) => return Err(map_err(&shown, e)),
+            }
+        }
+        Ok(changed)
+    }
+
+    /// The real directory holding `path` (which is checked already).
+    fn parent_of(&self, path: &str) -> PathBuf {
+        match path.rsplit_once('/') {
+            Some((dir, _)) => self.root.join(dir),
+            None => self.root.clone(),
+        }
+    }
+}
+
+/// Rejects any path that is not relative, `/`-separated and made of real names (rule 1).
+fn check_path(path: &str) -> Result<(), DiskError> {
+    let bad = |why: &str| {
+        Err(DiskError::Io {
+            path: path.to_string(),
+            detail: format!("invalid path: {why}"),
+        })
+    };
+    if path.is_empty() {
+        return bad("empty");
+    }
+    if path.starts_with('/') {
+        return bad("absolute paths are not allowed");
+    }
+    if path.contains('\0') {
+        return bad("contains a NUL byte");
+    }
+    for component in path.split('/') {
+        match component {
+            "" => return bad("empty component"),
+            "." | ".." => return bad("`.` and `..` are not allowed"),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Maps an OS error on `path` to the disk model's operating errors.
+fn map_err(path: &str, e: io::Error) -> DiskError {
+    match e.kind() {
+        ErrorKind::NotFound => DiskError::NotFound(path.to_string()),
+        ErrorKind::AlreadyExists => DiskError::AlreadyExists(path.to_string()),
+        ErrorKind::StorageFull | ErrorKind::QuotaExceeded => DiskError::NoSpace,
+        _ => DiskError::Io {
+            path: path.to_string(),
+            detail: e.to_string(),
+        },
+    }
+}
+
+/// fsyncs directories so that the entries changed in them are durable (rule 4).
+fn sync_dirs<'a>(dirs: impl IntoIterator<Item = &'a PathBuf>) -> Result<(), DiskError> {
+    for dir in dirs {
+        let shown = dir.display().to_string();
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| map_err(&shown, e))?;
+    }
+    Ok(())
+}
+
+impl Disk for FsDisk {
+    fn create(&mut self, path: &str) -> Result<(), DiskError> {
+        let real = self.resolve(path)?;
+        let mut dirs = self.make_parents(path)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&real)
+            .map_err(|e| map_err(path, e))?;
+        self.forget(path)?;
+        // The new inode itself, then the entry naming it.
+        file.sync_all().map_err(|e| map_err(path, e))?;
+        dirs.insert(self.parent_of(path));
+        {
+            let mut cache = self.cache()?;
+            self.make_room(&mut cache)?;
+            let entry = OpenFile {
+                file,
+                len: 0,
+                dirty: false,
+            };
+            cache.insert(path.to_string(), entry);
+        }
+        sync_dirs(dirs.iter().rev())
+    }
+
+    fn len(&self, path: &str) -> Result<u64, DiskError> {
+        self.with_file(path, |open| Ok(open.len))
+    }
+
+    fn append(&mut self, path: &str, data: &[u8]) -> Result<u64, DiskError> {
+        self.with_file(path, |open| {
+            let pos = open.len;
+            let end = pos
+                .checked_add(data.len() as u64)
+                .ok_or_else(|| DiskError::Io {
+                    path: path.to_string(),
+                    detail: "file length would overflow u64".to_string(),
+                })?;
+            open.dirty = true;
+            if let Err(e) = open.file.write_all_at(data, pos) {
+                // Cut a partial append back so a failed append leaves nothing behind; if even
+                // that fails, re-read the length so the tracked end stays true.
+                if open.file.set_len(pos).is_err() {
+                    if let Ok(meta) = open.file.metadata() {
+                        open.len = meta.len();
+                    }
+                }
+                return Err(map_err(path, e));
+            }
+            open.len = end;
+            Ok(pos)
+        })
+    }
+
+    fn read_at(&self, path: &str, pos: u64, buf: &mut [u8]) -> Result<(), DiskError> {
+        self.with_file(path, |open| {
+            let (wanted, len) = (buf.len(), open.len);
+            let eof = || DiskError::UnexpectedEof {
+                path: path.to_string(),
+                pos,
+                wanted,
+                len,
+            };
+            match pos.checked_add(wanted as u64) {
+                Some(end) if end <= len => {}
+                _ => return Err(eof()),
+            }
+            open.file.read_exact_at(buf, pos).map_err(|e| {
+                if e.kind() == ErrorKind::UnexpectedEof {
+                    eof()
+                } else {
+                    map_err(path, e)
+                }
+            })
+        })
+    }
+
+    fn sync(&mut self, path: &str) -> Result<(), DiskError> {
+        if self.sync_failed()?.contains(path) {
+            return Err(DiskError::Io {
+                path: path.to_string(),
+                detail: "an earlier fdatasync of this file failed; its unsynced writes may be lost"
+                    .to_string(),
+            });
+        }
+        self.with_file(path, |open| {
+            if let Err(e) = open.file.sync_data() {
+                self.sync_failed()?.insert(path.to_string());
+                return Err(map_err(path, e));
+            }
+            open.dirty = false;
+            Ok(())
+        })
+    }
+
+    fn truncate(&mut self, path: &str, len: u64) -> Result<(), DiskError> {
+        self.with_file(path, |open| {
+            if len >= open.len {
+                return Ok(());
+            }
+            open.dirty = true;
+            open.file.set_len(len).map_err(|e| map_err(path, e))?;
+            open.len = len;
+            Ok(())
+        })
+    }
+
+    fn rename(&mut self, from: &str, to: &str) -> Result<(), DiskError> {
+        let real_from = self.resolve(from)?;
+        let real_to = self.resolve(to)?;
+        if from == to {
+            // rename(2) of a name onto itself does nothing; so does this (and keeps the cache).
+            return if self.exists(from) {
+                Ok(())
+            } else {
+                Err(DiskError::NotFound(from.to_string()))
+            };
+        }
+        if !real_from.is_file() {
+            // Checked first so a missing source creates no directories for the target.
+            return match fs::symlink_metadata(&real_from) {
+                Err(e) => Err(map_err(from, e)),
+                Ok(_) => Err(DiskError::Io {
+                    path: from.to_string(),
+                    detail: "not a regular file".to_string(),
+                }),
+            };
+        }
+        let mut dirs = self.make_parents(to)?;
+        fs::rename(&real_from, &real_to).map_err(|e| map_err(from, e))?;
+        // The open descriptor follows the inode to its new name; the replaced file is gone.
+        self.forget(to)?;
+        let mut cache = self.cache()?;
+        if let Some(open) = cache.remove(from) {
+            cache.insert(to.to_string(), open);
+        }
+        drop(cache);
+        let mut sync_failed = self.sync_failed()?;
+        if sync_failed.remove(from) {
+            sync_failed.insert(to.to_string());
+        }
+        drop(sync_failed);
+        dirs.insert(self.parent_of(from));
+        dirs.insert(self.parent_of(to));
+        sync_dirs(dirs.iter().rev())
+    }
+
+    fn remove(&mut self, path: &str) -> Result<(), DiskError> {
+        let real = self.resolve(path)?;
+        fs::remove_file(&real).map_err(|e| map_err(path, e))?;
+        self.forget(path)?;
+        sync_dirs([&self.parent_of(path)])
+    }
+
+    fn list(&self, dir: &str) -> Result<Vec<String>, DiskError> {
+        let real = if dir.is_empty() {
+            self.root.clone()
+        } else {
+            self.resolve(dir)?
+        };
+        let entries = match fs::read_dir(&real) {
+            Ok(entries) => entries,
+            // A missing directory (or a file, which has no children) lists as empty.
+            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(map_err(dir, e)),
+        };
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| map_err(dir, e))?;
+            // A name that is not UTF-8 cannot be addressed through `Disk` and was not written by
+            // Gregor: it is skipped rather than mangled into a name that opens nothing.
+            if let Ok(name) = entry.file_name().into_string() {
+                names.push(name);
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    fn exists(&self, path: &str) -> bool {
+        match self.cache() {
+            Ok(cache) if cache.contains_key(path) => return true,
+            _ => {}
+        }
+        self.resolve(path).map(|p| p.is_file()).unwrap_or(false)
+    }
+}
