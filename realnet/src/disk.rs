@@ -471,3 +471,154 @@ impl Disk for FsDisk {
         self.resolve(path).map(|p| p.is_file()).unwrap_or(false)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gregor_core::disk::contract;
+
+    fn fresh() -> (tempfile::TempDir, FsDisk) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let disk = FsDisk::open(dir.path().join("data")).expect("open data dir");
+        (dir, disk)
+    }
+
+    #[test]
+    fn keeps_the_disk_contract() {
+        let (_dir, mut disk) = fresh();
+        contract::run_all(&mut disk);
+    }
+
+    #[test]
+    fn keeps_the_disk_contract_with_one_open_file() {
+        // Every operation evicts: the contract must not depend on what is cached.
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut disk = FsDisk::with_open_files_max(dir.path(), 1).expect("open");
+        contract::run_all(&mut disk);
+    }
+
+    #[test]
+    fn data_survives_drop_and_reopen() {
+        let (dir, mut disk) = fresh();
+        disk.create("t-0/00000000000000000000.log").expect("create");
+        disk.append("t-0/00000000000000000000.log", b"synced")
+            .expect("append");
+        disk.sync("t-0/00000000000000000000.log").expect("sync");
+        disk.append("t-0/00000000000000000000.log", b"+cached")
+            .expect("append");
+        disk.write_file_atomic("t-0/leader-epoch-checkpoint", b"0 0\n")
+            .expect("write checkpoint");
+        disk.create("t-0/gone").expect("create");
+        disk.remove("t-0/gone").expect("remove");
+        drop(disk);
+
+        let disk = FsDisk::open(dir.path().join("data")).expect("reopen");
+        assert_eq!(
+            disk.read_all("t-0/00000000000000000000.log").expect("read"),
+            b"synced+cached"
+        );
+        assert_eq!(disk.len("t-0/00000000000000000000.log").expect("len"), 13);
+        assert_eq!(
+            disk.read_all("t-0/leader-epoch-checkpoint").expect("read"),
+            b"0 0\n"
+        );
+        assert_eq!(
+            disk.list("t-0").expect("list"),
+            vec!["00000000000000000000.log", "leader-epoch-checkpoint"]
+        );
+    }
+
+    #[test]
+    fn paths_that_could_escape_the_root_are_rejected() {
+        let outer = tempfile::tempdir().expect("temp dir");
+        std::fs::write(outer.path().join("outside"), b"secret").expect("write outside file");
+        let mut disk = FsDisk::open(outer.path().join("data")).expect("open");
+        let bad = [
+            "",
+            "/",
+            "/etc/passwd",
+            "..",
+            "../outside",
+            "a/../../outside",
+            "./a",
+            "a/.",
+            "a//b",
+            "a/",
+            "/a",
+            "a\0b",
+        ];
+        for path in bad {
+            let is_invalid = |r: Result<(), DiskError>| matches!(r, Err(DiskError::Io { ref detail, .. }) if detail.starts_with("invalid path"));
+            assert!(is_invalid(disk.create(path)), "create({path:?})");
+            assert!(is_invalid(disk.len(path).map(|_| ())), "len({path:?})");
+            assert!(
+                is_invalid(disk.append(path, b"x").map(|_| ())),
+                "append({path:?})"
+            );
+            assert!(
+                is_invalid(disk.read_at(path, 0, &mut [0u8; 1])),
+                "read_at({path:?})"
+            );
+            assert!(is_invalid(disk.sync(path)), "sync({path:?})");
+            assert!(is_invalid(disk.truncate(path, 0)), "truncate({path:?})");
+            assert!(is_invalid(disk.remove(path)), "remove({path:?})");
+            assert!(is_invalid(disk.rename(path, "ok")), "rename from {path:?}");
+            assert!(!disk.exists(path), "exists({path:?})");
+            if !path.is_empty() {
+                assert!(is_invalid(disk.list(path).map(|_| ())), "list({path:?})");
+            }
+        }
+        disk.create("ok").expect("create");
+        for path in bad {
+            assert!(
+                matches!(disk.rename("ok", path), Err(DiskError::Io { .. })),
+                "rename to {path:?}"
+            );
+        }
+        assert_eq!(
+            std::fs::read(outer.path().join("outside")).expect("read outside file"),
+            b"secret"
+        );
+        let mut outer_names: Vec<_> = std::fs::read_dir(outer.path())
+            .expect("read outer dir")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        outer_names.sort();
+        assert_eq!(
+            outer_names,
+            ["data", "outside"],
+            "something escaped the root"
+        );
+        assert_eq!(disk.list("").expect("list"), vec!["ok"]);
+    }
+
+    #[test]
+    fn files_written_outside_are_seen_with_their_length() {
+        let (dir, disk) = fresh();
+        std::fs::create_dir_all(dir.path().join("data/t-0")).expect("mkdir");
+        std::fs::write(dir.path().join("data/t-0/f"), b"abc").expect("write");
+        assert!(disk.exists("t-0/f"));
+        assert!(!disk.exists("t-0"), "a directory is not a file");
+        assert_eq!(disk.len("t-0/f").expect("len"), 3);
+        assert!(matches!(disk.len("t-0"), Err(DiskError::Io { .. })));
+    }
+
+    #[test]
+    fn directory_in_the_way_is_an_error_not_a_panic() {
+        let (_dir, mut disk) = fresh();
+        disk.create("a").expect("create");
+        assert!(matches!(disk.create("a/b"), Err(DiskError::Io { .. })));
+        disk.create("d/f").expect("create");
+        assert!(matches!(disk.rename("a", "d"), Err(DiskError::Io { .. })));
+        assert_eq!(disk.read_all("a").expect("a kept"), b"");
+    }
+
+    #[test]
+    fn os_errors_map_to_the_model() {
+        let e = |code| map_err("p", io::Error::from_raw_os_error(code));
+        assert_eq!(e(28), DiskError::NoSpace, "ENOSPC");
+        assert_eq!(e(2), DiskError::NotFound("p".into()), "ENOENT");
+        assert_eq!(e(17), DiskError::AlreadyExists("p".into()), "EEXIST");
+        assert!(matches!(e(5), DiskError::Io { .. }), "EIO");
+    }
+}
