@@ -14,8 +14,8 @@
 //!    followed (outside the fault model: the data directory belongs to the broker).
 //! 2. **Data writes** go straight to the kernel with `pwrite` at the tracked end of the file
 //!    (`append`) or `ftruncate` (`truncate`); they sit in the page cache, and every read
-//!    (`pread`) sees them. `sync` is `fdatasync` (`File::sync_data`), which makes the file's data,
-//!    and the length needed to read it back, durable. An append that fails part-way is cut back
+//!    (`pread`) sees them. `sync` is `fdatasync` (`File::sync_data`), which makes the file's data
+//!    and its size durable (fdatasync(2) flushes `st_size`, so a truncation is covered too). An append that fails part-way is cut back
 //!    to the old end, so a failed append leaves no volatile bytes behind.
 //! 3. **At a crash** the kernel loses what was not written back; ext4/xfs keep the synced bytes
 //!    and may keep any prefix of the rest (data=ordered may show a torn or zeroed tail): no
@@ -611,6 +611,156 @@ mod tests {
         disk.create("d/f").expect("create");
         assert!(matches!(disk.rename("a", "d"), Err(DiskError::Io { .. })));
         assert_eq!(disk.read_all("a").expect("a kept"), b"");
+    }
+
+    #[test]
+    fn a_failed_sync_stays_failed_until_the_file_is_replaced() {
+        let (_dir, mut disk) = fresh();
+        disk.create("f").expect("create");
+        disk.append("f", b"data").expect("append");
+        // What `sync` records when fdatasync fails (no way to make the kernel fail it here).
+        disk.sync_failed.borrow_mut().insert("f".to_string());
+        assert!(matches!(disk.sync("f"), Err(DiskError::Io { .. })));
+        assert!(
+            matches!(disk.sync("f"), Err(DiskError::Io { .. })),
+            "a retried sync must not report Ok (fsyncgate)"
+        );
+        disk.rename("f", "g").expect("rename");
+        assert!(
+            matches!(disk.sync("g"), Err(DiskError::Io { .. })),
+            "the failure follows the file to its new name"
+        );
+        disk.create("f").expect("create a new f");
+        disk.sync("f").expect("a new file at the old name is fine");
+        disk.remove("g").expect("remove");
+        disk.create("g").expect("create a new g");
+        disk.sync("g").expect("a file created after remove is fine");
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Create(usize),
+        Append(usize, Vec<u8>),
+        ReadAt(usize, u64, usize),
+        Sync(usize),
+        Truncate(usize, u64),
+        Rename(usize, usize),
+        Remove(usize),
+        Len(usize),
+        List(usize),
+        WriteAtomic(usize, Vec<u8>),
+    }
+
+    /// Leaf files only: the model has no file/directory clashes, a real file system does.
+    const FILES: [&str; 5] = ["a", "b", "d/x", "d/y", "d/e/z"];
+    const DIRS: [&str; 4] = ["", "d", "d/e", "none"];
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        let file = 0..FILES.len();
+        let bytes = proptest::collection::vec(any::<u8>(), 0..64);
+        prop_oneof![
+            file.clone().prop_map(Op::Create),
+            (file.clone(), bytes.clone()).prop_map(|(f, b)| Op::Append(f, b)),
+            (file.clone(), 0..80u64, 0..40usize).prop_map(|(f, p, n)| Op::ReadAt(f, p, n)),
+            file.clone().prop_map(Op::Sync),
+            (file.clone(), 0..80u64).prop_map(|(f, n)| Op::Truncate(f, n)),
+            (file.clone(), file.clone()).prop_map(|(a, b)| Op::Rename(a, b)),
+            file.clone().prop_map(Op::Remove),
+            file.clone().prop_map(Op::Len),
+            (0..DIRS.len()).prop_map(Op::List),
+            (file, bytes).prop_map(|(f, b)| Op::WriteAtomic(f, b)),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+        /// Every call returns what MemDisk (the model) returns, with a small open-file cache so
+        /// eviction and reopening are exercised too.
+        #[test]
+        fn behaves_like_mem_disk(ops in proptest::collection::vec(op(), 1..40)) {
+            use gregor_core::disk::mem::MemDisk;
+            let dir = tempfile::tempdir().expect("temp dir");
+            let mut fs = FsDisk::with_open_files_max(dir.path(), 2).expect("open");
+            let mut mem = MemDisk::new();
+            for (step, op) in ops.iter().enumerate() {
+                let (got, want): (Result<Vec<u8>, DiskError>, Result<Vec<u8>, DiskError>) =
+                    match op {
+                        Op::Create(f) => (
+                            fs.create(FILES[*f]).map(|_| vec![]),
+                            mem.create(FILES[*f]).map(|_| vec![]),
+                        ),
+                        Op::Append(f, b) => (
+                            fs.append(FILES[*f], b).map(|p| p.to_be_bytes().to_vec()),
+                            mem.append(FILES[*f], b).map(|p| p.to_be_bytes().to_vec()),
+                        ),
+                        Op::ReadAt(f, pos, n) => {
+                            let (mut x, mut y) = (vec![7u8; *n], vec![7u8; *n]);
+                            let got = fs.read_at(FILES[*f], *pos, &mut x).map(|_| x);
+                            let want = mem.read_at(FILES[*f], *pos, &mut y).map(|_| y);
+                            (got, want)
+                        }
+                        Op::Sync(f) => (
+                            fs.sync(FILES[*f]).map(|_| vec![]),
+                            mem.sync(FILES[*f]).map(|_| vec![]),
+                        ),
+                        Op::Truncate(f, n) => (
+                            fs.truncate(FILES[*f], *n).map(|_| vec![]),
+                            mem.truncate(FILES[*f], *n).map(|_| vec![]),
+                        ),
+                        Op::Rename(a, b) => (
+                            fs.rename(FILES[*a], FILES[*b]).map(|_| vec![]),
+                            mem.rename(FILES[*a], FILES[*b]).map(|_| vec![]),
+                        ),
+                        Op::Remove(f) => (
+                            fs.remove(FILES[*f]).map(|_| vec![]),
+                            mem.remove(FILES[*f]).map(|_| vec![]),
+                        ),
+                        Op::Len(f) => (
+                            fs.len(FILES[*f]).map(|n| n.to_be_bytes().to_vec()),
+                            mem.len(FILES[*f]).map(|n| n.to_be_bytes().to_vec()),
+                        ),
+                        Op::List(d) => {
+                            let got = fs.list(DIRS[*d]).expect("fs list");
+                            let want = mem.list(DIRS[*d]).expect("mem list");
+                            // Rule 1: an emptied directory may stay; anything else must match.
+                            let extra: Vec<&String> =
+                                got.iter().filter(|n| !want.contains(n)).collect();
+                            for name in &extra {
+                                let path = match DIRS[*d] {
+                                    "" => name.to_string(),
+                                    d => format!("{d}/{name}"),
+                                };
+                                proptest::prop_assert!(
+                                    mem.list(&path).expect("mem list").is_empty()
+                                        && !mem.exists(&path),
+                                    "step {step}: list({:?}) shows {name:?}", DIRS[*d]
+                                );
+                            }
+                            let got: Vec<String> =
+                                got.into_iter().filter(|n| want.contains(n)).collect();
+                            (Ok(got.join("/").into_bytes()), Ok(want.join("/").into_bytes()))
+                        }
+                        Op::WriteAtomic(f, b) => (
+                            fs.write_file_atomic(FILES[*f], b).map(|_| vec![]),
+                            mem.write_file_atomic(FILES[*f], b).map(|_| vec![]),
+                        ),
+                    };
+                proptest::prop_assert_eq!(got, want, "step {}: {:?}", step, op);
+                for file in FILES {
+                    proptest::prop_assert_eq!(fs.exists(file), mem.exists(file), "{}", file);
+                }
+            }
+            for file in FILES {
+                if mem.exists(file) {
+                    proptest::prop_assert_eq!(
+                        fs.read_all(file).expect("fs read"),
+                        mem.read_all(file).expect("mem read")
+                    );
+                }
+            }
+        }
     }
 
     #[test]
