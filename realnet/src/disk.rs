@@ -83,7 +83,14 @@ impl FsDisk {
     ) -> Result<Self, DiskError> {
         let root = root.as_ref().to_path_buf();
         let shown = root.display().to_string();
-        fs::create_dir_all(&root).map_err(|e| map_err(&shown, e))?;
+        if !root.exists() {
+            fs::create_dir_all(&root).map_err(|e| map_err(&shown, e))?;
+            // A new data directory must not vanish at a crash after files were made durable in
+            // it (rule 4); its own parent holds its entry.
+            if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
+                sync_dirs([&parent.to_path_buf()])?;
+            }
+        }
         let meta = fs::metadata(&root).map_err(|e| map_err(&shown, e))?;
         if !meta.is_dir() {
             return Err(DiskError::Io {
