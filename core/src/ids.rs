@@ -11,9 +11,10 @@ pub struct Offset(pub i64);
 impl Offset {
     pub const ZERO: Offset = Offset(0);
 
-    /// The offset `n` records further on.
+    /// The offset `n` records further on (saturating: offsets read from damaged bytes must not
+    /// overflow before a check refuses them).
     pub fn plus(self, n: i64) -> Offset {
-        Offset(self.0 + n)
+        Offset(self.0.saturating_add(n))
     }
 }
 

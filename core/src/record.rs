@@ -106,7 +106,7 @@ impl BatchHeader {
 
     /// Bytes of the whole batch, length fields included.
     pub fn total_bytes(&self) -> usize {
-        self.batch_length as usize + LOG_OVERHEAD
+        self.batch_length.max(0) as usize + LOG_OVERHEAD
     }
 
     pub fn last_offset(&self) -> Offset {
@@ -150,9 +150,7 @@ pub fn validate_batch(b: &[u8]) -> Result<BatchHeader, BatchError> {
         });
     }
     if header.last_offset_delta < 0 || header.record_count < 0 {
-        return Err(BatchError::Inconsistent(
-            "negative lastOffsetDelta or record count",
-        ));
+        return Err(BatchError::Inconsistent("negative lastOffsetDelta or record count"));
     }
     if header.record_count > 0 && header.last_offset_delta < header.record_count - 1 {
         return Err(BatchError::Inconsistent(
@@ -172,10 +170,7 @@ pub fn validate_batch(b: &[u8]) -> Result<BatchHeader, BatchError> {
 /// Validates a whole record set (one or more batches back to back, nothing else) as a producer
 /// sent it. Returns the headers in order. Producer batches must have `lastOffsetDelta ==
 /// recordCount - 1` and at least one record.
-pub fn validate_record_set(
-    b: &[u8],
-    batch_bytes_max: usize,
-) -> Result<Vec<BatchHeader>, BatchError> {
+pub fn validate_record_set(b: &[u8], batch_bytes_max: usize) -> Result<Vec<BatchHeader>, BatchError> {
     if b.is_empty() {
         return Err(BatchError::Empty);
     }
@@ -244,10 +239,10 @@ fn read_bytes<'a>(b: &'a [u8], at: &mut usize) -> Option<Option<&'a [u8]>> {
 /// record bytes are malformed (the CRC matched, so the producer wrote them that way).
 pub fn records(batch: &[u8]) -> Option<Vec<RecordView<'_>>> {
     let header = BatchHeader::parse(batch).ok()?;
-    if header.compression() != 0 || header.total_bytes() > batch.len() {
+    if header.compression() != 0 {
         return None;
     }
-    let body = &batch[HEADER_BYTES..header.total_bytes()];
+    let body = batch.get(HEADER_BYTES..header.total_bytes())?;
     let mut at = 0;
     let mut out = Vec::new();
     for _ in 0..header.record_count {
@@ -315,11 +310,7 @@ impl ProducerFields {
 pub fn build_batch(records: &[NewRecord], producer: ProducerFields) -> Vec<u8> {
     assert!(!records.is_empty(), "a batch holds at least one record");
     let base_timestamp = records[0].timestamp;
-    let max_timestamp = records
-        .iter()
-        .map(|r| r.timestamp)
-        .max()
-        .unwrap_or(base_timestamp);
+    let max_timestamp = records.iter().map(|r| r.timestamp).max().unwrap_or(base_timestamp);
     let mut body = Vec::new();
     for (i, r) in records.iter().enumerate() {
         let mut rec = vec![0u8];
@@ -378,10 +369,7 @@ mod tests {
     fn built_batch_validates_and_reads_back() {
         let b = sample(5);
         let h = validate_batch(&b).expect("valid");
-        assert_eq!(
-            (h.record_count, h.last_offset_delta, h.max_timestamp),
-            (5, 4, 1_004)
-        );
+        assert_eq!((h.record_count, h.last_offset_delta, h.max_timestamp), (5, 4, 1_004));
         let recs = records(&b).expect("uncompressed");
         assert_eq!(recs.len(), 5);
         assert_eq!(recs[3].offset, Offset(3));
@@ -407,10 +395,7 @@ mod tests {
         let mut crc = good.clone();
         let last = crc.len() - 1;
         crc[last] ^= 1;
-        assert!(matches!(
-            validate_batch(&crc),
-            Err(BatchError::BadCrc { .. })
-        ));
+        assert!(matches!(validate_batch(&crc), Err(BatchError::BadCrc { .. })));
         let mut magic = good.clone();
         magic[16] = 1;
         assert_eq!(validate_batch(&magic), Err(BatchError::BadMagic(1)));

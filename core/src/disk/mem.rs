@@ -68,14 +68,14 @@ impl MemDisk {
             };
             let undo_truncation = matches!(mode, CrashMode::Torn { .. })
                 && !file.undone_tail.is_empty()
-                && next(&mut state) % 2 == 0;
+                && next(&mut state).is_multiple_of(2);
             if undo_truncation {
                 file.data.truncate(durable);
                 file.data.extend_from_slice(&file.undone_tail);
             } else {
                 file.data.truncate(durable + keep_unsynced);
                 // A torn tail: the last few surviving unsynced bytes may be garbage.
-                if keep_unsynced > 0 && next(&mut state) % 3 == 0 {
+                if keep_unsynced > 0 && next(&mut state).is_multiple_of(3) {
                     let garbage = 1 + (next(&mut state) as usize) % keep_unsynced.min(16);
                     let end = file.data.len();
                     for b in &mut file.data[end - garbage..] {
@@ -92,15 +92,12 @@ impl MemDisk {
     pub fn flip_bit(&mut self, path: &str, pos: u64, bit: u8) -> Result<(), DiskError> {
         let file = self.file_mut(path)?;
         let len = file.data.len() as u64;
-        let byte = file
-            .data
-            .get_mut(pos as usize)
-            .ok_or(DiskError::UnexpectedEof {
-                path: path.to_string(),
-                pos,
-                wanted: 1,
-                len,
-            })?;
+        let byte = file.data.get_mut(pos as usize).ok_or(DiskError::UnexpectedEof {
+            path: path.to_string(),
+            pos,
+            wanted: 1,
+            len,
+        })?;
         *byte ^= 1 << (bit % 8);
         Ok(())
     }

@@ -1,1 +1,708 @@
-//! The partition log (work in progress in this commit).
+//! The partition log: an append-only sequence of segments holding Kafka RecordBatch v2 bytes as
+//! produced, over the [`Disk`] model.
+//!
+//! Contract:
+//! - Offsets are assigned by the log on the leader ([`Log::append_as_leader`]) and kept as sent
+//!   on a follower ([`Log::append_replicated`]); they are contiguous from the log start offset.
+//! - A record set is validated whole (magic, lengths, CRC32C, `max.message.bytes`) before any
+//!   byte is written: a refused append changes nothing.
+//! - Reads return whole batches as a file region ([`ReadSlice`]) so a binding can send them with
+//!   sendfile/splice; the first batch is the one holding the requested offset, as in Kafka.
+//! - Durability is explicit. [`Log::append_as_leader`] reports when the flush policy
+//!   (`flush.messages`, `flush.ms`) wants a sync; the caller calls [`Log::flush`], so a driver
+//!   can append many producers' batches and sync them once (group commit).
+//! - Crash recovery ([`Log::open`]) keeps every batch that was synced, truncates a torn or corrupt
+//!   tail at the first bad batch, drops segments after a gap, and rebuilds indexes that are
+//!   missing or damaged. Segments below the recovery point (synced at roll) are loaded from their
+//!   indexes after checking them; the rest are scanned batch by batch.
+//! - A failed sync poisons the log (model rule 5): every later call returns [`LogError::Failed`].
+
+pub mod config;
+pub mod epoch;
+pub mod index;
+pub mod segment;
+
+use std::collections::BTreeMap;
+
+use thiserror::Error;
+
+use crate::disk::{Disk, DiskError};
+use crate::ids::{LeaderEpoch, Offset};
+use crate::record::{self, BatchError, BatchHeader};
+
+pub use config::LogConfig;
+pub use epoch::EpochCache;
+use segment::{ScanEnd, Segment};
+
+/// The file holding the offset below which every segment was synced with its indexes.
+pub const RECOVERY_POINT_FILE: &str = "recovery-point-checkpoint";
+
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum LogError {
+    #[error("invalid record set: {0}")]
+    Batch(#[from] BatchError),
+    #[error("disk: {0}")]
+    Disk(#[from] DiskError),
+    #[error("offset {requested} is out of range [{start}, {end}]")]
+    OffsetOutOfRange {
+        requested: Offset,
+        start: Offset,
+        end: Offset,
+    },
+    #[error("leader epoch {got} is older than the log's latest epoch {latest}")]
+    StaleEpoch { got: LeaderEpoch, latest: LeaderEpoch },
+    #[error("replicated batch starts at offset {got}, the log ends at {expected}")]
+    NonContiguous { expected: Offset, got: Offset },
+    #[error("batch of {size} bytes can never fit in a segment of {segment_bytes} bytes")]
+    LargerThanSegment { size: u64, segment_bytes: u64 },
+    #[error("invalid log configuration: {0}")]
+    Config(String),
+    #[error("the log failed after a disk error and accepts no more operations: {0}")]
+    Failed(String),
+}
+
+/// What an append did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub base_offset: Offset,
+    pub last_offset: Offset,
+    /// The flush policy asks for [`Log::flush`] now.
+    pub flush_due: bool,
+}
+
+/// Whole batches in one segment file: `len` bytes at `position` of `path`. `len == 0` means no
+/// data (the request was at the log end, or the limit excluded the next batch).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadSlice {
+    pub path: String,
+    pub position: u64,
+    pub len: u64,
+    /// Base offset of the first batch returned.
+    pub first_offset: Offset,
+    /// The offset after the last batch returned.
+    pub next_offset: Offset,
+}
+
+/// What recovery found, for logs and tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Segments scanned batch by batch.
+    pub segments_scanned: usize,
+    /// Segments loaded from their (checked) indexes.
+    pub segments_trusted: usize,
+    /// Bytes cut from a torn or corrupt tail.
+    pub bytes_truncated: u64,
+    /// Whole segments dropped after a gap or a corrupt tail.
+    pub segments_dropped: usize,
+    /// Index file pairs rewritten because they were missing or differed from the segment.
+    pub indexes_rebuilt: usize,
+    /// The leader-epoch checkpoint was missing or damaged and rebuilt from the batches.
+    pub epochs_rebuilt: bool,
+}
+
+/// One partition's log.
+pub struct Log {
+    dir: String,
+    config: LogConfig,
+    segments: BTreeMap<Offset, Segment>,
+    epochs: EpochCache,
+    unflushed_records: u64,
+    /// `now_ms` of the first append since the last flush.
+    unflushed_since_ms: Option<i64>,
+    failed: Option<String>,
+    recovery: RecoveryReport,
+}
+
+fn parse_segment_name(name: &str) -> Option<Offset> {
+    let digits = name.strip_suffix(".log")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok().map(Offset)
+}
+
+impl Log {
+    /// Opens (creating if needed) the log in `dir`, recovering it after a crash.
+    pub fn open<D: Disk>(disk: &mut D, dir: &str, config: LogConfig) -> Result<Log, LogError> {
+        config.validate()?;
+        let names = disk.list(dir)?;
+        for name in &names {
+            // Leftovers of an interrupted atomic write, and indexes whose segment is gone.
+            let orphan_index = [".index", ".timeindex"].iter().any(|suffix| {
+                name.strip_suffix(suffix)
+                    .is_some_and(|stem| !names.contains(&format!("{stem}.log")))
+            });
+            if name.ends_with(".tmp") || orphan_index {
+                disk.remove(&format!("{dir}/{name}"))?;
+            }
+        }
+        let bases: Vec<Offset> = names.iter().filter_map(|n| parse_segment_name(n)).collect();
+        let recovery_point = disk
+            .read_all(&format!("{dir}/{RECOVERY_POINT_FILE}"))
+            .ok()
+            .and_then(|b| std::str::from_utf8(&b).ok()?.trim().parse::<i64>().ok())
+            .map_or(Offset(0), Offset);
+        let checkpoint = disk
+            .read_all(&format!("{dir}/{}", epoch::FILE))
+            .ok()
+            .and_then(|b| EpochCache::decode(&b));
+
+        let mut report = RecoveryReport::default();
+        let mut segments = BTreeMap::new();
+        let mut scanned_epochs = EpochCache::default();
+        let mut end: Option<Offset> = None; // where the previous segment ended
+        let mut broken = false;
+        for (i, &base) in bases.iter().enumerate() {
+            let mut seg = Segment::new(dir, base);
+            if broken || end.is_some_and(|e| e != base) {
+                seg.delete_files(disk)?;
+                report.segments_dropped += 1;
+                broken = true;
+                continue;
+            }
+            let below_recovery_point = bases.get(i + 1).is_some_and(|&next| next <= recovery_point);
+            let trusted = if below_recovery_point {
+                Segment::load_trusted(disk, dir, base, config.index_interval_bytes)?
+            } else {
+                None
+            };
+            if let Some(t) = trusted {
+                report.segments_trusted += 1;
+                seg = t;
+            } else {
+                let (recovered, scan_end) =
+                    Segment::recover(disk, dir, base, config.index_interval_bytes, usize::MAX, |h| {
+                        scanned_epochs.assign(h.partition_leader_epoch, h.base_offset);
+                    })?;
+                report.segments_scanned += 1;
+                seg = recovered;
+                if let ScanEnd::BadAt(position) = scan_end {
+                    report.bytes_truncated += disk.len(&seg.log_path)? - position;
+                    disk.truncate(&seg.log_path, position)?;
+                    broken = true;
+                }
+                let on_disk = (
+                    disk.read_all(&seg.index_path).ok().and_then(|b| index::decode(&b)),
+                    disk.read_all(&seg.time_index_path).ok().and_then(|b| index::decode(&b)),
+                );
+                if on_disk != (Some(seg.offset_index.clone()), Some(seg.time_index.clone())) {
+                    seg.rewrite_index(disk)?;
+                    report.indexes_rebuilt += 1;
+                }
+                // What survived is now the truth; make it durable before trusting it later.
+                seg.offset_index_written = seg.offset_index.len();
+                seg.time_index_written = seg.time_index.len();
+                seg.sync_all(disk)?;
+            }
+            end = Some(seg.next);
+            segments.insert(base, seg);
+        }
+        if segments.is_empty() {
+            let seg = Segment::new(dir, Offset(0));
+            disk.create(&seg.log_path)?;
+            segments.insert(Offset(0), seg);
+        }
+        let mut log = Log {
+            dir: dir.to_string(),
+            config,
+            segments,
+            epochs: EpochCache::default(),
+            unflushed_records: 0,
+            unflushed_since_ms: None,
+            failed: None,
+            recovery: RecoveryReport::default(),
+        };
+        let all_scanned = report.segments_trusted == 0;
+        log.epochs = match checkpoint {
+            Some(cp) => cp,
+            None if all_scanned => EpochCache::default(),
+            None => {
+                report.epochs_rebuilt = true;
+                log.epochs_from_batches(disk)?
+            }
+        };
+        for &(e, start) in scanned_epochs.entries() {
+            log.epochs.assign(e, start);
+        }
+        let (start, end) = (log.log_start_offset(), log.log_end_offset());
+        log.epochs.truncate_from_end(end);
+        log.epochs.truncate_from_start(start);
+        log.write_epochs(disk)?;
+        log.write_recovery_point(disk)?;
+        log.recovery = report;
+        Ok(log)
+    }
+
+    fn epochs_from_batches<D: Disk>(&self, disk: &D) -> Result<EpochCache, LogError> {
+        let mut cache = EpochCache::default();
+        for seg in self.segments.values() {
+            let mut position = 0;
+            while let Some(h) = segment::read_header(disk, &seg.log_path, position, seg.size)? {
+                cache.assign(h.partition_leader_epoch, h.base_offset);
+                position += h.total_bytes() as u64;
+            }
+        }
+        Ok(cache)
+    }
+
+    pub fn dir(&self) -> &str {
+        &self.dir
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.recovery
+    }
+
+    pub fn log_start_offset(&self) -> Offset {
+        *self.segments.keys().next().expect("a log always has a segment")
+    }
+
+    pub fn log_end_offset(&self) -> Offset {
+        self.active().next
+    }
+
+    /// Bytes in all segments.
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.values().map(|s| s.size).sum()
+    }
+
+    /// Base offsets of the segments, oldest first.
+    pub fn segment_bases(&self) -> Vec<Offset> {
+        self.segments.keys().copied().collect()
+    }
+
+    pub fn epochs(&self) -> &EpochCache {
+        &self.epochs
+    }
+
+    pub fn latest_epoch(&self) -> Option<LeaderEpoch> {
+        self.epochs.latest()
+    }
+
+    /// KIP-279's OffsetsForLeaderEpoch answer (see [`EpochCache::end_offset_for`]).
+    pub fn end_offset_for_epoch(&self, epoch: LeaderEpoch) -> Option<(LeaderEpoch, Offset)> {
+        self.epochs.end_offset_for(epoch, self.log_end_offset())
+    }
+
+    fn active(&self) -> &Segment {
+        self.segments.values().next_back().expect("a log always has a segment")
+    }
+
+    fn active_mut(&mut self) -> &mut Segment {
+        self.segments
+            .values_mut()
+            .next_back()
+            .expect("a log always has a segment")
+    }
+
+    fn check_failed(&self) -> Result<(), LogError> {
+        match &self.failed {
+            Some(why) => Err(LogError::Failed(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Appends a producer's record set: validates it whole, assigns offsets from the log end,
+    /// stamps `epoch` into each batch (rewriting `records` in place) and writes it.
+    pub fn append_as_leader<D: Disk>(
+        &mut self,
+        disk: &mut D,
+        records: &mut [u8],
+        epoch: LeaderEpoch,
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
+        self.check_failed()?;
+        let headers = record::validate_record_set(records, self.config.max_message_bytes)?;
+        if let Some(latest) = self.epochs.latest() {
+            if epoch < latest {
+                return Err(LogError::StaleEpoch { got: epoch, latest });
+            }
+        }
+        let mut next = self.log_end_offset();
+        let mut at = 0;
+        for h in &headers {
+            record::set_offset_and_epoch(&mut records[at..], next, epoch);
+            next = next.plus(i64::from(h.last_offset_delta) + 1);
+            at += h.total_bytes();
+        }
+        self.write(disk, records, now_ms)
+    }
+
+    /// Appends batches copied from the leader, keeping their offsets and epochs. They must start
+    /// at this log's end and be contiguous.
+    pub fn append_replicated<D: Disk>(
+        &mut self,
+        disk: &mut D,
+        records: &[u8],
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
+        self.check_failed()?;
+        let mut expected = self.log_end_offset();
+        let mut latest = self.epochs.latest();
+        let mut at = 0;
+        if records.is_empty() {
+            return Err(BatchError::Empty.into());
+        }
+        while at < records.len() {
+            let h = record::validate_batch(&records[at..])?;
+            if h.total_bytes() > self.config.max_message_bytes {
+                return Err(BatchError::TooLarge {
+                    size: h.total_bytes(),
+                    max: self.config.max_message_bytes,
+                }
+                .into());
+            }
+            if h.base_offset != expected {
+                return Err(LogError::NonContiguous {
+                    expected,
+                    got: h.base_offset,
+                });
+            }
+            if let Some(l) = latest.filter(|&l| h.partition_leader_epoch < l) {
+                return Err(LogError::StaleEpoch {
+                    got: h.partition_leader_epoch,
+                    latest: l,
+                });
+            }
+            latest = Some(h.partition_leader_epoch);
+            expected = h.next_offset();
+            at += h.total_bytes();
+        }
+        self.write(disk, records, now_ms)
+    }
+
+    /// Writes validated batches (offsets and epochs final) at the log end.
+    fn write<D: Disk>(&mut self, disk: &mut D, records: &[u8], now_ms: i64) -> Result<AppendInfo, LogError> {
+        let total = records.len() as u64;
+        if total > self.config.segment_bytes {
+            return Err(LogError::LargerThanSegment {
+                size: total,
+                segment_bytes: self.config.segment_bytes,
+            });
+        }
+        if self.should_roll(total, now_ms) {
+            self.roll(disk)?;
+        }
+        let interval = self.config.index_interval_bytes;
+        let seg = self
+            .segments
+            .values_mut()
+            .next_back()
+            .expect("a log always has a segment");
+        let position = match disk.append(&seg.log_path, records) {
+            Ok(p) => p,
+            Err(e) => {
+                // A partial write must not stay behind the log's back.
+                if disk.truncate(&seg.log_path, seg.size).is_err() {
+                    self.failed = Some(format!("append failed ({e}) and the partial write could not be cut"));
+                }
+                return Err(e.into());
+            }
+        };
+        if position != seg.size {
+            let why = format!("disk appended at {position}, log expected {}", seg.size);
+            self.failed = Some(why.clone());
+            return Err(LogError::Failed(why));
+        }
+        seg.dirty = true;
+        let mut at = 0usize;
+        let mut span: Option<(Offset, Offset)> = None;
+        let mut epochs_changed = false;
+        while at < records.len() {
+            let h = BatchHeader::parse(&records[at..]).expect("validated before writing");
+            seg.track(&h, position + at as u64, interval);
+            epochs_changed |= self.epochs.assign(h.partition_leader_epoch, h.base_offset);
+            self.unflushed_records += u64::from(h.record_count.max(0).unsigned_abs());
+            span = Some((span.map_or(h.base_offset, |s| s.0), h.last_offset()));
+            at += h.total_bytes();
+        }
+        let (base_offset, last_offset) = span.expect("a validated record set has a batch");
+        if epochs_changed {
+            self.write_epochs(disk)?;
+        }
+        self.unflushed_since_ms.get_or_insert(now_ms);
+        Ok(AppendInfo {
+            base_offset,
+            last_offset,
+            flush_due: self.flush_due(now_ms),
+        })
+    }
+
+    fn should_roll(&self, incoming: u64, now_ms: i64) -> bool {
+        let seg = self.active();
+        !seg.is_empty()
+            && (seg.size + incoming > self.config.segment_bytes
+                || seg
+                    .first_timestamp
+                    .is_some_and(|t| now_ms.saturating_sub(t) >= self.config.segment_ms))
+    }
+
+    /// Whether the flush policy wants a sync now.
+    pub fn flush_due(&self, now_ms: i64) -> bool {
+        self.unflushed_records > 0
+            && (self.config.flush_messages.is_some_and(|n| self.unflushed_records >= n)
+                || self
+                    .config
+                    .flush_ms
+                    .is_some_and(|ms| self.unflushed_since_ms.is_some_and(|t| now_ms.saturating_sub(t) >= ms)))
+    }
+
+    /// Makes every appended batch durable.
+    pub fn flush<D: Disk>(&mut self, disk: &mut D) -> Result<(), LogError> {
+        self.check_failed()?;
+        let mut result = Ok(());
+        for seg in self.segments.values_mut().filter(|s| s.dirty) {
+            if let Err(e) = disk.sync(&seg.log_path) {
+                result = Err(e);
+                break;
+            }
+            seg.dirty = false;
+        }
+        if let Err(e) = result {
+            self.failed = Some(format!("sync failed: {e}"));
+            return Err(e.into());
+        }
+        let active = self.active_mut();
+        active.write_pending_index(disk)?;
+        self.unflushed_records = 0;
+        self.unflushed_since_ms = None;
+        Ok(())
+    }
+
+    /// Closes the active segment and starts a new one at the log end. The closed segment and its
+    /// indexes are synced and the recovery point moves past it, so recovery can trust it.
+    pub fn roll<D: Disk>(&mut self, disk: &mut D) -> Result<(), LogError> {
+        self.check_failed()?;
+        if self.active().is_empty() {
+            return Ok(());
+        }
+        let base = self.log_end_offset();
+        if let Err(e) = self.active_mut().sync_all(disk) {
+            self.failed = Some(format!("sync at roll failed: {e}"));
+            return Err(e.into());
+        }
+        let seg = Segment::new(&self.dir, base);
+        disk.create(&seg.log_path)?;
+        self.segments.insert(base, seg);
+        self.write_recovery_point(disk)
+    }
+
+    fn write_recovery_point<D: Disk>(&mut self, disk: &mut D) -> Result<(), LogError> {
+        let point = self.active().base;
+        disk.write_file_atomic(
+            &format!("{}/{RECOVERY_POINT_FILE}", self.dir),
+            point.0.to_string().as_bytes(),
+        )?;
+        Ok(())
+    }
+
+    fn write_epochs<D: Disk>(&mut self, disk: &mut D) -> Result<(), LogError> {
+        disk.write_file_atomic(&format!("{}/{}", self.dir, epoch::FILE), &self.epochs.encode())?;
+        Ok(())
+    }
+
+    /// Reads whole batches from `offset`: the batch holding `offset` first, then following
+    /// batches of the same segment while they fit in `max_bytes` (at least one batch is returned
+    /// whatever its size, as KIP-74) and end at or before `max_offset` (the high watermark for
+    /// consumers).
+    pub fn read<D: Disk>(
+        &self,
+        disk: &D,
+        offset: Offset,
+        max_bytes: u64,
+        max_offset: Option<Offset>,
+    ) -> Result<ReadSlice, LogError> {
+        let (start, end) = (self.log_start_offset(), self.log_end_offset());
+        if offset < start || offset > end {
+            return Err(LogError::OffsetOutOfRange {
+                requested: offset,
+                start,
+                end,
+            });
+        }
+        let limit = max_offset.unwrap_or(end).min(end);
+        let (_, seg) = self
+            .segments
+            .range(..=offset)
+            .next_back()
+            .expect("offset >= log start has a segment");
+        let empty = |at: Offset| ReadSlice {
+            path: seg.log_path.clone(),
+            position: 0,
+            len: 0,
+            first_offset: at,
+            next_offset: at,
+        };
+        let seg = if offset >= seg.next {
+            // Only possible at the end of a segment whose successor is empty, or at the log end.
+            match self.segments.range(offset..).next() {
+                Some((_, s)) if s.base == offset => s,
+                _ => return Ok(empty(offset)),
+            }
+        } else {
+            seg
+        };
+        let Some((position, first)) = seg.find(disk, offset)? else {
+            return Ok(empty(offset));
+        };
+        if first.next_offset() > limit {
+            return Ok(empty(offset));
+        }
+        let mut len = first.total_bytes() as u64;
+        let mut next = first.next_offset();
+        while let Some(h) = segment::read_header(disk, &seg.log_path, position + len, seg.size)? {
+            if h.base_offset != next || h.next_offset() > limit || len + h.total_bytes() as u64 > max_bytes {
+                break;
+            }
+            len += h.total_bytes() as u64;
+            next = h.next_offset();
+        }
+        Ok(ReadSlice {
+            path: seg.log_path.clone(),
+            position,
+            len,
+            first_offset: first.base_offset,
+            next_offset: next,
+        })
+    }
+
+    /// The bytes of a slice (for bindings that cannot send from the file, and for tests).
+    pub fn read_bytes<D: Disk>(disk: &D, slice: &ReadSlice) -> Result<Vec<u8>, LogError> {
+        let mut buf = vec![0u8; usize::try_from(slice.len).map_err(|_| LogError::Config("slice too large".into()))?];
+        disk.read_at(&slice.path, slice.position, &mut buf)?;
+        Ok(buf)
+    }
+
+    /// ListOffsets by timestamp: the first offset whose record timestamp is at least
+    /// `timestamp`, with that timestamp. For a compressed batch the batch's base offset and max
+    /// timestamp are returned (records are not decompressed in the log). `None` past the end.
+    pub fn offset_for_timestamp<D: Disk>(&self, disk: &D, timestamp: i64) -> Result<Option<(Offset, i64)>, LogError> {
+        for seg in self.segments.values().filter(|s| s.max_timestamp >= timestamp) {
+            let Some((position, h)) = seg.find_timestamp(disk, timestamp)? else {
+                continue;
+            };
+            let mut buf = vec![0u8; h.total_bytes()];
+            disk.read_at(&seg.log_path, position, &mut buf)?;
+            let exact = record::records(&buf).and_then(|recs| {
+                recs.iter()
+                    .find(|r| r.timestamp >= timestamp)
+                    .map(|r| (r.offset, r.timestamp))
+            });
+            return Ok(Some(exact.unwrap_or((h.base_offset, h.max_timestamp))));
+        }
+        Ok(None)
+    }
+
+    /// Removes every batch at or after the one holding `offset` (follower truncation by leader
+    /// epoch). The log end becomes that batch's base offset. Durable before it returns: an undone
+    /// truncation could resurrect divergent data. Returns the new log end offset.
+    pub fn truncate_to<D: Disk>(&mut self, disk: &mut D, offset: Offset) -> Result<Offset, LogError> {
+        self.check_failed()?;
+        if offset >= self.log_end_offset() {
+            return Ok(self.log_end_offset());
+        }
+        if offset <= self.log_start_offset() {
+            self.truncate_fully_and_start_at(disk, offset)?;
+            return Ok(offset);
+        }
+        let doomed: Vec<Offset> = self.segments.range(offset..).map(|(&b, _)| b).collect();
+        for base in doomed {
+            let seg = self.segments.remove(&base).expect("listed above");
+            seg.delete_files(disk)?;
+        }
+        let (dir, interval) = (self.dir.clone(), self.config.index_interval_bytes);
+        let seg = self.active_mut();
+        if let Some((position, _)) = seg.find(disk, offset)? {
+            disk.truncate(&seg.log_path, position)?;
+            // Re-scan rather than patch timestamps and indexes: truncation is rare (a follower
+            // after a leader change) and the scan is the code recovery already trusts.
+            let (rebuilt, _) = Segment::recover(disk, &dir, seg.base, interval, usize::MAX, |_| {})?;
+            *seg = rebuilt;
+        }
+        let seg = self.active_mut();
+        if let Err(e) = disk.sync(&seg.log_path) {
+            self.failed = Some(format!("sync after truncation failed: {e}"));
+            return Err(e.into());
+        }
+        seg.rewrite_index(disk)?;
+        let end = self.log_end_offset();
+        if self.epochs.truncate_from_end(end) {
+            self.write_epochs(disk)?;
+        }
+        self.write_recovery_point(disk)?;
+        Ok(end)
+    }
+
+    /// Deletes every segment and starts an empty log at `offset` (a follower far behind, or one
+    /// whose whole log diverged).
+    pub fn truncate_fully_and_start_at<D: Disk>(&mut self, disk: &mut D, offset: Offset) -> Result<(), LogError> {
+        self.check_failed()?;
+        for seg in std::mem::take(&mut self.segments).into_values() {
+            seg.delete_files(disk)?;
+        }
+        let seg = Segment::new(&self.dir, offset);
+        disk.create(&seg.log_path)?;
+        self.segments.insert(offset, seg);
+        self.epochs = EpochCache::default();
+        self.unflushed_records = 0;
+        self.unflushed_since_ms = None;
+        self.write_epochs(disk)?;
+        self.write_recovery_point(disk)
+    }
+
+    /// Deletes whole segments by `retention.ms` (newest timestamp older than `now_ms -
+    /// retention.ms`) and `retention.bytes` (oldest first while the log stays at least that big),
+    /// never past `upper_bound` (the high watermark: unreplicated data is not retention's to
+    /// drop). Rolls first when the active segment itself is due. Returns segments deleted.
+    pub fn apply_retention<D: Disk>(
+        &mut self,
+        disk: &mut D,
+        now_ms: i64,
+        upper_bound: Offset,
+    ) -> Result<usize, LogError> {
+        self.check_failed()?;
+        let mut excess = self
+            .config
+            .retention_bytes
+            .map(|max| self.size_bytes() as i128 - max as i128);
+        let mut doomed = Vec::new();
+        for seg in self.segments.values() {
+            if seg.is_empty() || seg.next > upper_bound {
+                break;
+            }
+            let expired = self
+                .config
+                .retention_ms
+                .is_some_and(|ms| now_ms.saturating_sub(seg.max_timestamp) > ms);
+            let oversize = excess.is_some_and(|x| x - seg.size as i128 >= 0);
+            if !(expired || oversize) {
+                break;
+            }
+            if let Some(x) = excess.as_mut() {
+                *x -= seg.size as i128;
+            }
+            doomed.push(seg.base);
+        }
+        if doomed.is_empty() {
+            return Ok(0);
+        }
+        if doomed.len() == self.segments.len() {
+            self.roll(disk)?;
+        }
+        for base in &doomed {
+            let seg = self.segments.remove(base).expect("listed above");
+            seg.delete_files(disk)?;
+        }
+        if self.epochs.truncate_from_start(self.log_start_offset()) {
+            self.write_epochs(disk)?;
+        }
+        Ok(doomed.len())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,355 @@
+//! Unit tests of the log's rules one at a time; `core/tests/log_model.rs` checks them together.
+
+use super::*;
+use crate::disk::mem::{CrashMode, MemDisk};
+use crate::record::{build_batch, NewRecord, ProducerFields};
+
+fn batch(n: usize, ts: i64, value_len: usize) -> Vec<u8> {
+    let recs: Vec<NewRecord> = (0..n)
+        .map(|i| NewRecord {
+            timestamp: ts + i as i64,
+            key: None,
+            value: Some(vec![7; value_len]),
+        })
+        .collect();
+    build_batch(&recs, ProducerFields::none())
+}
+
+fn open(disk: &mut MemDisk, config: LogConfig) -> Log {
+    Log::open(disk, "t-0", config).expect("open")
+}
+
+#[test]
+fn refused_record_sets_change_nothing() {
+    let mut disk = MemDisk::new();
+    let mut log = open(
+        &mut disk,
+        LogConfig {
+            max_message_bytes: 500,
+            ..LogConfig::default()
+        },
+    );
+    log.append_as_leader(&mut disk, &mut batch(2, 10, 10), LeaderEpoch(3), 10)
+        .expect("good batch");
+    let (end, size, files) = (log.log_end_offset(), log.size_bytes(), disk.paths());
+    let good = batch(2, 10, 10);
+    let mut bad_crc = good.clone();
+    *bad_crc.last_mut().expect("bytes") ^= 0x10;
+    let mut bad_magic = good.clone();
+    bad_magic[16] = 1;
+    let mut overrun = good.clone();
+    overrun[11] = overrun[11].wrapping_add(9);
+    let mut good_then_bad = good.clone();
+    good_then_bad.extend_from_slice(&bad_crc);
+    let cases: Vec<(&str, Vec<u8>, LeaderEpoch)> = vec![
+        ("bad crc", bad_crc, LeaderEpoch(3)),
+        ("bad magic", bad_magic, LeaderEpoch(3)),
+        ("length overruns frame", overrun, LeaderEpoch(3)),
+        ("good batch then bad", good_then_bad, LeaderEpoch(3)),
+        ("too large", batch(3, 10, 400), LeaderEpoch(3)),
+        ("truncated", good[..good.len() - 3].to_vec(), LeaderEpoch(3)),
+        ("empty", Vec::new(), LeaderEpoch(3)),
+        ("stale epoch", good.clone(), LeaderEpoch(2)),
+    ];
+    for (what, mut bytes, epoch) in cases {
+        let err = log.append_as_leader(&mut disk, &mut bytes, epoch, 20);
+        assert!(err.is_err(), "{what}: accepted");
+        assert_eq!(
+            (log.log_end_offset(), log.size_bytes()),
+            (end, size),
+            "{what}: log changed"
+        );
+        assert_eq!(disk.paths(), files, "{what}: files changed");
+    }
+    assert!(matches!(
+        log.append_as_leader(&mut disk, &mut batch(3, 10, 400), LeaderEpoch(3), 20),
+        Err(LogError::Batch(BatchError::TooLarge { max: 500, .. }))
+    ));
+}
+
+#[test]
+fn replicated_batches_must_continue_the_log() {
+    let (mut leader_disk, mut follower_disk) = (MemDisk::new(), MemDisk::new());
+    let mut leader = open(&mut leader_disk, LogConfig::default());
+    let mut follower = Log::open(&mut follower_disk, "t-0", LogConfig::default()).expect("open");
+    for epoch in [1, 1, 2] {
+        leader
+            .append_as_leader(&mut leader_disk, &mut batch(3, 5, 4), LeaderEpoch(epoch), 5)
+            .expect("append");
+    }
+    let slice = leader.read(&leader_disk, Offset(3), u64::MAX, None).expect("read");
+    let bytes = Log::read_bytes(&leader_disk, &slice).expect("bytes");
+    assert!(matches!(
+        follower.append_replicated(&mut follower_disk, &bytes, 5),
+        Err(LogError::NonContiguous {
+            expected: Offset(0),
+            got: Offset(3)
+        })
+    ));
+    let all = Log::read_bytes(
+        &leader_disk,
+        &leader.read(&leader_disk, Offset(0), u64::MAX, None).expect("read"),
+    )
+    .expect("bytes");
+    follower
+        .append_replicated(&mut follower_disk, &all, 5)
+        .expect("replicate");
+    assert_eq!(follower.log_end_offset(), Offset(9));
+    assert_eq!(
+        follower.end_offset_for_epoch(LeaderEpoch(1)),
+        Some((LeaderEpoch(1), Offset(6)))
+    );
+    assert_eq!(
+        follower.end_offset_for_epoch(LeaderEpoch(2)),
+        Some((LeaderEpoch(2), Offset(9)))
+    );
+    // KIP-101: the follower truncates to the leader's end offset for its epoch, not to a HW.
+    assert_eq!(
+        follower.truncate_to(&mut follower_disk, Offset(6)).expect("truncate"),
+        Offset(6)
+    );
+    assert_eq!(follower.latest_epoch(), Some(LeaderEpoch(1)));
+}
+
+#[test]
+fn segments_roll_by_size_and_by_age() {
+    let mut disk = MemDisk::new();
+    let one = batch(1, 0, 100).len() as u64;
+    let mut log = open(
+        &mut disk,
+        LogConfig {
+            segment_bytes: one * 2,
+            segment_ms: 1_000,
+            ..LogConfig::default()
+        },
+    );
+    for _ in 0..5 {
+        log.append_as_leader(&mut disk, &mut batch(1, 0, 100), LeaderEpoch(0), 10)
+            .expect("append");
+    }
+    assert_eq!(log.segment_bases(), vec![Offset(0), Offset(2), Offset(4)], "size roll");
+    // The active segment's first batch has timestamp 0: at now=1000 it is a segment.ms old.
+    log.append_as_leader(&mut disk, &mut batch(1, 999, 1), LeaderEpoch(0), 1_000)
+        .expect("append");
+    assert_eq!(
+        log.segment_bases(),
+        vec![Offset(0), Offset(2), Offset(4), Offset(5)],
+        "age roll"
+    );
+}
+
+#[test]
+fn flush_policy_by_messages_and_by_time() {
+    let mut disk = MemDisk::new();
+    let mut log = open(
+        &mut disk,
+        LogConfig {
+            flush_messages: Some(5),
+            flush_ms: Some(100),
+            ..LogConfig::default()
+        },
+    );
+    assert!(
+        !log.append_as_leader(&mut disk, &mut batch(3, 0, 1), LeaderEpoch(0), 0)
+            .expect("append")
+            .flush_due
+    );
+    assert!(!log.flush_due(99));
+    assert!(log.flush_due(100), "flush.ms elapsed");
+    assert!(
+        log.append_as_leader(&mut disk, &mut batch(2, 0, 1), LeaderEpoch(0), 1)
+            .expect("append")
+            .flush_due,
+        "flush.messages reached"
+    );
+    log.flush(&mut disk).expect("flush");
+    assert!(!log.flush_due(1_000));
+    disk.crash(CrashMode::DropUnsynced);
+    assert_eq!(
+        open(&mut disk, LogConfig::default()).log_end_offset(),
+        Offset(5),
+        "flushed batches lost"
+    );
+}
+
+#[test]
+fn retention_deletes_whole_segments_and_never_passes_the_high_watermark() {
+    let mut disk = MemDisk::new();
+    let one = batch(1, 0, 100).len() as u64;
+    let config = LogConfig {
+        segment_bytes: one,
+        retention_ms: Some(1_000),
+        ..LogConfig::default()
+    };
+    let mut log = open(&mut disk, config.clone());
+    for ts in [100, 200, 5_000, 6_000] {
+        log.append_as_leader(&mut disk, &mut batch(1, ts, 100), LeaderEpoch(0), ts)
+            .expect("append");
+    }
+    assert_eq!(log.segment_bases().len(), 4);
+    // At now = 2000 the first two are expired, but the high watermark is 1: only one may go.
+    assert_eq!(log.apply_retention(&mut disk, 2_000, Offset(1)).expect("retention"), 1);
+    assert_eq!(log.log_start_offset(), Offset(1));
+    assert_eq!(log.apply_retention(&mut disk, 2_000, Offset(4)).expect("retention"), 1);
+    assert_eq!(log.log_start_offset(), Offset(2));
+    assert!(matches!(
+        log.read(&disk, Offset(1), 100, None),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+    // Everything expired, the active segment included: the log rolls and keeps its end.
+    assert_eq!(
+        log.apply_retention(&mut disk, 100_000, Offset(4)).expect("retention"),
+        2
+    );
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (Offset(4), Offset(4)));
+    let reopened = open(&mut disk, config);
+    assert_eq!(
+        (reopened.log_start_offset(), reopened.log_end_offset()),
+        (Offset(4), Offset(4))
+    );
+
+    let mut disk = MemDisk::new();
+    let mut log = open(
+        &mut disk,
+        LogConfig {
+            segment_bytes: one,
+            retention_ms: None,
+            retention_bytes: Some(2 * one),
+            ..LogConfig::default()
+        },
+    );
+    for _ in 0..5 {
+        log.append_as_leader(&mut disk, &mut batch(1, 0, 100), LeaderEpoch(0), 0)
+            .expect("append");
+    }
+    assert_eq!(log.apply_retention(&mut disk, 0, Offset(5)).expect("retention"), 3);
+    assert_eq!(log.size_bytes(), 2 * one);
+}
+
+#[test]
+fn timestamps_find_the_first_record_at_or_after() {
+    let mut disk = MemDisk::new();
+    let mut log = open(
+        &mut disk,
+        LogConfig {
+            index_interval_bytes: 1,
+            ..LogConfig::default()
+        },
+    );
+    log.append_as_leader(&mut disk, &mut batch(3, 100, 1), LeaderEpoch(0), 0)
+        .expect("append"); // 100..=102
+    log.append_as_leader(&mut disk, &mut batch(3, 50, 1), LeaderEpoch(0), 0)
+        .expect("append"); // 50..=52
+    log.append_as_leader(&mut disk, &mut batch(3, 200, 1), LeaderEpoch(0), 0)
+        .expect("append"); // 200..=202
+    assert_eq!(
+        log.offset_for_timestamp(&disk, 0).expect("lookup"),
+        Some((Offset(0), 100))
+    );
+    assert_eq!(
+        log.offset_for_timestamp(&disk, 101).expect("lookup"),
+        Some((Offset(1), 101))
+    );
+    assert_eq!(
+        log.offset_for_timestamp(&disk, 103).expect("lookup"),
+        Some((Offset(6), 200))
+    );
+    assert_eq!(log.offset_for_timestamp(&disk, 203).expect("lookup"), None);
+}
+
+#[test]
+fn damaged_tail_and_indexes_are_repaired_on_recovery() {
+    let mut disk = MemDisk::new();
+    let one = batch(2, 0, 50).len() as u64;
+    let config = LogConfig {
+        segment_bytes: one * 3,
+        index_interval_bytes: 1,
+        ..LogConfig::default()
+    };
+    let mut log = open(&mut disk, config.clone());
+    for _ in 0..7 {
+        log.append_as_leader(&mut disk, &mut batch(2, 0, 50), LeaderEpoch(0), 0)
+            .expect("append");
+    }
+    log.flush(&mut disk).expect("flush");
+    // Segments 0 and 6 are below the recovery point; 12 is active. Damage an old index, and
+    // flip a bit in the active segment's last batch (past its CRC start).
+    let bases = log.segment_bases();
+    assert_eq!(bases, vec![Offset(0), Offset(6), Offset(12)]);
+    disk.flip_bit("t-0/00000000000000000006.index", 3, 1).expect("flip");
+    disk.flip_bit("t-0/00000000000000000012.log", one - 5, 0).expect("flip");
+    let log = open(&mut disk, config.clone());
+    let report = log.recovery_report().clone();
+    assert_eq!(report.segments_trusted, 1, "{report:?}");
+    assert_eq!(report.segments_scanned, 2, "{report:?}");
+    assert_eq!(report.bytes_truncated, one, "{report:?}");
+    assert!(report.indexes_rebuilt >= 1, "{report:?}");
+    assert_eq!(log.log_end_offset(), Offset(12));
+    assert_eq!(
+        log.read(&disk, Offset(7), u64::MAX, None).expect("read").first_offset,
+        Offset(6)
+    );
+    let again = open(&mut disk, config);
+    assert_eq!(
+        again.recovery_report().indexes_rebuilt,
+        0,
+        "rebuilt indexes were not written back"
+    );
+    assert_eq!(again.recovery_report().segments_trusted, 2);
+}
+
+#[test]
+fn a_failed_sync_poisons_the_log() {
+    struct FailingSync(MemDisk);
+    impl Disk for FailingSync {
+        fn create(&mut self, p: &str) -> Result<(), DiskError> {
+            self.0.create(p)
+        }
+        fn len(&self, p: &str) -> Result<u64, DiskError> {
+            self.0.len(p)
+        }
+        fn append(&mut self, p: &str, d: &[u8]) -> Result<u64, DiskError> {
+            self.0.append(p, d)
+        }
+        fn read_at(&self, p: &str, pos: u64, b: &mut [u8]) -> Result<(), DiskError> {
+            self.0.read_at(p, pos, b)
+        }
+        fn sync(&mut self, p: &str) -> Result<(), DiskError> {
+            if p.ends_with(".log") {
+                Err(DiskError::Io {
+                    path: p.into(),
+                    detail: "EIO".into(),
+                })
+            } else {
+                self.0.sync(p)
+            }
+        }
+        fn truncate(&mut self, p: &str, l: u64) -> Result<(), DiskError> {
+            self.0.truncate(p, l)
+        }
+        fn rename(&mut self, f: &str, t: &str) -> Result<(), DiskError> {
+            self.0.rename(f, t)
+        }
+        fn remove(&mut self, p: &str) -> Result<(), DiskError> {
+            self.0.remove(p)
+        }
+        fn list(&self, d: &str) -> Result<Vec<String>, DiskError> {
+            self.0.list(d)
+        }
+        fn exists(&self, p: &str) -> bool {
+            self.0.exists(p)
+        }
+    }
+    let mut disk = FailingSync(MemDisk::new());
+    let mut log = Log::open(&mut disk, "t-0", LogConfig::default()).expect("open");
+    log.append_as_leader(&mut disk, &mut batch(1, 0, 1), LeaderEpoch(0), 0)
+        .expect("append");
+    assert!(matches!(
+        log.flush(&mut disk),
+        Err(LogError::Disk(DiskError::Io { .. }))
+    ));
+    assert!(matches!(
+        log.append_as_leader(&mut disk, &mut batch(1, 0, 1), LeaderEpoch(0), 0),
+        Err(LogError::Failed(_))
+    ));
+}
