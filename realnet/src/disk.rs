@@ -77,10 +77,7 @@ impl FsDisk {
     }
 
     /// Like [`FsDisk::open`], keeping at most `open_files_max` (at least 1) files open.
-    pub fn with_open_files_max(
-        root: impl AsRef<Path>,
-        open_files_max: usize,
-    ) -> Result<Self, DiskError> {
+    pub fn with_open_files_max(root: impl AsRef<Path>, open_files_max: usize) -> Result<Self, DiskError> {
         let root = root.as_ref().to_path_buf();
         let shown = root.display().to_string();
         if !root.exists() {
@@ -125,21 +122,15 @@ impl FsDisk {
     }
 
     fn sync_failed(&self) -> Result<RefMut<'_, HashSet<String>>, DiskError> {
-        self.sync_failed
-            .try_borrow_mut()
-            .map_err(|_| DiskError::Io {
-                path: String::new(),
-                detail: "sync-failure set re-entered (FsDisk is single-threaded)".to_string(),
-            })
+        self.sync_failed.try_borrow_mut().map_err(|_| DiskError::Io {
+            path: String::new(),
+            detail: "sync-failure set re-entered (FsDisk is single-threaded)".to_string(),
+        })
     }
 
     /// Runs `f` on the open file `path`, opening (and caching) it first if needed. A cached
     /// path was checked when it was opened, so the hot path (append, read) does no path work.
-    fn with_file<R>(
-        &self,
-        path: &str,
-        f: impl FnOnce(&mut OpenFile) -> Result<R, DiskError>,
-    ) -> Result<R, DiskError> {
+    fn with_file<R>(&self, path: &str, f: impl FnOnce(&mut OpenFile) -> Result<R, DiskError>) -> Result<R, DiskError> {
         let mut cache = self.cache()?;
         if let Some(open) = cache.get_mut(path) {
             return f(open);
@@ -321,12 +312,10 @@ impl Disk for FsDisk {
     fn append(&mut self, path: &str, data: &[u8]) -> Result<u64, DiskError> {
         self.with_file(path, |open| {
             let pos = open.len;
-            let end = pos
-                .checked_add(data.len() as u64)
-                .ok_or_else(|| DiskError::Io {
-                    path: path.to_string(),
-                    detail: "file length would overflow u64".to_string(),
-                })?;
+            let end = pos.checked_add(data.len() as u64).ok_or_else(|| DiskError::Io {
+                path: path.to_string(),
+                detail: "file length would overflow u64".to_string(),
+            })?;
             open.dirty = true;
             if let Err(e) = open.file.write_all_at(data, pos) {
                 // Cut a partial append back so a failed append leaves nothing behind; if even
@@ -370,8 +359,7 @@ impl Disk for FsDisk {
         if self.sync_failed()?.contains(path) {
             return Err(DiskError::Io {
                 path: path.to_string(),
-                detail: "an earlier fdatasync of this file failed; its unsynced writes may be lost"
-                    .to_string(),
+                detail: "an earlier fdatasync of this file failed; its unsynced writes may be lost".to_string(),
             });
         }
         self.with_file(path, |open| {
@@ -508,11 +496,9 @@ mod tests {
     fn data_survives_drop_and_reopen() {
         let (dir, mut disk) = fresh();
         disk.create("t-0/00000000000000000000.log").expect("create");
-        disk.append("t-0/00000000000000000000.log", b"synced")
-            .expect("append");
+        disk.append("t-0/00000000000000000000.log", b"synced").expect("append");
         disk.sync("t-0/00000000000000000000.log").expect("sync");
-        disk.append("t-0/00000000000000000000.log", b"+cached")
-            .expect("append");
+        disk.append("t-0/00000000000000000000.log", b"+cached").expect("append");
         disk.write_file_atomic("t-0/leader-epoch-checkpoint", b"0 0\n")
             .expect("write checkpoint");
         disk.create("t-0/gone").expect("create");
@@ -525,10 +511,7 @@ mod tests {
             b"synced+cached"
         );
         assert_eq!(disk.len("t-0/00000000000000000000.log").expect("len"), 13);
-        assert_eq!(
-            disk.read_all("t-0/leader-epoch-checkpoint").expect("read"),
-            b"0 0\n"
-        );
+        assert_eq!(disk.read_all("t-0/leader-epoch-checkpoint").expect("read"), b"0 0\n");
         assert_eq!(
             disk.list("t-0").expect("list"),
             vec!["00000000000000000000.log", "leader-epoch-checkpoint"]
@@ -558,14 +541,8 @@ mod tests {
             let is_invalid = |r: Result<(), DiskError>| matches!(r, Err(DiskError::Io { ref detail, .. }) if detail.starts_with("invalid path"));
             assert!(is_invalid(disk.create(path)), "create({path:?})");
             assert!(is_invalid(disk.len(path).map(|_| ())), "len({path:?})");
-            assert!(
-                is_invalid(disk.append(path, b"x").map(|_| ())),
-                "append({path:?})"
-            );
-            assert!(
-                is_invalid(disk.read_at(path, 0, &mut [0u8; 1])),
-                "read_at({path:?})"
-            );
+            assert!(is_invalid(disk.append(path, b"x").map(|_| ())), "append({path:?})");
+            assert!(is_invalid(disk.read_at(path, 0, &mut [0u8; 1])), "read_at({path:?})");
             assert!(is_invalid(disk.sync(path)), "sync({path:?})");
             assert!(is_invalid(disk.truncate(path, 0)), "truncate({path:?})");
             assert!(is_invalid(disk.remove(path)), "remove({path:?})");
@@ -591,11 +568,7 @@ mod tests {
             .map(|e| e.expect("entry").file_name())
             .collect();
         outer_names.sort();
-        assert_eq!(
-            outer_names,
-            ["data", "outside"],
-            "something escaped the root"
-        );
+        assert_eq!(outer_names, ["data", "outside"], "something escaped the root");
         assert_eq!(disk.list("").expect("list"), vec!["ok"]);
     }
 

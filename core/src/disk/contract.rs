@@ -37,15 +37,9 @@ fn must<T>(result: Result<T, DiskError>, what: &str) -> T {
 /// `AlreadyExists` and leaves the file alone.
 pub fn create_and_exists<D: Disk>(disk: &mut D) {
     let path = "contract/create/deep/f";
-    assert!(
-        !disk.exists(path),
-        "disk contract: {path} exists before create"
-    );
+    assert!(!disk.exists(path), "disk contract: {path} exists before create");
     must(disk.create(path), "create with implicit parent directories");
-    assert!(
-        disk.exists(path),
-        "disk contract: {path} missing after create"
-    );
+    assert!(disk.exists(path), "disk contract: {path} missing after create");
     assert_eq!(must(disk.len(path), "len"), 0, "a new file is not empty");
     must(disk.append(path, b"x"), "append");
     assert_eq!(
@@ -107,11 +101,7 @@ pub fn append_returns_positions<D: Disk>(disk: &mut D) {
         "an empty append returns the end"
     );
     assert_eq!(must(disk.append(path, b"world"), "append"), 7);
-    assert_eq!(
-        must(disk.len(path), "len"),
-        12,
-        "len must count unsynced appends"
-    );
+    assert_eq!(must(disk.len(path), "len"), 12, "len must count unsynced appends");
     must(disk.sync(path), "sync");
     assert_eq!(must(disk.append(path, b"!"), "append after sync"), 12);
     assert_eq!(must(disk.read_all(path), "read_all"), b"hello, world!");
@@ -169,10 +159,7 @@ pub fn truncate_cuts_and_never_extends<D: Disk>(disk: &mut D) {
     assert_eq!(must(disk.read_all(path), "read_all"), b"0123ab");
     let mut buf = [0u8; 1];
     assert!(
-        matches!(
-            disk.read_at(path, 6, &mut buf),
-            Err(DiskError::UnexpectedEof { .. })
-        ),
+        matches!(disk.read_at(path, 6, &mut buf), Err(DiskError::UnexpectedEof { .. })),
         "disk contract: bytes cut by truncate are still readable"
     );
     must(disk.truncate(path, 0), "truncate to empty");
@@ -252,16 +239,9 @@ pub fn list_direct_children_sorted<D: Disk>(disk: &mut D) {
         vec!["a", "b", "t-0", "t-1", "top"],
         "disk contract: list must give direct children once each, sorted"
     );
-    assert_eq!(
-        must(disk.list("contract/list/t-1"), "list"),
-        vec!["a.log", "b.log"]
-    );
+    assert_eq!(must(disk.list("contract/list/t-1"), "list"), vec!["a.log", "b.log"]);
     assert!(
-        must(
-            disk.list("contract/list/none"),
-            "list of a missing directory"
-        )
-        .is_empty(),
+        must(disk.list("contract/list/none"), "list of a missing directory").is_empty(),
         "disk contract: a missing directory must list as empty"
     );
     let top = must(disk.list(""), "list of the data directory");
@@ -305,10 +285,7 @@ pub fn write_file_atomic_replaces<D: Disk>(disk: &mut D) {
         "disk contract: write_file_atomic must replace the content"
     );
     // A temporary left by a crash mid-write must not block the next write.
-    must(
-        disk.create(&format!("{path}.tmp")),
-        "create stale temporary",
-    );
+    must(disk.create(&format!("{path}.tmp")), "create stale temporary");
     must(disk.append(&format!("{path}.tmp"), b"stale"), "append");
     must(
         disk.write_file_atomic(path, b"third"),
