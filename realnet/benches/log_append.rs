@@ -225,6 +225,22 @@ fn run_log(dir: &Path, batch: &[u8], bytes_total: u64, flush: bool) -> BenchResu
     }
     let elapsed = start.elapsed();
     log.flush(&mut disk)?;
+    // A bench that measured a log writing nothing would pass with flying colours: check it.
+    let batches = written / batch.len() as u64;
+    let records = batches * RECORDS_PER_BATCH as u64;
+    let mut on_disk = 0;
+    for name in disk.list("bench-0")?.iter().filter(|n| n.ends_with(".log")) {
+        on_disk += disk.len(&format!("bench-0/{name}"))?;
+    }
+    if log.log_end_offset().0 as u64 != records || log.size_bytes() != written || on_disk != written {
+        return Err(format!(
+            "log holds offsets to {:?} and {} bytes ({on_disk} in .log files), expected {records} \
+             records in {written} bytes",
+            log.log_end_offset(),
+            log.size_bytes()
+        )
+        .into());
+    }
     Ok(elapsed)
 }
 
