@@ -20,7 +20,10 @@
 //! Configuration (flag, else environment, else default):
 //! `--bytes N` / `GREGOR_BENCH_BYTES` (suffixes K, M, G are binary; default 256M),
 //! `--runs N` / `GREGOR_BENCH_RUNS` (default 5), `--dir D` / `GREGOR_BENCH_DIR` (default: the
-//! cargo target directory, which is where the build's disk is; /tmp may be tmpfs).
+//! cargo target directory, which is where the build's disk is; /tmp may be tmpfs),
+//! `--segment-bytes N` / `GREGOR_BENCH_SEGMENT_BYTES` (the log's `segment.bytes`, default
+//! Kafka's 1 GiB: a run shorter than that never rolls a segment, so set it lower, or `--bytes`
+//! higher, to include the cost of rolling).
 //!
 //! Fault model: none injected; an I/O error ends the run with a message. Each run writes a
 //! fresh file in a temporary directory that is deleted afterwards.
@@ -77,6 +80,7 @@ impl Variant {
 
 struct Config {
     bytes_total: u64,
+    segment_bytes: u64,
     runs: usize,
     dir: PathBuf,
 }
@@ -97,12 +101,14 @@ fn main() -> BenchResult<()> {
         .prefix("gregor-bench-")
         .tempdir_in(&config.dir)?;
     println!(
-        "log_append: {} MiB per run in {}-byte batches ({} x {} B records), {} runs, in {} ({})",
+        "log_append: {} MiB per run in {}-byte batches ({} x {} B records), {} runs, \
+         log segments of {} MiB, in {} ({})",
         config.bytes_total >> 20,
         batch.len(),
         RECORDS_PER_BATCH,
         VALUE_BYTES,
         config.runs,
+        config.segment_bytes >> 20,
         scratch.path().display(),
         fs_type(scratch.path()),
     );
@@ -115,7 +121,7 @@ fn main() -> BenchResult<()> {
             let variant = variants[index];
             let dir = scratch.path().join(format!("r{round}-{index}"));
             fs::create_dir(&dir)?;
-            let elapsed = run(variant, &dir, &batch, config.bytes_total)?;
+            let elapsed = run(variant, &dir, &batch, &config)?;
             fs::remove_dir_all(&dir)?;
             let rate = config.bytes_total as f64 / elapsed.as_secs_f64() / 1e6;
             if round > 0 {
@@ -151,12 +157,13 @@ fn main() -> BenchResult<()> {
 }
 
 /// Runs one variant once in the empty directory `dir`; returns the time the writes took.
-fn run(variant: Variant, dir: &Path, batch: &[u8], bytes_total: u64) -> BenchResult<Duration> {
+fn run(variant: Variant, dir: &Path, batch: &[u8], config: &Config) -> BenchResult<Duration> {
+    let bytes_total = config.bytes_total;
     let flush_bytes = variant.flush.then_some(FLUSH_BYTES);
     match variant.kind {
         Kind::Plain => run_plain(dir, batch, bytes_total, flush_bytes),
         Kind::FsDisk => run_fsdisk(dir, batch, bytes_total, flush_bytes),
-        Kind::Log => run_log(dir, batch, bytes_total, variant.flush),
+        Kind::Log => run_log(dir, batch, bytes_total, config.segment_bytes, variant.flush),
     }
 }
 
@@ -206,11 +213,12 @@ fn run_fsdisk(dir: &Path, batch: &[u8], bytes_total: u64, flush_bytes: Option<u6
 /// The system under test: `Log::append_as_leader` of the same batch on an `FsDisk`, which
 /// rewrites the base offset in place (as the broker does to a produced batch) and asks for a
 /// flush every `FLUSH_MESSAGES` records when `flush` is on.
-fn run_log(dir: &Path, batch: &[u8], bytes_total: u64, flush: bool) -> BenchResult<Duration> {
+fn run_log(dir: &Path, batch: &[u8], bytes_total: u64, segment_bytes: u64, flush: bool) -> BenchResult<Duration> {
     let mut disk = FsDisk::open(dir)?;
     let mut batch = batch.to_vec();
     let config = LogConfig {
         flush_messages: flush.then_some(FLUSH_MESSAGES),
+        segment_bytes,
         ..LogConfig::default()
     };
     let mut log = Log::open(&mut disk, "bench-0", config)?;
@@ -278,6 +286,7 @@ fn config() -> BenchResult<Config> {
     let mut bytes = std::env::var("GREGOR_BENCH_BYTES").ok();
     let mut runs = std::env::var("GREGOR_BENCH_RUNS").ok();
     let mut dir = std::env::var("GREGOR_BENCH_DIR").ok();
+    let mut segment_bytes = std::env::var("GREGOR_BENCH_SEGMENT_BYTES").ok();
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -286,9 +295,10 @@ fn config() -> BenchResult<Config> {
             "--bytes" => bytes = Some(args.next().ok_or("--bytes needs a value")?),
             "--runs" => runs = Some(args.next().ok_or("--runs needs a value")?),
             "--dir" => dir = Some(args.next().ok_or("--dir needs a value")?),
+            "--segment-bytes" => segment_bytes = Some(args.next().ok_or("--segment-bytes needs a value")?),
             other => {
                 return Err(format!(
-                    "unknown argument {other:?}; usage: log_append [--bytes N[K|M|G]] [--runs N] [--dir D]"
+                    "unknown argument {other:?}; usage: log_append [--bytes N[K|M|G]] [--runs N] [--dir D] [--segment-bytes N[K|M|G]]"
                 )
                 .into())
             }
@@ -301,6 +311,10 @@ fn config() -> BenchResult<Config> {
     if bytes_total == 0 {
         return Err("--bytes must be positive".into());
     }
+    let segment_bytes = match segment_bytes {
+        Some(text) => parse_bytes(&text)?,
+        None => LogConfig::default().segment_bytes,
+    };
     let runs = match runs {
         Some(text) => text.parse::<usize>()?.max(1),
         None => 5,
@@ -309,7 +323,12 @@ fn config() -> BenchResult<Config> {
         Some(dir) => PathBuf::from(dir),
         None => target_dir()?,
     };
-    Ok(Config { bytes_total, runs, dir })
+    Ok(Config {
+        bytes_total,
+        segment_bytes,
+        runs,
+        dir,
+    })
 }
 
 /// `64M` → 64 MiB; a plain number is bytes.
