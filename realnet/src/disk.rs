@@ -32,6 +32,10 @@
 //! 6. **Corruption** is not detected here (checksums above do that). A read past the end is
 //!    `UnexpectedEof` and fills nothing; nothing here panics on any input.
 //!
+//! One process owns a data directory: the cached lengths assume no other writer. Nothing enforces
+//! it yet (a lock file needs `File::try_lock`, Rust 1.89, above the workspace's 1.85, or `flock`
+//! through a crate).
+//!
 //! # Errors
 //!
 //! `ENOSPC` (and `EDQUOT`) → `NoSpace`, `ENOENT` → `NotFound`, `EEXIST` → `AlreadyExists`,
