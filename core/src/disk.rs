@@ -25,6 +25,7 @@
 //! 6. **Corruption** (bit flips, misdirected writes) is not prevented by the disk; it is detected
 //!    by checksums above it. Reads past the end of a file are errors, never panics.
 
+pub mod contract;
 pub mod mem;
 
 use thiserror::Error;

@@ -312,4 +312,9 @@ mod tests {
         assert_eq!(disk.list("t-0").expect("list"), vec!["a.log", "b.log"]);
         assert!(disk.list("nope").expect("list").is_empty());
     }
+
+    #[test]
+    fn keeps_the_disk_contract() {
+        crate::disk::contract::run_all(&mut MemDisk::new());
+    }
 }
