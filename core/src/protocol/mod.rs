@@ -106,6 +106,8 @@ const SUPPORTED: &[ApiSupport] = &[
     support!("Fetch", fetch),
     support!("ListOffsets", list_offsets),
     support!("Metadata", metadata),
+    support!("OffsetCommit", offset_commit),
+    support!("OffsetFetch", offset_fetch),
     support!("FindCoordinator", find_coordinator),
     support!("JoinGroup", join_group),
     support!("Heartbeat", heartbeat),
@@ -113,7 +115,9 @@ const SUPPORTED: &[ApiSupport] = &[
     support!("SyncGroup", sync_group),
     support!("ApiVersions", api_versions),
     support!("CreateTopics", create_topics),
+    support!("DeleteTopics", delete_topics),
     support!("InitProducerId", init_producer_id),
+    support!("DescribeConfigs", describe_configs),
 ];
 
 /// Every API Gregor decodes and encodes, in ascending key order: what ApiVersions advertises.
@@ -135,6 +139,10 @@ pub enum Request {
     Metadata(metadata::MetadataRequest),
     ApiVersions(api_versions::ApiVersionsRequest),
     CreateTopics(create_topics::CreateTopicsRequest),
+    OffsetCommit(offset_commit::OffsetCommitRequest),
+    OffsetFetch(offset_fetch::OffsetFetchRequest),
+    DeleteTopics(delete_topics::DeleteTopicsRequest),
+    DescribeConfigs(describe_configs::DescribeConfigsRequest),
     FindCoordinator(find_coordinator::FindCoordinatorRequest),
     JoinGroup(join_group::JoinGroupRequest),
     Heartbeat(heartbeat::HeartbeatRequest),
@@ -210,6 +218,18 @@ fn decode_with(mut r: Reader<'_>) -> Result<(RequestHeader, Request), DecodeErro
         sync_group::API_KEY => Request::SyncGroup(sync_group::SyncGroupRequest::decode(v, r)?),
         init_producer_id::API_KEY => {
             Request::InitProducerId(init_producer_id::InitProducerIdRequest::decode(v, r)?)
+        }
+        offset_commit::API_KEY => {
+            Request::OffsetCommit(offset_commit::OffsetCommitRequest::decode(v, r)?)
+        }
+        offset_fetch::API_KEY => {
+            Request::OffsetFetch(offset_fetch::OffsetFetchRequest::decode(v, r)?)
+        }
+        delete_topics::API_KEY => {
+            Request::DeleteTopics(delete_topics::DeleteTopicsRequest::decode(v, r)?)
+        }
+        describe_configs::API_KEY => {
+            Request::DescribeConfigs(describe_configs::DescribeConfigsRequest::decode(v, r)?)
         }
         _ => unreachable!("every key in SUPPORTED has a decoder"),
     };
