@@ -44,3 +44,56 @@ pub fn encode_response_header(
     let always_v0 = api_key == super::api::api_versions::API_KEY;
     w.no_tagged_fields(!always_v0 && api_version >= flexible_min);
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::{Bytes, BytesMut};
+    use kafka_protocol::messages::{self as kp, ResponseHeader};
+    use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+
+    use crate::protocol::testing::unknown_tags;
+    use crate::protocol::{api, decode_request, encode_response, Limits, Request};
+
+    #[test]
+    fn header_v2_tagged_fields_are_skipped() {
+        let mut buf = BytesMut::new();
+        kp::RequestHeader::default()
+            .with_request_api_key(api::metadata::API_KEY)
+            .with_request_api_version(12)
+            .with_correlation_id(5)
+            .with_client_id(Some(StrBytes::from_static_str("c")))
+            .with_unknown_tagged_fields(unknown_tags())
+            .encode(&mut buf, 2)
+            .expect("header encodes");
+        let mut body = kp::MetadataRequest::default();
+        body.topics = None;
+        body.encode(&mut buf, 12).expect("body encodes");
+        let (h, req) = decode_request(&buf, Limits::default()).expect("valid frame");
+        assert_eq!((h.correlation_id, h.client_id.as_deref()), (5, Some("c")));
+        assert!(matches!(req, Request::Metadata(m) if m.topics.is_none()));
+    }
+
+    /// ApiVersions answers always use response header v0; other flexible versions use v1.
+    #[test]
+    fn response_header_versions() {
+        let cases = [
+            (api::api_versions::API_KEY, 3, 0),
+            (api::api_versions::API_KEY, 0, 0),
+            (api::metadata::API_KEY, 8, 0),
+            (api::metadata::API_KEY, 9, 1),
+            (api::fetch::API_KEY, 12, 1),
+        ];
+        for (api_key, api_version, header_version) in cases {
+            let request = super::RequestHeader {
+                api_key,
+                api_version,
+                correlation_id: 77,
+                client_id: None,
+            };
+            let mut frame: Bytes = encode_response(&request, b"body");
+            let h = ResponseHeader::decode(&mut frame, header_version).expect("header decodes");
+            assert_eq!(h.correlation_id, 77);
+            assert_eq!(&frame[..], b"body", "key {api_key} v{api_version}");
+        }
+    }
+}
