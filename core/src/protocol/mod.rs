@@ -27,7 +27,8 @@ use bytes::Bytes;
 
 pub use header::{encode_response_header, RequestHeader};
 pub use reader::{
-    DecodeError, Limits, Reader, ARRAY_LEN_MAX, REQUEST_BYTES_MAX, TAGGED_FIELDS_MAX,
+    DecodeError, Limits, Reader, ARRAY_LEN_MAX, REQUEST_BYTES_MAX, REQUEST_ELEMENTS_MAX,
+    TAGGED_FIELDS_MAX,
 };
 pub use writer::Writer;
 

@@ -4,8 +4,9 @@
 //! already proven are present. Every length or count read off the wire is checked against the
 //! bytes remaining *before* anything is allocated: an array of N elements whose smallest encoding
 //! is S bytes needs N*S bytes left, so a 6-byte frame can never ask for 150 GB. Counts are also
-//! capped by [`Limits::array_len_max`], and tagged-field sections by
-//! [`Limits::tagged_fields_max`]. Decoders built on it follow the fixed depth of Kafka's schemas,
+//! capped per array by [`Limits::array_len_max`] and per request by
+//! [`Limits::request_elements_max`] (which bounds how much larger the decoded structs can be
+//! than the frame), and tagged-field sections by [`Limits::tagged_fields_max`]. Decoders built on it follow the fixed depth of Kafka's schemas,
 //! so recursion never depends on the input.
 //!
 //! Fault model: the bytes are arbitrary (truncated, hostile, bit-flipped). Every failure is a
@@ -43,6 +44,16 @@ pub enum DecodeError {
         count: usize,
         max: usize,
     },
+    #[error(
+        "array of {count} elements at offset {offset} brings the request to {total} elements, \
+         over request_elements_max {max}"
+    )]
+    TooManyElements {
+        offset: usize,
+        count: usize,
+        total: usize,
+        max: usize,
+    },
     #[error("{count} tagged fields at offset {offset} exceed tagged_fields_max {max}")]
     TooManyTaggedFields {
         offset: usize,
@@ -77,6 +88,10 @@ pub struct Limits {
     pub request_bytes_max: usize,
     /// Most elements one array may hold, whatever the bytes allow.
     pub array_len_max: usize,
+    /// Most array elements in one request, all arrays together. A decoded element takes more
+    /// memory than its smallest encoding (a 3-byte partition entry becomes a 40-byte struct), so
+    /// this, not the frame size, bounds the memory one request can make us allocate.
+    pub request_elements_max: usize,
     /// Most tagged fields one tagged-field section may hold.
     pub tagged_fields_max: usize,
 }
@@ -85,6 +100,9 @@ pub struct Limits {
 pub const REQUEST_BYTES_MAX: usize = 100 * 1024 * 1024;
 /// Elements per array: far above any real request (partitions per topic, topics per request).
 pub const ARRAY_LEN_MAX: usize = 1_000_000;
+/// Array elements per request: a follower fetching 100k partitions uses a tenth of it; at
+/// about 100 bytes per decoded element it caps a request's structs near 100 MB.
+pub const REQUEST_ELEMENTS_MAX: usize = 1_000_000;
 /// Tagged fields per section: Kafka's schemas define a handful per struct.
 pub const TAGGED_FIELDS_MAX: usize = 64;
 
@@ -93,6 +111,7 @@ impl Default for Limits {
         Limits {
             request_bytes_max: REQUEST_BYTES_MAX,
             array_len_max: ARRAY_LEN_MAX,
+            request_elements_max: REQUEST_ELEMENTS_MAX,
             tagged_fields_max: TAGGED_FIELDS_MAX,
         }
     }
@@ -137,6 +156,8 @@ pub struct Reader<'a> {
     shared: Option<&'a Bytes>,
     pos: usize,
     limits: Limits,
+    /// Array elements announced so far, against `limits.request_elements_max`.
+    elements: usize,
 }
 
 pub type Result<T> = std::result::Result<T, DecodeError>;
@@ -148,6 +169,7 @@ impl<'a> Reader<'a> {
             shared: None,
             pos: 0,
             limits,
+            elements: 0,
         }
     }
 
@@ -158,6 +180,7 @@ impl<'a> Reader<'a> {
             shared: Some(frame),
             pos: 0,
             limits,
+            elements: 0,
         }
     }
 
@@ -327,6 +350,16 @@ impl<'a> Reader<'a> {
                 max: self.limits.array_len_max,
             });
         }
+        let total = self.elements.saturating_add(count);
+        if total > self.limits.request_elements_max {
+            return Err(DecodeError::TooManyElements {
+                offset,
+                count,
+                total,
+                max: self.limits.request_elements_max,
+            });
+        }
+        self.elements = total;
         let bytes_min = count.saturating_mul(elem_bytes_min);
         if bytes_min > self.remaining() {
             return Err(DecodeError::ArrayOverrun {
@@ -387,8 +420,11 @@ impl<'a> Reader<'a> {
                 shared: None,
                 pos: 0,
                 limits: self.limits,
+                elements: self.elements,
             };
-            if known(tag, &mut sub)? && sub.remaining() != 0 {
+            let consumed = known(tag, &mut sub)?;
+            self.elements = sub.elements;
+            if consumed && sub.remaining() != 0 {
                 return Err(DecodeError::TrailingBytes {
                     remaining: sub.remaining(),
                 });
@@ -473,6 +509,25 @@ mod tests {
         let res = rd.array(false, 4, |r| r.i32());
         assert!(
             matches!(res, Err(DecodeError::ArrayOverrun { count: 4096, .. })),
+            "{res:?}"
+        );
+    }
+
+    #[test]
+    fn elements_are_budgeted_across_arrays() {
+        let limits = Limits {
+            request_elements_max: 3,
+            ..Limits::default()
+        };
+        // Two arrays of two i32s each: the second crosses the budget of three.
+        let bytes = [
+            0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4,
+        ];
+        let mut rd = Reader::new(&bytes, limits);
+        assert_eq!(rd.array(false, 4, |r| r.i32()), Ok(vec![1, 2]));
+        let res = rd.array(false, 4, |r| r.i32());
+        assert!(
+            matches!(res, Err(DecodeError::TooManyElements { total: 4, .. })),
             "{res:?}"
         );
     }
