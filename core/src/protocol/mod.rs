@@ -261,3 +261,109 @@ pub fn encode_response(request: &RequestHeader, body: &[u8]) -> Bytes {
     out.extend_from_slice(body);
     out.freeze()
 }
+
+macro_rules! responses {
+    ($($variant:ident($m:ident::$ty:ident),)*) => {
+        /// A response body, one variant per API, encoded at the version of its request.
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum Response {
+            $($variant($m::$ty),)*
+        }
+
+        impl Response {
+            pub fn api_key(&self) -> i16 {
+                match self {
+                    $(Response::$variant(_) => $m::API_KEY,)*
+                }
+            }
+
+            /// The body at `version`, which must be one Gregor supports for this API.
+            pub fn encode(&self, version: i16) -> Bytes {
+                match self {
+                    $(Response::$variant(r) => r.encode(version),)*
+                }
+            }
+        }
+    };
+}
+
+responses! {
+    Produce(produce::ProduceResponse),
+    Fetch(fetch::FetchResponse),
+    ListOffsets(list_offsets::ListOffsetsResponse),
+    Metadata(metadata::MetadataResponse),
+    OffsetCommit(offset_commit::OffsetCommitResponse),
+    OffsetFetch(offset_fetch::OffsetFetchResponse),
+    FindCoordinator(find_coordinator::FindCoordinatorResponse),
+    JoinGroup(join_group::JoinGroupResponse),
+    Heartbeat(heartbeat::HeartbeatResponse),
+    LeaveGroup(leave_group::LeaveGroupResponse),
+    SyncGroup(sync_group::SyncGroupResponse),
+    ApiVersions(api_versions::ApiVersionsResponse),
+    CreateTopics(create_topics::CreateTopicsResponse),
+    DeleteTopics(delete_topics::DeleteTopicsResponse),
+    InitProducerId(init_producer_id::InitProducerIdResponse),
+    DescribeConfigs(describe_configs::DescribeConfigsResponse),
+}
+
+/// The whole reply frame (header and body, no length prefix) to a decoded request.
+/// Answering a request with another API's response is a programmer error.
+pub fn reply(request: &RequestHeader, response: &Response) -> Bytes {
+    assert_eq!(
+        request.api_key,
+        response.api_key(),
+        "response for another API"
+    );
+    encode_response(request, &response.encode(request.api_version))
+}
+
+/// KIP-511: the reply to an ApiVersions request whose version Gregor does not know
+/// (`DecodeError::UnsupportedVersion` with api_key 18): UNSUPPORTED_VERSION and the supported
+/// list, in v0 format under a v0 response header, so any client can read it and retry.
+pub fn reply_api_versions_unsupported(request: &RequestHeader) -> Bytes {
+    assert_eq!(request.api_key, api_versions::API_KEY);
+    encode_response(
+        request,
+        &api_versions::ApiVersionsResponse::unsupported_version().encode(0),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use kafka_protocol::messages::{ApiVersionsResponse, MetadataResponse, ResponseHeader};
+    use kafka_protocol::protocol::Decodable;
+
+    use super::*;
+
+    #[test]
+    fn reply_frames_header_and_body() {
+        // Metadata v9: header (key, version, correlation 6, null client id, no tags), then
+        // null topics, auto-create, two authorized-operations flags, no tags.
+        let frame = [0, 3, 0, 9, 0, 0, 0, 6, 0xff, 0xff, 0, 0, 1, 0, 0, 0];
+        let (header, _) = decode_request(&frame, Limits::default()).expect("valid");
+        let response = Response::Metadata(metadata::MetadataResponse::default());
+        let mut frame: Bytes = reply(&header, &response);
+        let h = ResponseHeader::decode(&mut frame, 1).expect("flexible header");
+        assert_eq!(h.correlation_id, 6);
+        MetadataResponse::decode(&mut frame, 9).expect("body");
+        assert!(frame.is_empty());
+    }
+
+    #[test]
+    fn unsupported_api_versions_reply_is_readable_as_v0() {
+        let frame = [0, 18, 0, 99, 0, 0, 0, 8, 0xff, 0xff, 0];
+        let Err(DecodeError::UnsupportedVersion { header }) =
+            decode_request(&frame, Limits::default())
+        else {
+            panic!("v99 must be unsupported");
+        };
+        let mut out = reply_api_versions_unsupported(&header);
+        let h = ResponseHeader::decode(&mut out, 0).expect("v0 header");
+        assert_eq!(h.correlation_id, 8);
+        let body = ApiVersionsResponse::decode(&mut out, 0).expect("v0 body");
+        assert_eq!(body.error_code, error_code::UNSUPPORTED_VERSION);
+        assert_eq!(body.api_keys.len(), supported_versions().len());
+        assert!(out.is_empty());
+    }
+}
