@@ -62,6 +62,8 @@ pub enum DecodeError {
     },
     #[error("varint at offset {offset} is longer than {bytes_max} bytes")]
     VarintTooLong { offset: usize, bytes_max: usize },
+    #[error("string of {len} bytes at offset {offset} is over 32767 bytes")]
+    StringTooLong { offset: usize, len: usize },
     #[error("string at offset {offset} is not UTF-8")]
     InvalidUtf8 { offset: usize },
     #[error("null at offset {offset} where {field} is not nullable")]
@@ -116,6 +118,9 @@ impl Default for Limits {
         }
     }
 }
+
+/// Longest string in any version (i16 length; Kafka caps compact strings the same way).
+pub const STRING_BYTES_MAX: usize = i16::MAX as usize;
 
 /// Elements reserved up front for an array; beyond this it grows as elements actually decode.
 const PREALLOC_ELEMS_MAX: usize = 1024;
@@ -288,9 +293,13 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// Strings are at most 32767 bytes in every version, compact ones included, as Kafka's own
+    /// readers enforce: anything decoded here can be echoed back in a non-flexible response.
     pub fn nullable_string(&mut self, flexible: bool) -> Result<Option<String>> {
+        let offset = self.pos;
         match self.length(flexible, false)? {
             None => Ok(None),
+            Some(len) if len > STRING_BYTES_MAX => Err(DecodeError::StringTooLong { offset, len }),
             Some(n) => {
                 let offset = self.pos;
                 let raw = self.take(n)?;
@@ -493,6 +502,20 @@ mod tests {
             r(&[0xff, 0xff]).string(false, "s"),
             Err(DecodeError::UnexpectedNull { field: "s", .. })
         ));
+    }
+
+    #[test]
+    fn compact_strings_are_capped_like_classic_ones() {
+        let mut b = vec![0x81, 0x80, 0x02]; // compact length 32769 + 1
+        b.extend(std::iter::repeat_n(b'a', 32_769));
+        let res = r(&b).string(true, "s");
+        assert!(
+            matches!(res, Err(DecodeError::StringTooLong { len: 32_768, .. })),
+            "{res:?}"
+        );
+        let mut b = vec![0x80, 0x80, 0x02]; // compact length 32768: exactly the maximum
+        b.extend(std::iter::repeat_n(b'a', 32_767));
+        assert_eq!(r(&b).string(true, "s").map(|s| s.len()), Ok(32_767));
     }
 
     #[test]
