@@ -11,6 +11,13 @@
 //! encoding mirrors them line for line, and core then needs no conversion layer or extra
 //! dependencies; `kafka-protocol` is only a test oracle.
 //! [`supported_versions`] advertises exactly the versions both decoded and encoded here.
+//!
+//! Use: `decode_request` (or `decode_request_bytes` to keep record sets zero-copy) gives a
+//! header and a [`Request`]; the broker answers with [`reply`]`(&header, &Response)`. An error
+//! carries the header when one was read: `UnsupportedVersion` for ApiVersions is answered with
+//! [`reply_api_versions_unsupported`] (KIP-511); other errors close the connection, as Kafka does.
+//! Limits ([`Limits`]): frame bytes, elements per array and per request, tagged fields per
+//! section, string bytes; each checked before anything is allocated for it.
 
 pub mod api;
 pub mod header;
