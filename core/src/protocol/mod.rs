@@ -32,7 +32,7 @@ mod fuzz;
 
 use bytes::Bytes;
 
-pub use header::{encode_response_header, RequestHeader};
+pub use header::{encode_response_header, request_header_version, RequestHeader};
 pub use reader::{
     DecodeError, Limits, Reader, ARRAY_LEN_MAX, REQUEST_BYTES_MAX, REQUEST_ELEMENTS_MAX,
     TAGGED_FIELDS_MAX,
@@ -189,7 +189,8 @@ fn check_len(len: usize, limits: Limits) -> Result<(), DecodeError> {
 }
 
 fn decode_with(mut r: Reader<'_>) -> Result<(RequestHeader, Request), DecodeError> {
-    let header = RequestHeader::decode_v1(&mut r)?;
+    let (header, header_version) =
+        RequestHeader::decode_fixed(&mut r, |key| api_support(key).map(|s| s.flexible_min))?;
     let Some(support) = api_support(header.api_key) else {
         return Err(DecodeError::UnknownApiKey {
             api_key: header.api_key,
@@ -202,7 +203,7 @@ fn decode_with(mut r: Reader<'_>) -> Result<(RequestHeader, Request), DecodeErro
         // (KIP-511); the body of an unknown version is not read.
         return Err(DecodeError::UnsupportedVersion { header });
     }
-    r.skip_tagged_fields(support.is_flexible(v))?;
+    r.skip_tagged_fields(header_version >= 2)?;
     let r = &mut r;
     let request = match header.api_key {
         api_versions::API_KEY => {
