@@ -1,4 +1,5 @@
-//! ApiVersions (key 18), v0–v3: what the broker speaks. Flexible from v3.
+//! ApiVersions (key 18), v0–v4: what the broker speaks. Flexible from v3. v4 has v3's fields
+//! (it only lets a broker advertise a feature minimum of 0), so it costs nothing to accept.
 //!
 //! KIP-511: a client may send a version newer than the broker knows. The broker cannot parse its
 //! body, so it answers with a v0-format response carrying UNSUPPORTED_VERSION and the full
@@ -13,7 +14,7 @@ use crate::protocol::{error_code, supported_versions};
 
 pub const API_KEY: i16 = 18;
 pub const VERSION_MIN: i16 = 0;
-pub const VERSION_MAX: i16 = 3;
+pub const VERSION_MAX: i16 = 4;
 pub const FLEXIBLE_MIN: i16 = 3;
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

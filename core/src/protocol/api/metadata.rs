@@ -303,6 +303,22 @@ pub(crate) mod tests {
         }
     }
 
+    /// The 6-byte body that makes kafka-protocol 0.18's decoder reserve i32::MAX topics (about
+    /// 150 GB) and abort: our decoder refuses the count before allocating, at every version.
+    #[test]
+    fn six_byte_body_is_refused_at_every_version() {
+        for v in VERSION_MIN..=VERSION_MAX {
+            let body: &[u8] = if v >= FLEXIBLE_MIN {
+                &[0xff, 0xff, 0xff, 0xff, 0x07, 0x00]
+            } else {
+                &[0x7f, 0xff, 0xff, 0xff, 0x00, 0x00]
+            };
+            let mut r = Reader::new(body, Limits::default());
+            let err = MetadataRequest::decode(v, &mut r).expect_err("count is a lie");
+            assert!(matches!(err, DecodeError::ArrayTooLong { .. }), "v{v}: {err:?}");
+        }
+    }
+
     /// The request that makes kafka-protocol 0.18 try to allocate ~150 GB: a v12 Metadata
     /// header with a compact topics count of u32::MAX - 1 and nothing after it.
     #[test]

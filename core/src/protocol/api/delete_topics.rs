@@ -1,0 +1,183 @@
+//! DeleteTopics (key 20), v1–v6: the controller deletes topics. Flexible from v4. Before v6
+//! topics are named; from v6 each is a name or a topic id (either may be left empty). Both
+//! forms decode to `topics`.
+
+use bytes::Bytes;
+
+use crate::protocol::reader::{min_bytes, Reader, Result};
+use crate::protocol::writer::Writer;
+use crate::protocol::Uuid;
+
+pub const API_KEY: i16 = 20;
+pub const VERSION_MIN: i16 = 1;
+pub const VERSION_MAX: i16 = 6;
+pub const FLEXIBLE_MIN: i16 = 4;
+/// First version naming topics by name or id.
+pub const TOPIC_ID_MIN: i16 = 6;
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DeleteTopicsRequest {
+    pub topics: Vec<DeleteTopic>,
+    pub timeout_ms: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DeleteTopic {
+    /// Always set before v6; from v6 `None` when named by id.
+    pub name: Option<String>,
+    /// v6+; zero when named by name.
+    pub topic_id: Uuid,
+}
+
+impl DeleteTopicsRequest {
+    pub fn decode(version: i16, r: &mut Reader<'_>) -> Result<Self> {
+        let flex = version >= FLEXIBLE_MIN;
+        let topics = if version >= TOPIC_ID_MIN {
+            r.array(flex, min_bytes::string(flex) + 16 + 1, |r| {
+                let name = r.nullable_string(flex)?;
+                let topic_id = r.uuid()?;
+                r.skip_tagged_fields(flex)?;
+                Ok(DeleteTopic { name, topic_id })
+            })?
+        } else {
+            r.array(flex, min_bytes::string(flex), |r| {
+                Ok(DeleteTopic {
+                    name: Some(r.string(flex, "topic_names")?),
+                    topic_id: Uuid::ZERO,
+                })
+            })?
+        };
+        let timeout_ms = r.i32()?;
+        r.skip_tagged_fields(flex)?;
+        Ok(DeleteTopicsRequest { topics, timeout_ms })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DeleteTopicsResponse {
+    pub throttle_time_ms: i32,
+    pub responses: Vec<DeletableTopicResult>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DeletableTopicResult {
+    /// Nullable from v6; written as "" before when `None`.
+    pub name: Option<String>,
+    /// v6+.
+    pub topic_id: Uuid,
+    pub error_code: i16,
+    /// v5+.
+    pub error_message: Option<String>,
+}
+
+impl DeleteTopicsResponse {
+    pub fn encode(&self, version: i16) -> Bytes {
+        assert!((VERSION_MIN..=VERSION_MAX).contains(&version));
+        let flex = version >= FLEXIBLE_MIN;
+        let mut w = Writer::new();
+        w.i32(self.throttle_time_ms);
+        w.array(flex, &self.responses, |w, t| {
+            if version >= TOPIC_ID_MIN {
+                w.nullable_string(flex, t.name.as_deref());
+                w.uuid(t.topic_id);
+            } else {
+                w.string(flex, t.name.as_deref().unwrap_or_default());
+            }
+            w.i16(t.error_code);
+            if version >= 5 {
+                w.nullable_string(flex, t.error_message.as_deref());
+            }
+            w.no_tagged_fields(flex);
+        });
+        w.no_tagged_fields(flex);
+        w.finish()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::protocol::testing::*;
+    use crate::protocol::Request;
+    use kafka_protocol::messages as kp;
+    use kafka_protocol::messages::delete_topics_request as kq;
+
+    pub(crate) fn sample(v: i16) -> kp::DeleteTopicsRequest {
+        let mut sent = kp::DeleteTopicsRequest::default();
+        if v >= TOPIC_ID_MIN {
+            let mut by_name = kq::DeleteTopicState::default();
+            by_name.name = Some(kp::TopicName(s("orders")));
+            let mut by_id = kq::DeleteTopicState::default();
+            by_id.name = None;
+            by_id.topic_id = kp_uuid(Uuid([5; 16]));
+            sent.topics = vec![by_name, by_id];
+        } else {
+            sent.topic_names = vec![kp::TopicName(s("orders")), kp::TopicName(s("audit"))];
+        }
+        sent.timeout_ms = 30_000;
+        if v >= FLEXIBLE_MIN {
+            sent.unknown_tagged_fields = unknown_tags();
+        }
+        sent
+    }
+
+    pub(crate) fn sample_frames() -> Vec<Vec<u8>> {
+        (VERSION_MIN..=VERSION_MAX)
+            .map(|v| request_frame(API_KEY, v, &sample(v)))
+            .collect()
+    }
+
+    #[test]
+    fn request_round_trips_every_version() {
+        for v in VERSION_MIN..=VERSION_MAX {
+            let (_, req) = decode_frame(&request_frame(API_KEY, v, &sample(v)));
+            let Request::DeleteTopics(req) = req else {
+                panic!("wrong api: {req:?}")
+            };
+            let named = |n: &str| DeleteTopic {
+                name: Some(n.into()),
+                topic_id: Uuid::ZERO,
+            };
+            let topics = if v >= TOPIC_ID_MIN {
+                vec![
+                    named("orders"),
+                    DeleteTopic {
+                        name: None,
+                        topic_id: Uuid([5; 16]),
+                    },
+                ]
+            } else {
+                vec![named("orders"), named("audit")]
+            };
+            let want = DeleteTopicsRequest {
+                topics,
+                timeout_ms: 30_000,
+            };
+            assert_eq!(req, want, "v{v}");
+        }
+    }
+
+    #[test]
+    fn response_decodes_with_the_reference_codec() {
+        let ours = DeleteTopicsResponse {
+            throttle_time_ms: 2,
+            responses: vec![DeletableTopicResult {
+                name: Some("orders".into()),
+                topic_id: Uuid([5; 16]),
+                error_code: 3,
+                error_message: Some("unknown".into()),
+            }],
+        };
+        for v in VERSION_MIN..=VERSION_MAX {
+            let theirs: kp::DeleteTopicsResponse = response_as(ours.encode(v), v);
+            assert_eq!(theirs.throttle_time_ms, 2);
+            let t = &theirs.responses[0];
+            assert_eq!(t.name.as_ref().map(|n| &*n.0), Some("orders"));
+            assert_eq!(t.error_code, 3);
+            let id = if v >= TOPIC_ID_MIN { Uuid([5; 16]) } else { Uuid::ZERO };
+            assert_eq!(our_uuid(t.topic_id), id);
+            let msg = if v >= 5 { Some("unknown") } else { None };
+            assert_eq!(t.error_message.as_deref(), msg);
+        }
+    }
+}
