@@ -48,34 +48,6 @@ impl Uuid {
     pub const ZERO: Uuid = Uuid([0; 16]);
 }
 
-/// Kafka error codes used by the codec and its callers (Kafka's `Errors.java`).
-pub mod error_code {
-    pub const NONE: i16 = 0;
-    pub const UNKNOWN_SERVER_ERROR: i16 = -1;
-    pub const OFFSET_OUT_OF_RANGE: i16 = 1;
-    pub const CORRUPT_MESSAGE: i16 = 2;
-    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
-    pub const LEADER_NOT_AVAILABLE: i16 = 5;
-    pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
-    pub const REQUEST_TIMED_OUT: i16 = 7;
-    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
-    pub const NOT_COORDINATOR: i16 = 16;
-    pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
-    pub const NOT_ENOUGH_REPLICAS: i16 = 19;
-    pub const ILLEGAL_GENERATION: i16 = 22;
-    pub const UNKNOWN_MEMBER_ID: i16 = 25;
-    pub const REBALANCE_IN_PROGRESS: i16 = 27;
-    pub const UNSUPPORTED_VERSION: i16 = 35;
-    pub const TOPIC_ALREADY_EXISTS: i16 = 36;
-    pub const INVALID_PARTITIONS: i16 = 37;
-    pub const INVALID_REPLICATION_FACTOR: i16 = 38;
-    pub const INVALID_REQUEST: i16 = 42;
-    pub const FENCED_LEADER_EPOCH: i16 = 74;
-    pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
-    pub const MEMBER_ID_REQUIRED: i16 = 79;
-    pub const UNKNOWN_TOPIC_ID: i16 = 100;
-}
-
 /// One API's versions as Gregor handles them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ApiSupport {
@@ -338,7 +310,7 @@ mod tests {
         let h = ResponseHeader::decode(&mut out, 0).expect("v0 header");
         assert_eq!(h.correlation_id, 8);
         let body = ApiVersionsResponse::decode(&mut out, 0).expect("v0 body");
-        assert_eq!(body.error_code, error_code::UNSUPPORTED_VERSION);
+        assert_eq!(body.error_code, crate::ErrorCode::UnsupportedVersion.code());
         assert_eq!(body.api_keys.len(), supported_versions().len());
         assert!(out.is_empty());
     }

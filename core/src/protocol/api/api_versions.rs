@@ -9,8 +9,8 @@
 use bytes::Bytes;
 
 use crate::protocol::reader::{Reader, Result};
+use crate::protocol::supported_versions;
 use crate::protocol::writer::Writer;
-use crate::protocol::{error_code, supported_versions};
 
 pub const API_KEY: i16 = 18;
 pub const VERSION_MIN: i16 = 0;
@@ -57,7 +57,7 @@ impl ApiVersionsResponse {
     /// The answer to a supported ApiVersions request: everything Gregor decodes and encodes.
     pub fn supported() -> Self {
         ApiVersionsResponse {
-            error_code: error_code::NONE,
+            error_code: crate::ErrorCode::None.code(),
             api_keys: supported_versions()
                 .iter()
                 .map(|s| ApiVersion {
@@ -73,7 +73,7 @@ impl ApiVersionsResponse {
     /// KIP-511's answer to a version Gregor does not know: encode it with version 0.
     pub fn unsupported_version() -> Self {
         ApiVersionsResponse {
-            error_code: error_code::UNSUPPORTED_VERSION,
+            error_code: crate::ErrorCode::UnsupportedVersion.code(),
             ..ApiVersionsResponse::supported()
         }
     }
