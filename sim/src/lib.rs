@@ -5,3 +5,4 @@
 pub mod checker;
 pub mod disk;
 pub mod history;
+pub mod scenario;
