@@ -121,9 +121,17 @@ impl Fault {
     }
 }
 
+/// The simulated IP of node `node`: `10.0.0.{index+1}`.
+pub fn node_ip(node: NodeIndex) -> IpAddr {
+    let last_octet = u8::try_from(node.0 + 1)
+        .ok()
+        .filter(|&o| o < 255)
+        .expect("at most 254 nodes fit in 10.0.0.0/24");
+    IpAddr::V4(Ipv4Addr::new(10, 0, 0, last_octet))
+}
+
 struct NodeEntry {
     id: NodeId,
-    ip: IpAddr,
     state: Arc<NodeState>,
     crash_seeds: rand_chacha::ChaCha8Rng,
 }
@@ -202,11 +210,7 @@ impl World {
     {
         let mut nodes = self.nodes.borrow_mut();
         let index = nodes.len();
-        let last_octet = u8::try_from(index + 1)
-            .ok()
-            .filter(|&o| o < 255)
-            .expect("at most 254 nodes fit in 10.0.0.0/24");
-        let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 0, last_octet));
+        let ip = node_ip(NodeIndex(index));
         let state = Arc::new(NodeState::new(
             self.seed,
             index as u64,
@@ -228,11 +232,32 @@ impl World {
             .build();
         nodes.push(NodeEntry {
             id: node.id(),
-            ip,
             state,
             crash_seeds: seed::stream(self.seed, index as u64, Purpose::DiskCrash),
         });
         NodeIndex(index)
+    }
+
+    /// Runs `f` with the node's runtime as a task on that node (next to its `main`), e.g. a test
+    /// client. The task dies with the node: the handle then yields an error.
+    pub fn spawn_on<T, F, Fut>(&self, node: NodeIndex, f: F) -> madsim::task::JoinHandle<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(SimRuntime) -> Fut + Send + 'static,
+        Fut: Future<Output = T> + 'static,
+    {
+        let state = self.state(node);
+        let handle = self
+            .handle
+            .get_node(self.id(node))
+            .expect("every NodeIndex names a madsim node");
+        // madsim's NodeHandle only spawns Send futures; core's are not. This Send shim runs on the
+        // node and hands the real future to spawn_local there, without holding it across an await.
+        handle.spawn(async move {
+            madsim::task::spawn_local(f(SimRuntime::attach(state)))
+                .await
+                .expect("the inner task dies only with the node, and then so does this one")
+        })
     }
 
     pub fn node_count(&self) -> usize {
@@ -240,12 +265,12 @@ impl World {
     }
 
     pub fn ip(&self, node: NodeIndex) -> IpAddr {
-        self.nodes.borrow()[node.0].ip
+        node_ip(node)
     }
 
-    /// `ip:port` of a node, as `Runtime::connect` takes it.
+    /// `ip:port` of a node, as `Runtime::connect` takes it (also for a node not yet added).
     pub fn addr(&self, node: NodeIndex, port: u16) -> String {
-        format!("{}:{port}", self.ip(node))
+        format!("{}:{port}", node_ip(node))
     }
 
     /// The node's surviving state: its disk and clock skew.
