@@ -271,7 +271,9 @@ fn killed_node_keeps_synced_data_and_loses_unsynced() {
             let node = world.add_node("storage", move |rt| {
                 let found = found_in.clone();
                 async move {
-                    let listening = rt.listen("10.0.0.1:9092").await.map(|_| "listening".to_string());
+                    // Held until the node dies: a restart must find the port free again.
+                    let listener = rt.listen("10.0.0.1:9092").await;
+                    let listening = listener.as_ref().map(|_| "listening".to_string());
                     let contents = rt.with_disk(|disk| {
                         if !disk.exists("log") {
                             disk.create("log").expect("create");
@@ -286,7 +288,8 @@ fn killed_node_keeps_synced_data_and_loses_unsynced() {
                         .lock()
                         .expect("lock")
                         .push((contents, listening.unwrap_or_else(|e| e.to_string())));
-                    std::future::pending::<()>().await
+                    std::future::pending::<()>().await;
+                    drop(listener);
                 }
             });
             settle().await;
@@ -295,10 +298,13 @@ fn killed_node_keeps_synced_data_and_loses_unsynced() {
             settle().await;
             world.restart(node);
             settle().await;
+            // Restarting a node that is up bounces it: killed (disk crashed, ports freed) first.
+            world.restart(node);
+            settle().await;
             let found = found.lock().expect("lock").clone();
             found
         });
-        assert_eq!(found.len(), 2, "seed {seed}: main runs once per incarnation");
+        assert_eq!(found.len(), 3, "seed {seed}: main runs once per incarnation");
         assert_eq!(found[0], (Vec::new(), "listening".to_string()));
         let (after, listening) = &found[1];
         assert_eq!(listening, "listening", "seed {seed}: kill must free the node's ports");
@@ -310,6 +316,13 @@ fn killed_node_keeps_synced_data_and_loses_unsynced() {
         if after.len() < b"synced|unsynced-unsynced|".len() {
             lost_some += 1;
         }
+        let (bounced, listening) = &found[2];
+        assert_eq!(
+            listening, "listening",
+            "seed {seed}: a bounce must free the node's ports"
+        );
+        let synced_before_bounce = [after.as_slice(), b"synced|"].concat();
+        assert!(bounced.starts_with(&synced_before_bounce), "seed {seed}: {bounced:?}");
     }
     assert!(lost_some > 0, "a crash must be able to lose unsynced writes");
 }
