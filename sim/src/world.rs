@@ -116,6 +116,7 @@ impl Fault {
             Fault::Isolate(n) => Fault::Rejoin(n),
             Fault::Rejoin(n) => Fault::Isolate(n),
             Fault::Skew(n, _) => Fault::Unskew(n),
+            // The skew it undid is not recorded here; skewing by 0 is the neutral inverse.
             Fault::Unskew(n) => Fault::Skew(n, 0),
         }
     }
@@ -352,5 +353,33 @@ impl World {
 
     pub fn repair(&self, a: NodeIndex, b: NodeIndex) {
         self.inject(&Fault::Repair(a, b));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_fault_has_an_opposite_that_undoes_it() {
+        let (a, b) = (NodeIndex(0), NodeIndex(1));
+        let faults = [
+            Fault::Kill(a),
+            Fault::Pause(a),
+            Fault::Partition(a, b),
+            Fault::Clog { from: a, to: b },
+            Fault::Isolate(a),
+            Fault::Skew(a, 0),
+        ];
+        for fault in faults {
+            assert_ne!(fault.opposite(), fault);
+            assert_eq!(fault.opposite().opposite(), fault);
+        }
+    }
+
+    #[test]
+    fn node_ips_follow_creation_order() {
+        assert_eq!(node_ip(NodeIndex(0)).to_string(), "10.0.0.1");
+        assert_eq!(node_ip(NodeIndex(253)).to_string(), "10.0.0.254");
     }
 }

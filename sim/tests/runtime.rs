@@ -417,3 +417,40 @@ fn clock_skew_moves_wall_clock_not_monotonic() {
         assert!(wall2 >= wall0, "unskew restores the wall clock: {wall0} -> {wall2}");
     });
 }
+
+#[test]
+fn paused_node_answers_only_after_resume() {
+    run_seed(9, |world| async move {
+        let events = Log::default();
+        let server = echo_node(&world, NodeConfig::named("server"), &events);
+        let client = idle_node(&world, "client");
+        settle().await;
+        let addr = world.addr(server, PORT);
+        let mut conn = world
+            .spawn_on(
+                client,
+                move |rt| async move { rt.connect(&addr).await.expect("connect") },
+            )
+            .await
+            .expect("connected");
+        world.inject(&Fault::Pause(server));
+        let conn = world
+            .spawn_on(client, move |_rt| async move {
+                conn.send(Bytes::from_static(b"hello?")).await.expect("send");
+                let stalled = madsim::time::timeout(Duration::from_secs(5), conn.recv()).await;
+                assert!(stalled.is_err(), "a paused node must not answer: {stalled:?}");
+                conn
+            })
+            .await
+            .expect("ran");
+        world.inject(&Fault::Pause(server).opposite());
+        let answer = world
+            .spawn_on(client, move |_rt| async move {
+                let mut conn = conn;
+                madsim::time::timeout(Duration::from_secs(5), conn.recv()).await
+            })
+            .await
+            .expect("ran");
+        assert_eq!(answer, Ok(Ok(Some(Bytes::from_static(b"hello?")))));
+    });
+}
