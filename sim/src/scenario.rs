@@ -345,7 +345,7 @@ impl Scenario {
                 format!("{} is not between 1 and 9", c.brokers),
             );
         }
-        if c.coordinators == 0 || c.coordinators > 7 || c.coordinators % 2 == 0 {
+        if c.coordinators == 0 || c.coordinators > 7 || c.coordinators.is_multiple_of(2) {
             return bad(
                 at(0..0),
                 "cluster.coordinators",
