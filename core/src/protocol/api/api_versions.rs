@@ -8,7 +8,7 @@
 
 use bytes::Bytes;
 
-use crate::protocol::reader::{Reader, Result};
+use crate::protocol::reader::{min_bytes, Reader, Result};
 use crate::protocol::supported_versions;
 use crate::protocol::writer::Writer;
 
@@ -94,6 +94,48 @@ impl ApiVersionsResponse {
         }
         w.no_tagged_fields(flex);
         w.finish()
+    }
+}
+
+// Client side: the request we send and the response we read from an untrusted server, each the
+// mirror image of the broker side above.
+
+impl ApiVersionsRequest {
+    pub fn encode(&self, version: i16) -> Bytes {
+        let flex = version >= FLEXIBLE_MIN;
+        let mut w = Writer::new();
+        if version >= 3 {
+            w.string(flex, &self.client_software_name);
+            w.string(flex, &self.client_software_version);
+        }
+        w.no_tagged_fields(flex);
+        w.finish()
+    }
+}
+
+impl ApiVersionsResponse {
+    pub fn decode(version: i16, r: &mut Reader<'_>) -> Result<Self> {
+        let flex = version >= FLEXIBLE_MIN;
+        let error_code = r.i16()?;
+        let api_keys = r.array(flex, 6 + min_bytes::tags(flex), |r| {
+            let api_key = r.i16()?;
+            let min_version = r.i16()?;
+            let max_version = r.i16()?;
+            r.skip_tagged_fields(flex)?;
+            Ok(ApiVersion {
+                api_key,
+                min_version,
+                max_version,
+            })
+        })?;
+        let throttle_time_ms = if version >= 1 { r.i32()? } else { 0 };
+        // v3+'s tagged features (KIP-584) mean nothing to Gregor's clients: skipped as unknown.
+        r.skip_tagged_fields(flex)?;
+        Ok(ApiVersionsResponse {
+            error_code,
+            api_keys,
+            throttle_time_ms,
+        })
     }
 }
 

@@ -94,6 +94,67 @@ impl DeleteTopicsResponse {
     }
 }
 
+// Client side: the request we send and the response we read from an untrusted server, each the
+// mirror image of the broker side above.
+
+impl DeleteTopicsRequest {
+    /// Before v6 topics are named: a `None` name is sent as "" (no topic has that name).
+    pub fn encode(&self, version: i16) -> Bytes {
+        let flex = version >= FLEXIBLE_MIN;
+        let mut w = Writer::new();
+        if version >= TOPIC_ID_MIN {
+            w.array(flex, &self.topics, |w, t| {
+                w.nullable_string(flex, t.name.as_deref());
+                w.uuid(t.topic_id);
+                w.no_tagged_fields(flex);
+            });
+        } else {
+            w.array(flex, &self.topics, |w, t| {
+                w.string(flex, t.name.as_deref().unwrap_or_default());
+            });
+        }
+        w.i32(self.timeout_ms);
+        w.no_tagged_fields(flex);
+        w.finish()
+    }
+}
+
+impl DeleteTopicsResponse {
+    pub fn decode(version: i16, r: &mut Reader<'_>) -> Result<Self> {
+        let flex = version >= FLEXIBLE_MIN;
+        let string = min_bytes::string(flex);
+        let throttle_time_ms = r.i32()?;
+        let mut result_min = string + 2 + min_bytes::tags(flex);
+        if version >= TOPIC_ID_MIN {
+            result_min += 16;
+        }
+        if version >= 5 {
+            result_min += string;
+        }
+        let responses = r.array(flex, result_min, |r| {
+            let (name, topic_id) = if version >= TOPIC_ID_MIN {
+                (r.nullable_string(flex)?, r.uuid()?)
+            } else {
+                (Some(r.string(flex, "responses.name")?), Uuid::ZERO)
+            };
+            let error_code = r.i16()?;
+            let error_message = if version >= 5 { r.nullable_string(flex)? } else { None };
+            r.skip_tagged_fields(flex)?;
+            Ok(DeletableTopicResult {
+                name,
+                topic_id,
+                error_code,
+                error_message,
+            })
+        })?;
+        r.skip_tagged_fields(flex)?;
+        Ok(DeleteTopicsResponse {
+            throttle_time_ms,
+            responses,
+        })
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

@@ -131,6 +131,90 @@ impl DescribeConfigsResponse {
     }
 }
 
+// Client side: the request we send and the response we read from an untrusted server, each the
+// mirror image of the broker side above.
+
+impl DescribeConfigsRequest {
+    pub fn encode(&self, version: i16) -> Bytes {
+        let flex = version >= FLEXIBLE_MIN;
+        let mut w = Writer::new();
+        w.array(flex, &self.resources, |w, res| {
+            w.i8(res.resource_type);
+            w.string(flex, &res.resource_name);
+            w.nullable_array(flex, res.configuration_keys.as_deref(), |w, k| w.string(flex, k));
+            w.no_tagged_fields(flex);
+        });
+        w.bool(self.include_synonyms);
+        if version >= 3 {
+            w.bool(self.include_documentation);
+        }
+        w.no_tagged_fields(flex);
+        w.finish()
+    }
+}
+
+impl DescribeConfigsResponse {
+    pub fn decode(version: i16, r: &mut Reader<'_>) -> Result<Self> {
+        let flex = version >= FLEXIBLE_MIN;
+        let string = min_bytes::string(flex);
+        let array = min_bytes::array(flex);
+        let tags = min_bytes::tags(flex);
+        let throttle_time_ms = r.i32()?;
+        let result_min = 2 + string + 1 + string + array + tags;
+        let synonym_min = string + string + 1 + tags;
+        let entry_min = string + string + 3 + array + if version >= 3 { 1 + string } else { 0 } + tags;
+        let results = r.array(flex, result_min, |r| {
+            let error_code = r.i16()?;
+            let error_message = r.nullable_string(flex)?;
+            let resource_type = r.i8()?;
+            let resource_name = r.string(flex, "results.resource_name")?;
+            let configs = r.array(flex, entry_min, |r| {
+                let name = r.string(flex, "configs.name")?;
+                let value = r.nullable_string(flex)?;
+                let read_only = r.bool()?;
+                let config_source = r.i8()?;
+                let is_sensitive = r.bool()?;
+                let synonyms = r.array(flex, synonym_min, |r| {
+                    let name = r.string(flex, "synonyms.name")?;
+                    let value = r.nullable_string(flex)?;
+                    let source = r.i8()?;
+                    r.skip_tagged_fields(flex)?;
+                    Ok(DescribeConfigsSynonym { name, value, source })
+                })?;
+                let (config_type, documentation) = if version >= 3 {
+                    (r.i8()?, r.nullable_string(flex)?)
+                } else {
+                    (0, None)
+                };
+                r.skip_tagged_fields(flex)?;
+                Ok(DescribeConfigsEntry {
+                    name,
+                    value,
+                    read_only,
+                    config_source,
+                    is_sensitive,
+                    synonyms,
+                    config_type,
+                    documentation,
+                })
+            })?;
+            r.skip_tagged_fields(flex)?;
+            Ok(DescribeConfigsResult {
+                error_code,
+                error_message,
+                resource_type,
+                resource_name,
+                configs,
+            })
+        })?;
+        r.skip_tagged_fields(flex)?;
+        Ok(DescribeConfigsResponse {
+            throttle_time_ms,
+            results,
+        })
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

@@ -281,6 +281,155 @@ fn encode_partition(w: &mut Writer, version: i16, flex: bool, p: &FetchPartition
     w.tagged_fields(flex, &tags);
 }
 
+// Client side (consumers and the follower's replica fetcher): the request we send and the
+// response we read from an untrusted server, each the mirror image of the broker side above.
+
+fn encode_topic_ident(w: &mut Writer, version: i16, flex: bool, topic: &str, topic_id: Uuid) {
+    if version >= TOPIC_ID_MIN {
+        w.uuid(topic_id);
+    } else {
+        w.string(flex, topic);
+    }
+}
+
+impl FetchRequest {
+    pub fn encode(&self, version: i16) -> Bytes {
+        let flex = version >= FLEXIBLE_MIN;
+        let mut w = Writer::new();
+        w.i32(self.replica_id);
+        w.i32(self.max_wait_ms);
+        w.i32(self.min_bytes);
+        w.i32(self.max_bytes);
+        w.i8(self.isolation_level);
+        if version >= 7 {
+            w.i32(self.session_id);
+            w.i32(self.session_epoch);
+        }
+        w.array(flex, &self.topics, |w, t| {
+            encode_topic_ident(w, version, flex, &t.topic, t.topic_id);
+            w.array(flex, &t.partitions, |w, p| {
+                w.i32(p.partition);
+                if version >= 9 {
+                    w.i32(p.current_leader_epoch);
+                }
+                w.i64(p.fetch_offset);
+                if version >= 12 {
+                    w.i32(p.last_fetched_epoch);
+                }
+                if version >= 5 {
+                    w.i64(p.log_start_offset);
+                }
+                w.i32(p.partition_max_bytes);
+                w.no_tagged_fields(flex);
+            });
+            w.no_tagged_fields(flex);
+        });
+        if version >= 7 {
+            w.array(flex, &self.forgotten_topics, |w, t| {
+                encode_topic_ident(w, version, flex, &t.topic, t.topic_id);
+                w.array(flex, &t.partitions, |w, p| w.i32(*p));
+                w.no_tagged_fields(flex);
+            });
+        }
+        if version >= 11 {
+            w.string(flex, &self.rack_id);
+        }
+        w.no_tagged_fields(flex);
+        w.finish()
+    }
+}
+
+impl FetchResponse {
+    /// Fields a version lacks take Kafka's defaults (log start offset and preferred read replica
+    /// -1); record sets are sliced from the frame when the reader shares it.
+    pub fn decode(version: i16, r: &mut Reader<'_>) -> Result<Self> {
+        let flex = version >= FLEXIBLE_MIN;
+        let throttle_time_ms = r.i32()?;
+        let (error_code, session_id) = if version >= 7 { (r.i16()?, r.i32()?) } else { (0, 0) };
+        let array = min_bytes::array(flex);
+        let tags = min_bytes::tags(flex);
+        let mut part_min = 4 + 2 + 8 + 8 + array + array + tags;
+        if version >= 5 {
+            part_min += 8;
+        }
+        if version >= 11 {
+            part_min += 4;
+        }
+        let topic_min = topic_ident_min(version, flex) + array + tags;
+        let topics = r.array(flex, topic_min, |r| {
+            let (topic, topic_id) = topic_ident(version, flex, r)?;
+            let partitions = r.array(flex, part_min, |r| decode_partition(r, version, flex))?;
+            r.skip_tagged_fields(flex)?;
+            Ok(FetchTopicResponse {
+                topic,
+                topic_id,
+                partitions,
+            })
+        })?;
+        r.skip_tagged_fields(flex)?;
+        Ok(FetchResponse {
+            throttle_time_ms,
+            error_code,
+            session_id,
+            topics,
+        })
+    }
+}
+
+fn decode_partition(r: &mut Reader<'_>, version: i16, flex: bool) -> Result<FetchPartitionResponse> {
+    let partition_index = r.i32()?;
+    let error_code = r.i16()?;
+    let high_watermark = r.i64()?;
+    let last_stable_offset = r.i64()?;
+    let log_start_offset = if version >= 5 { r.i64()? } else { -1 };
+    let aborted_transactions = r.nullable_array(flex, 16 + min_bytes::tags(flex), |r| {
+        let producer_id = r.i64()?;
+        let first_offset = r.i64()?;
+        r.skip_tagged_fields(flex)?;
+        Ok(AbortedTransaction {
+            producer_id,
+            first_offset,
+        })
+    })?;
+    let preferred_read_replica = if version >= 11 { r.i32()? } else { -1 };
+    let records = r.nullable_bytes(flex)?;
+    let mut diverging_epoch = None;
+    let mut current_leader = None;
+    // Tag 2 (snapshot id, KIP-630) is for KRaft followers: skipped as unknown.
+    r.tagged_fields(flex, |tag, r| match tag {
+        0 => {
+            let epoch = r.i32()?;
+            let end_offset = r.i64()?;
+            r.skip_tagged_fields(true)?;
+            diverging_epoch = Some(EpochEndOffset { epoch, end_offset });
+            Ok(true)
+        }
+        1 => {
+            let leader_id = r.i32()?;
+            let leader_epoch = r.i32()?;
+            r.skip_tagged_fields(true)?;
+            current_leader = Some(LeaderIdAndEpoch {
+                leader_id,
+                leader_epoch,
+            });
+            Ok(true)
+        }
+        _ => Ok(false),
+    })?;
+    Ok(FetchPartitionResponse {
+        partition_index,
+        error_code,
+        high_watermark,
+        last_stable_offset,
+        log_start_offset,
+        diverging_epoch,
+        current_leader,
+        aborted_transactions,
+        preferred_read_replica,
+        records,
+    })
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

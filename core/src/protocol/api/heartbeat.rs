@@ -57,6 +57,37 @@ impl HeartbeatResponse {
     }
 }
 
+// Client side: the request we send and the response we read from an untrusted server, each the
+// mirror image of the broker side above.
+
+impl HeartbeatRequest {
+    pub fn encode(&self, version: i16) -> Bytes {
+        let flex = version >= FLEXIBLE_MIN;
+        let mut w = Writer::new();
+        w.string(flex, &self.group_id);
+        w.i32(self.generation_id);
+        w.string(flex, &self.member_id);
+        if version >= 3 {
+            w.nullable_string(flex, self.group_instance_id.as_deref());
+        }
+        w.no_tagged_fields(flex);
+        w.finish()
+    }
+}
+
+impl HeartbeatResponse {
+    pub fn decode(version: i16, r: &mut Reader<'_>) -> Result<Self> {
+        let flex = version >= FLEXIBLE_MIN;
+        let throttle_time_ms = if version >= 1 { r.i32()? } else { 0 };
+        let error_code = r.i16()?;
+        r.skip_tagged_fields(flex)?;
+        Ok(HeartbeatResponse {
+            throttle_time_ms,
+            error_code,
+        })
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

@@ -61,6 +61,41 @@ impl InitProducerIdResponse {
     }
 }
 
+// Client side: the request we send and the response we read from an untrusted server, each the
+// mirror image of the broker side above.
+
+impl InitProducerIdRequest {
+    pub fn encode(&self, version: i16) -> Bytes {
+        let flex = version >= FLEXIBLE_MIN;
+        let mut w = Writer::new();
+        w.nullable_string(flex, self.transactional_id.as_deref());
+        w.i32(self.transaction_timeout_ms);
+        if version >= 3 {
+            w.i64(self.producer_id);
+            w.i16(self.producer_epoch);
+        }
+        w.no_tagged_fields(flex);
+        w.finish()
+    }
+}
+
+impl InitProducerIdResponse {
+    pub fn decode(version: i16, r: &mut Reader<'_>) -> Result<Self> {
+        let flex = version >= FLEXIBLE_MIN;
+        let throttle_time_ms = r.i32()?;
+        let error_code = r.i16()?;
+        let producer_id = r.i64()?;
+        let producer_epoch = r.i16()?;
+        r.skip_tagged_fields(flex)?;
+        Ok(InitProducerIdResponse {
+            throttle_time_ms,
+            error_code,
+            producer_id,
+            producer_epoch,
+        })
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

@@ -124,6 +124,79 @@ impl JoinGroupResponse {
     }
 }
 
+// Client side: the request we send and the response we read from an untrusted server, each the
+// mirror image of the broker side above.
+
+impl JoinGroupRequest {
+    pub fn encode(&self, version: i16) -> Bytes {
+        let flex = version >= FLEXIBLE_MIN;
+        let mut w = Writer::new();
+        w.string(flex, &self.group_id);
+        w.i32(self.session_timeout_ms);
+        if version >= 1 {
+            w.i32(self.rebalance_timeout_ms);
+        }
+        w.string(flex, &self.member_id);
+        if version >= 5 {
+            w.nullable_string(flex, self.group_instance_id.as_deref());
+        }
+        w.string(flex, &self.protocol_type);
+        w.array(flex, &self.protocols, |w, p| {
+            w.string(flex, &p.name);
+            w.bytes(flex, &p.metadata);
+            w.no_tagged_fields(flex);
+        });
+        if version >= 8 {
+            w.nullable_string(flex, self.reason.as_deref());
+        }
+        w.no_tagged_fields(flex);
+        w.finish()
+    }
+}
+
+impl JoinGroupResponse {
+    /// Before v7 the protocol name is a plain string, so it decodes as `Some` (maybe empty).
+    pub fn decode(version: i16, r: &mut Reader<'_>) -> Result<Self> {
+        let flex = version >= FLEXIBLE_MIN;
+        let throttle_time_ms = if version >= 2 { r.i32()? } else { 0 };
+        let error_code = r.i16()?;
+        let generation_id = r.i32()?;
+        let (protocol_type, protocol_name) = if version >= 7 {
+            (r.nullable_string(flex)?, r.nullable_string(flex)?)
+        } else {
+            (None, Some(r.string(flex, "protocol_name")?))
+        };
+        let leader = r.string(flex, "leader")?;
+        let skip_assignment = if version >= 9 { r.bool()? } else { false };
+        let member_id = r.string(flex, "member_id")?;
+        let string = min_bytes::string(flex);
+        let member_min = string + if version >= 5 { string } else { 0 } + string + min_bytes::tags(flex);
+        let members = r.array(flex, member_min, |r| {
+            let member_id = r.string(flex, "members.member_id")?;
+            let group_instance_id = if version >= 5 { r.nullable_string(flex)? } else { None };
+            let metadata = r.bytes(flex, "members.metadata")?;
+            r.skip_tagged_fields(flex)?;
+            Ok(JoinGroupMember {
+                member_id,
+                group_instance_id,
+                metadata,
+            })
+        })?;
+        r.skip_tagged_fields(flex)?;
+        Ok(JoinGroupResponse {
+            throttle_time_ms,
+            error_code,
+            generation_id,
+            protocol_type,
+            protocol_name,
+            leader,
+            skip_assignment,
+            member_id,
+            members,
+        })
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

@@ -117,6 +117,65 @@ impl OffsetCommitResponse {
     }
 }
 
+// Client side: the request we send and the response we read from an untrusted server, each the
+// mirror image of the broker side above.
+
+impl OffsetCommitRequest {
+    pub fn encode(&self, version: i16) -> Bytes {
+        let flex = version >= FLEXIBLE_MIN;
+        let mut w = Writer::new();
+        w.string(flex, &self.group_id);
+        w.i32(self.generation_id);
+        w.string(flex, &self.member_id);
+        if version >= 7 {
+            w.nullable_string(flex, self.group_instance_id.as_deref());
+        }
+        if version <= 4 {
+            w.i64(self.retention_time_ms);
+        }
+        w.array(flex, &self.topics, |w, t| {
+            w.string(flex, &t.name);
+            w.array(flex, &t.partitions, |w, p| {
+                w.i32(p.partition_index);
+                w.i64(p.committed_offset);
+                if version >= 6 {
+                    w.i32(p.committed_leader_epoch);
+                }
+                w.nullable_string(flex, p.committed_metadata.as_deref());
+                w.no_tagged_fields(flex);
+            });
+            w.no_tagged_fields(flex);
+        });
+        w.no_tagged_fields(flex);
+        w.finish()
+    }
+}
+
+impl OffsetCommitResponse {
+    pub fn decode(version: i16, r: &mut Reader<'_>) -> Result<Self> {
+        let flex = version >= FLEXIBLE_MIN;
+        let throttle_time_ms = if version >= 3 { r.i32()? } else { 0 };
+        let tags = min_bytes::tags(flex);
+        let topic_min = min_bytes::string(flex) + min_bytes::array(flex) + tags;
+        let topics = r.array(flex, topic_min, |r| {
+            let name = r.string(flex, "topics.name")?;
+            let partitions = r.array(flex, 4 + 2 + tags, |r| {
+                let index = r.i32()?;
+                let error_code = r.i16()?;
+                r.skip_tagged_fields(flex)?;
+                Ok((index, error_code))
+            })?;
+            r.skip_tagged_fields(flex)?;
+            Ok(OffsetCommitTopicResponse { name, partitions })
+        })?;
+        r.skip_tagged_fields(flex)?;
+        Ok(OffsetCommitResponse {
+            throttle_time_ms,
+            topics,
+        })
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
