@@ -366,4 +366,96 @@ pub(crate) mod tests {
             }
         }
     }
+
+    pub(crate) fn client_request(_v: i16) -> CreateTopicsRequest {
+        CreateTopicsRequest {
+            topics: vec![
+                CreatableTopic {
+                    name: "t".into(),
+                    num_partitions: 3,
+                    replication_factor: 2,
+                    assignments: vec![],
+                    configs: vec![
+                        TopicConfig {
+                            name: "cleanup.policy".into(),
+                            value: Some("compact".into()),
+                        },
+                        TopicConfig {
+                            name: "retention.ms".into(),
+                            value: None,
+                        },
+                    ],
+                },
+                CreatableTopic {
+                    name: "u".into(),
+                    num_partitions: -1,
+                    replication_factor: -1,
+                    assignments: vec![ReplicaAssignment {
+                        partition_index: 0,
+                        broker_ids: vec![1, 2],
+                    }],
+                    configs: vec![],
+                },
+            ],
+            timeout_ms: 5000,
+            validate_only: true,
+        }
+    }
+
+    pub(crate) fn client_response(v: i16) -> CreateTopicsResponse {
+        let described = v >= 5;
+        CreateTopicsResponse {
+            throttle_time_ms: 1,
+            topics: vec![
+                CreatableTopicResult {
+                    name: "t".into(),
+                    topic_id: if v >= 7 { Uuid([5; 16]) } else { Uuid::ZERO },
+                    error_code: 0,
+                    error_message: None,
+                    topic_config_error_code: if described {
+                        crate::ErrorCode::TopicAuthorizationFailed.code()
+                    } else {
+                        0
+                    },
+                    num_partitions: if described { 3 } else { -1 },
+                    replication_factor: if described { 2 } else { -1 },
+                    configs: described.then(|| {
+                        vec![CreatableTopicConfigs {
+                            name: "cleanup.policy".into(),
+                            value: Some("compact".into()),
+                            read_only: false,
+                            config_source: 1,
+                            is_sensitive: true,
+                        }]
+                    }),
+                },
+                CreatableTopicResult {
+                    name: "u".into(),
+                    error_code: crate::ErrorCode::TopicAlreadyExists.code(),
+                    error_message: Some("exists".into()),
+                    num_partitions: -1,
+                    replication_factor: -1,
+                    ..CreatableTopicResult::default()
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn client_codec_round_trips_every_version() {
+        for v in VERSION_MIN..=VERSION_MAX {
+            let req = client_request(v);
+            let theirs: kp::CreateTopicsRequest =
+                client_round_trip(v, &req, req.encode(v), CreateTopicsRequest::decode);
+            assert_eq!(
+                (theirs.topics[0].num_partitions, theirs.topics[0].replication_factor),
+                (3, 2)
+            );
+            assert_eq!((theirs.timeout_ms, theirs.validate_only), (5000, true));
+            let resp = client_response(v);
+            let theirs: kp::CreateTopicsResponse =
+                client_round_trip(v, &resp, resp.encode(v), CreateTopicsResponse::decode);
+            assert_eq!(theirs.topics[1].error_code, 36);
+        }
+    }
 }

@@ -241,4 +241,56 @@ pub(crate) mod tests {
             assert_eq!(t.error_message.as_deref(), msg);
         }
     }
+
+    pub(crate) fn client_request(v: i16) -> DeleteTopicsRequest {
+        let by_name = |name: &str| DeleteTopic {
+            name: Some(name.into()),
+            topic_id: Uuid::ZERO,
+        };
+        let second = if v >= TOPIC_ID_MIN {
+            DeleteTopic {
+                name: None,
+                topic_id: Uuid([4; 16]),
+            }
+        } else {
+            by_name("u")
+        };
+        DeleteTopicsRequest {
+            topics: vec![by_name("t"), second],
+            timeout_ms: 3000,
+        }
+    }
+
+    pub(crate) fn client_response(v: i16) -> DeleteTopicsResponse {
+        let mut responses = vec![DeletableTopicResult {
+            name: Some("t".into()),
+            topic_id: if v >= TOPIC_ID_MIN { Uuid([4; 16]) } else { Uuid::ZERO },
+            error_code: 0,
+            error_message: if v >= 5 { Some("m".into()) } else { None },
+        }];
+        if v >= TOPIC_ID_MIN {
+            responses.push(DeletableTopicResult {
+                name: None,
+                topic_id: Uuid([5; 16]),
+                error_code: crate::ErrorCode::UnknownTopicId.code(),
+                error_message: None,
+            });
+        }
+        DeleteTopicsResponse {
+            throttle_time_ms: 1,
+            responses,
+        }
+    }
+
+    #[test]
+    fn client_codec_round_trips_every_version() {
+        for v in VERSION_MIN..=VERSION_MAX {
+            let req = client_request(v);
+            let theirs: kp::DeleteTopicsRequest =
+                client_round_trip(v, &req, req.encode(v), DeleteTopicsRequest::decode);
+            assert_eq!(theirs.timeout_ms, 3000);
+            let resp = client_response(v);
+            let _: kp::DeleteTopicsResponse = client_round_trip(v, &resp, resp.encode(v), DeleteTopicsResponse::decode);
+        }
+    }
 }

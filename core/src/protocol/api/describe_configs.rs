@@ -317,4 +317,63 @@ pub(crate) mod tests {
             }
         }
     }
+
+    pub(crate) fn client_request(v: i16) -> DescribeConfigsRequest {
+        DescribeConfigsRequest {
+            resources: vec![
+                DescribeConfigsResource {
+                    resource_type: RESOURCE_TYPE_TOPIC,
+                    resource_name: "orders".into(),
+                    configuration_keys: Some(vec!["retention.ms".into()]),
+                },
+                DescribeConfigsResource {
+                    resource_type: RESOURCE_TYPE_BROKER,
+                    resource_name: "1".into(),
+                    configuration_keys: None,
+                },
+            ],
+            include_synonyms: true,
+            include_documentation: v >= 3,
+        }
+    }
+
+    pub(crate) fn client_response(v: i16) -> DescribeConfigsResponse {
+        DescribeConfigsResponse {
+            throttle_time_ms: 1,
+            results: vec![DescribeConfigsResult {
+                error_code: 0,
+                error_message: None,
+                resource_type: RESOURCE_TYPE_TOPIC,
+                resource_name: "orders".into(),
+                configs: vec![DescribeConfigsEntry {
+                    name: "retention.ms".into(),
+                    value: Some("1000".into()),
+                    read_only: false,
+                    config_source: 1,
+                    is_sensitive: false,
+                    synonyms: vec![DescribeConfigsSynonym {
+                        name: "log.retention.ms".into(),
+                        value: Some("604800000".into()),
+                        source: 5,
+                    }],
+                    config_type: if v >= 3 { 5 } else { 0 },
+                    documentation: if v >= 3 { Some("how long".into()) } else { None },
+                }],
+            }],
+        }
+    }
+
+    #[test]
+    fn client_codec_round_trips_every_version() {
+        for v in VERSION_MIN..=VERSION_MAX {
+            let req = client_request(v);
+            let theirs: kp::DescribeConfigsRequest =
+                client_round_trip(v, &req, req.encode(v), DescribeConfigsRequest::decode);
+            assert_eq!(theirs.resources[1].configuration_keys, None);
+            let resp = client_response(v);
+            let theirs: kp::DescribeConfigsResponse =
+                client_round_trip(v, &resp, resp.encode(v), DescribeConfigsResponse::decode);
+            assert_eq!(theirs.results[0].configs[0].synonyms[0].source, 5);
+        }
+    }
 }

@@ -263,4 +263,56 @@ pub(crate) mod tests {
             assert_eq!(parts, [(1, 0), (2, 22)]);
         }
     }
+
+    pub(crate) fn client_request(v: i16) -> OffsetCommitRequest {
+        OffsetCommitRequest {
+            group_id: "g".into(),
+            generation_id: 5,
+            member_id: "m".into(),
+            group_instance_id: if v >= 7 { Some("i".into()) } else { None },
+            retention_time_ms: if v <= 4 { 86_400_000 } else { -1 },
+            topics: vec![OffsetCommitTopic {
+                name: "orders".into(),
+                partitions: vec![
+                    OffsetCommitPartition {
+                        partition_index: 0,
+                        committed_offset: 100,
+                        committed_leader_epoch: if v >= 6 { 4 } else { -1 },
+                        committed_metadata: Some("meta".into()),
+                    },
+                    OffsetCommitPartition {
+                        partition_index: 1,
+                        committed_offset: 200,
+                        committed_leader_epoch: -1,
+                        committed_metadata: None,
+                    },
+                ],
+            }],
+        }
+    }
+
+    pub(crate) fn client_response(v: i16) -> OffsetCommitResponse {
+        OffsetCommitResponse {
+            throttle_time_ms: if v >= 3 { 2 } else { 0 },
+            topics: vec![OffsetCommitTopicResponse {
+                name: "orders".into(),
+                partitions: vec![(0, 0), (1, crate::ErrorCode::NotCoordinator.code())],
+            }],
+        }
+    }
+
+    #[test]
+    fn client_codec_round_trips_every_version() {
+        for v in VERSION_MIN..=VERSION_MAX {
+            let req = client_request(v);
+            let theirs: kp::OffsetCommitRequest =
+                client_round_trip(v, &req, req.encode(v), OffsetCommitRequest::decode);
+            let p = &theirs.topics[0].partitions;
+            assert_eq!((p[0].committed_offset, p[1].committed_offset), (100, 200));
+            let resp = client_response(v);
+            let theirs: kp::OffsetCommitResponse =
+                client_round_trip(v, &resp, resp.encode(v), OffsetCommitResponse::decode);
+            assert_eq!(theirs.topics[0].partitions[1].error_code, 16);
+        }
+    }
 }

@@ -329,4 +329,78 @@ pub(crate) mod tests {
             }
         }
     }
+
+    pub(crate) fn client_request(_v: i16) -> ProduceRequest {
+        ProduceRequest {
+            transactional_id: Some("tx".into()),
+            acks: -1,
+            timeout_ms: 1500,
+            topics: vec![ProduceTopic {
+                name: "orders".into(),
+                partitions: vec![
+                    ProducePartition {
+                        index: 2,
+                        records: Some(Bytes::from_static(b"\x00\x00\x00\x00\x00\x00\x00\x00 raw record batch")),
+                    },
+                    ProducePartition {
+                        index: 3,
+                        records: None,
+                    },
+                ],
+            }],
+        }
+    }
+
+    pub(crate) fn client_response(v: i16) -> ProduceResponse {
+        let (record_errors, error_message) = if v >= 8 {
+            (
+                vec![
+                    BatchIndexError {
+                        batch_index: 1,
+                        batch_index_error_message: Some("bad".into()),
+                    },
+                    BatchIndexError {
+                        batch_index: 4,
+                        batch_index_error_message: None,
+                    },
+                ],
+                Some("oops".into()),
+            )
+        } else {
+            (vec![], None)
+        };
+        ProduceResponse {
+            topics: vec![ProduceTopicResponse {
+                name: "orders".into(),
+                partitions: vec![ProducePartitionResponse {
+                    index: 2,
+                    error_code: crate::ErrorCode::NotLeaderOrFollower.code(),
+                    base_offset: 100,
+                    log_append_time_ms: 1_700_000_000_000,
+                    log_start_offset: if v >= 5 { 7 } else { -1 },
+                    record_errors,
+                    error_message,
+                }],
+            }],
+            throttle_time_ms: 11,
+        }
+    }
+
+    #[test]
+    fn client_codec_round_trips_every_version() {
+        for v in VERSION_MIN..=VERSION_MAX {
+            let req = client_request(v);
+            let theirs: kp::ProduceRequest = client_round_trip(v, &req, req.encode(v), ProduceRequest::decode);
+            assert_eq!(theirs.acks, -1);
+            assert_eq!(theirs.timeout_ms, 1500);
+            let p = &theirs.topic_data[0].partition_data;
+            assert_eq!((p[0].index, p[1].index), (2, 3));
+            assert_eq!(p[0].records, req.topics[0].partitions[0].records);
+            assert_eq!(p[1].records, None);
+            let resp = client_response(v);
+            let theirs: kp::ProduceResponse = client_round_trip(v, &resp, resp.encode(v), ProduceResponse::decode);
+            let p = &theirs.responses[0].partition_responses[0];
+            assert_eq!((p.base_offset, p.log_append_time_ms), (100, 1_700_000_000_000));
+        }
+    }
 }
