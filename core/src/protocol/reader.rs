@@ -144,7 +144,9 @@ pub mod min_bytes {
     }
 }
 
-/// A bounded cursor over one frame. See the module comment for the contract.
+/// A bounded cursor over one frame. See the module comment for the contract. Cloning it keeps
+/// a position to read again from (a client re-reads a KIP-511 ApiVersions answer as v0).
+#[derive(Clone)]
 pub struct Reader<'a> {
     buf: &'a [u8],
     /// When the frame is held in a `Bytes`, record sets are sliced from it without copying.
