@@ -102,6 +102,7 @@ impl ApiVersionsResponse {
 
 impl ApiVersionsRequest {
     pub fn encode(&self, version: i16) -> Bytes {
+        assert!((VERSION_MIN..=VERSION_MAX).contains(&version));
         let flex = version >= FLEXIBLE_MIN;
         let mut w = Writer::new();
         if version >= 3 {

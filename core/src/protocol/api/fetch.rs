@@ -294,6 +294,7 @@ fn encode_topic_ident(w: &mut Writer, version: i16, flex: bool, topic: &str, top
 
 impl FetchRequest {
     pub fn encode(&self, version: i16) -> Bytes {
+        assert!((VERSION_MIN..=VERSION_MAX).contains(&version));
         let flex = version >= FLEXIBLE_MIN;
         let mut w = Writer::new();
         w.i32(self.replica_id);
