@@ -89,3 +89,19 @@ where
     assert_eq!(&ours_again(&again), ours, "v{version}: the reference's bytes");
     theirs
 }
+
+/// A body as kafka-protocol encodes it (its broker side for responses).
+pub fn reference_body<K: Encodable>(k: &K, version: i16) -> Bytes {
+    let mut buf = BytesMut::new();
+    k.encode(&mut buf, version)
+        .unwrap_or_else(|e| panic!("v{version}: reference encoder refuses: {e}"));
+    buf.freeze()
+}
+
+/// Decodes a body with one of our decoders, which must consume every byte.
+pub fn ours<T>(version: i16, body: &[u8], decode: impl Fn(i16, &mut Reader<'_>) -> super::reader::Result<T>) -> T {
+    let mut r = Reader::new(body, Limits::default());
+    let out = decode(version, &mut r).unwrap_or_else(|e| panic!("v{version}: our decoder refuses: {e}"));
+    assert_eq!(r.remaining(), 0, "v{version}: our decoder left bytes");
+    out
+}

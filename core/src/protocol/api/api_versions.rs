@@ -102,6 +102,7 @@ impl ApiVersionsResponse {
 
 impl ApiVersionsRequest {
     pub fn encode(&self, version: i16) -> Bytes {
+        assert!((VERSION_MIN..=VERSION_MAX).contains(&version));
         let flex = version >= FLEXIBLE_MIN;
         let mut w = Writer::new();
         if version >= 3 {
@@ -245,6 +246,46 @@ pub(crate) mod tests {
             let theirs: kp::ApiVersionsResponse =
                 client_round_trip(v, &resp, resp.encode(v), ApiVersionsResponse::decode);
             assert_eq!(theirs.throttle_time_ms, resp.throttle_time_ms);
+        }
+    }
+
+    /// A real broker's v3+ answer carries KIP-584 features as tagged fields, and may carry tags
+    /// no schema defines yet: our client skips them and reads the rest.
+    #[test]
+    fn client_reads_a_reference_answer_with_features_and_unknown_tags() {
+        use crate::protocol::testing::{ours, reference_body, s, unknown_tags};
+        use kp::api_versions_response as kav;
+        for v in FLEXIBLE_MIN..=VERSION_MAX {
+            let mut theirs = kp::ApiVersionsResponse::default();
+            let mut key = kav::ApiVersion::default()
+                .with_api_key(3)
+                .with_min_version(0)
+                .with_max_version(12);
+            key.unknown_tagged_fields = unknown_tags();
+            theirs.api_keys = vec![key];
+            theirs.throttle_time_ms = 2;
+            theirs.supported_features = vec![kav::SupportedFeatureKey::default()
+                .with_name(s("metadata.version"))
+                .with_min_version(1)
+                .with_max_version(20)];
+            theirs.finalized_features_epoch = 9;
+            theirs.finalized_features = vec![kav::FinalizedFeatureKey::default()
+                .with_name(s("metadata.version"))
+                .with_max_version_level(20)
+                .with_min_version_level(20)];
+            theirs.zk_migration_ready = true;
+            theirs.unknown_tagged_fields = unknown_tags();
+            let got = ours(v, &reference_body(&theirs, v), ApiVersionsResponse::decode);
+            let want = ApiVersionsResponse {
+                error_code: 0,
+                api_keys: vec![ApiVersion {
+                    api_key: 3,
+                    min_version: 0,
+                    max_version: 12,
+                }],
+                throttle_time_ms: 2,
+            };
+            assert_eq!(got, want, "v{v}");
         }
     }
 }

@@ -163,6 +163,7 @@ impl CreateTopicsResponse {
 
 impl CreateTopicsRequest {
     pub fn encode(&self, version: i16) -> Bytes {
+        assert!((VERSION_MIN..=VERSION_MAX).contains(&version));
         let flex = version >= FLEXIBLE_MIN;
         let mut w = Writer::new();
         w.array(flex, &self.topics, |w, t| {

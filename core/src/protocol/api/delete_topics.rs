@@ -100,6 +100,7 @@ impl DeleteTopicsResponse {
 impl DeleteTopicsRequest {
     /// Before v6 topics are named: a `None` name is sent as "" (no topic has that name).
     pub fn encode(&self, version: i16) -> Bytes {
+        assert!((VERSION_MIN..=VERSION_MAX).contains(&version));
         let flex = version >= FLEXIBLE_MIN;
         let mut w = Writer::new();
         if version >= TOPIC_ID_MIN {

@@ -136,6 +136,7 @@ impl DescribeConfigsResponse {
 
 impl DescribeConfigsRequest {
     pub fn encode(&self, version: i16) -> Bytes {
+        assert!((VERSION_MIN..=VERSION_MAX).contains(&version));
         let flex = version >= FLEXIBLE_MIN;
         let mut w = Writer::new();
         w.array(flex, &self.resources, |w, res| {

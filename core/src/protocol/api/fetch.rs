@@ -294,6 +294,7 @@ fn encode_topic_ident(w: &mut Writer, version: i16, flex: bool, topic: &str, top
 
 impl FetchRequest {
     pub fn encode(&self, version: i16) -> Bytes {
+        assert!((VERSION_MIN..=VERSION_MAX).contains(&version));
         let flex = version >= FLEXIBLE_MIN;
         let mut w = Writer::new();
         w.i32(self.replica_id);
@@ -727,5 +728,64 @@ pub(crate) mod tests {
             FetchResponse::decode(v, &mut Reader::from_bytes(&body, crate::protocol::Limits::default())).expect("ours");
         let records = resp.topics[0].partitions[0].records.as_ref().expect("sent");
         assert!(body.as_ptr_range().contains(&records.as_ptr()));
+    }
+
+    /// A Fetch answer as kafka-protocol's broker side writes it, with a KRaft snapshot id (tag
+    /// 2) and tags no schema defines at every level: our client skips them and reads the rest.
+    #[test]
+    fn client_reads_a_reference_answer_with_unknown_tags() {
+        use kp::fetch_response as kfr;
+        for v in FLEXIBLE_MIN..=VERSION_MAX {
+            let mut p = kfr::PartitionData::default()
+                .with_partition_index(4)
+                .with_high_watermark(100)
+                .with_last_stable_offset(90)
+                .with_log_start_offset(5)
+                .with_preferred_read_replica(kp::BrokerId(2))
+                .with_aborted_transactions(None)
+                .with_records(Some(Bytes::from_static(b"records")));
+            p.diverging_epoch = kfr::EpochEndOffset::default().with_epoch(4).with_end_offset(80);
+            p.snapshot_id = kfr::SnapshotId::default().with_epoch(3).with_end_offset(70);
+            p.unknown_tagged_fields = unknown_tags();
+            let mut t = kfr::FetchableTopicResponse::default().with_partitions(vec![p]);
+            if v >= TOPIC_ID_MIN {
+                t.topic_id = kp_uuid(Uuid([3; 16]));
+            } else {
+                t.topic = kp::TopicName(s("orders"));
+            }
+            t.unknown_tagged_fields = unknown_tags();
+            let mut theirs = kp::FetchResponse::default()
+                .with_throttle_time_ms(1)
+                .with_session_id(77)
+                .with_responses(vec![t]);
+            theirs.unknown_tagged_fields = unknown_tags();
+            let got = ours(v, &reference_body(&theirs, v), FetchResponse::decode);
+            let (topic, topic_id) = ident(v, "orders", 3);
+            let want = FetchResponse {
+                throttle_time_ms: 1,
+                error_code: 0,
+                session_id: 77,
+                topics: vec![FetchTopicResponse {
+                    topic,
+                    topic_id,
+                    partitions: vec![FetchPartitionResponse {
+                        partition_index: 4,
+                        error_code: 0,
+                        high_watermark: 100,
+                        last_stable_offset: 90,
+                        log_start_offset: 5,
+                        diverging_epoch: Some(EpochEndOffset {
+                            epoch: 4,
+                            end_offset: 80,
+                        }),
+                        current_leader: None,
+                        aborted_transactions: None,
+                        preferred_read_replica: 2,
+                        records: Some(Bytes::from_static(b"records")),
+                    }],
+                }],
+            };
+            assert_eq!(got, want, "v{v}");
+        }
     }
 }

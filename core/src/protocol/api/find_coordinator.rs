@@ -100,6 +100,7 @@ impl FindCoordinatorResponse {
 impl FindCoordinatorRequest {
     /// v0–v3 carry exactly one key: sending another count there is a programmer error.
     pub fn encode(&self, version: i16) -> Bytes {
+        assert!((VERSION_MIN..=VERSION_MAX).contains(&version));
         let flex = version >= FLEXIBLE_MIN;
         let mut w = Writer::new();
         if version <= 3 {

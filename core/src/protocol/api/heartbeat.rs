@@ -62,6 +62,7 @@ impl HeartbeatResponse {
 
 impl HeartbeatRequest {
     pub fn encode(&self, version: i16) -> Bytes {
+        assert!((VERSION_MIN..=VERSION_MAX).contains(&version));
         let flex = version >= FLEXIBLE_MIN;
         let mut w = Writer::new();
         w.string(flex, &self.group_id);

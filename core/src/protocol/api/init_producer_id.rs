@@ -66,6 +66,7 @@ impl InitProducerIdResponse {
 
 impl InitProducerIdRequest {
     pub fn encode(&self, version: i16) -> Bytes {
+        assert!((VERSION_MIN..=VERSION_MAX).contains(&version));
         let flex = version >= FLEXIBLE_MIN;
         let mut w = Writer::new();
         w.nullable_string(flex, self.transactional_id.as_deref());

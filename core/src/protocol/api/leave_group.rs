@@ -100,6 +100,7 @@ impl LeaveGroupResponse {
 impl LeaveGroupRequest {
     /// v0–v2 carry exactly one member, by member id: another count is a programmer error.
     pub fn encode(&self, version: i16) -> Bytes {
+        assert!((VERSION_MIN..=VERSION_MAX).contains(&version));
         let flex = version >= FLEXIBLE_MIN;
         let mut w = Writer::new();
         w.string(flex, &self.group_id);

@@ -128,6 +128,7 @@ impl ListOffsetsResponse {
 
 impl ListOffsetsRequest {
     pub fn encode(&self, version: i16) -> Bytes {
+        assert!((VERSION_MIN..=VERSION_MAX).contains(&version));
         let flex = version >= FLEXIBLE_MIN;
         let mut w = Writer::new();
         w.i32(self.replica_id);

@@ -185,7 +185,9 @@ impl MetadataResponse {
 
 impl MetadataRequest {
     /// v0 cannot ask for no topics: `Some(vec![])` is sent as v0's empty array, which means all.
+    /// Before v10 topics are named: a `None` name is sent as "" (no topic has that name).
     pub fn encode(&self, version: i16) -> Bytes {
+        assert!((VERSION_MIN..=VERSION_MAX).contains(&version));
         let flex = version >= FLEXIBLE_MIN;
         let mut w = Writer::new();
         let topic = |w: &mut Writer, t: &MetadataRequestTopic| {

@@ -169,6 +169,7 @@ fn encode_request_topics(w: &mut Writer, version: i16, flex: bool, topics: Optio
 impl OffsetFetchRequest {
     /// Before v8 exactly one group: another count is a programmer error.
     pub fn encode(&self, version: i16) -> Bytes {
+        assert!((VERSION_MIN..=VERSION_MAX).contains(&version));
         let flex = version >= FLEXIBLE_MIN;
         let mut w = Writer::new();
         if version >= GROUPS_MIN {
