@@ -7,11 +7,15 @@
 //! - [`seed`]: the per-purpose random streams derived from the scenario seed.
 //! - [`history`], [`checker`]: what a workload did, and the anomalies in it.
 //! - [`scenario`]: the scenario file format.
+//! - [`nemesis`]: plays a scenario's scheduled and random faults, each with its opposite.
+//! - [`trace`]: the replay trace of a run: its events hashed, and printed through a filter.
 
 pub mod checker;
 pub mod disk;
 pub mod history;
+pub mod nemesis;
 pub mod runtime;
 pub mod scenario;
 pub mod seed;
+pub mod trace;
 pub mod world;

@@ -417,6 +417,21 @@ impl Scenario {
                 );
             }
         }
+        if let Some(profile) = &scenario.faults.profile {
+            if crate::nemesis::profile(profile).is_none() {
+                // `profile` is a plain string (no span): point at the line that sets it.
+                let line = source
+                    .lines()
+                    .position(|l| l.trim_start().starts_with("profile"))
+                    .map_or(1, |i| i + 1);
+                let names: Vec<&str> = crate::nemesis::PROFILES.iter().map(|p| p.name).collect();
+                return bad(
+                    format!("{file}:{line}"),
+                    "faults.profile",
+                    format!("{profile:?} is not one of {names:?}"),
+                );
+            }
+        }
         for fault in &scenario.faults.schedule {
             let f = fault.get_ref();
             let ok_node = f.node == "leader"
@@ -548,6 +563,14 @@ outcome = "no-anomalies"
             "outcome = \"anomaly\"\nanomaly = \"lost-wrte\"",
         ));
         assert!(e.contains("expect.anomaly") && e.contains("lost-wrte"), "{e}");
+        let e = error(&GOOD.replace(
+            "[[faults.schedule]]",
+            "[faults]\nprofile = \"chaos\"\n[[faults.schedule]]",
+        ));
+        assert!(
+            e.contains("bad.toml:16:") && e.contains("faults.profile") && e.contains("chaos"),
+            "{e}"
+        );
         let e = error(&GOOD.replace("\"linger.ms\" = 5", "\"linger.ms\" = -5"));
         assert!(e.contains("bad.toml:12:"), "{e}");
     }

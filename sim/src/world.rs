@@ -12,7 +12,11 @@
 //! - A node's [`NodeState`] (disk, random stream, clock skew) lives here, outside madsim's node:
 //!   it survives kill and restart. Killing a node crashes its disk (`SimDisk::crash`, seeded
 //!   from the node's [`Purpose::DiskCrash`] stream), so writes it had not synced may be lost or
-//!   torn; restarting re-runs the node's `main` with a fresh [`SimRuntime`] on the same state.
+//!   torn; [`World::kill_process`] kills the process only and leaves the disk as it was (the
+//!   page cache survives a process kill); restarting re-runs the node's `main` with a fresh
+//!   [`SimRuntime`] on the same state.
+//! - The run's thread inherits the caller's tracing dispatcher, so a trace capture around
+//!   [`run_seed`] sees the run's events.
 //! - A run is a pure function of its seed: madsim's scheduler and network draw from madsim's
 //!   generator seeded with it, and everything Gregor draws comes from `crate::seed` streams.
 
@@ -133,6 +137,7 @@ pub fn node_ip(node: NodeIndex) -> IpAddr {
 
 struct NodeEntry {
     id: NodeId,
+    name: String,
     state: Arc<NodeState>,
     crash_seeds: rand_chacha::ChaCha8Rng,
 }
@@ -164,9 +169,13 @@ where
     F: FnOnce(World) -> Fut + Send + 'static,
     Fut: Future<Output = T> + 'static,
 {
+    // The run's thread traces to the caller's subscriber, so that a trace capture around the
+    // call (`crate::trace::capture`) sees every event of the run.
+    let dispatch = tracing::dispatcher::get_default(|d| d.clone());
     let thread = std::thread::Builder::new()
         .name(format!("sim-seed-{seed}"))
         .spawn(move || {
+            let _trace = tracing::dispatcher::set_default(&dispatch);
             let mut madsim_config = madsim::Config::default();
             madsim_config.net.send_latency = config.send_latency.clone();
             let mut rt = madsim::runtime::Runtime::with_seed_and_config(seed, madsim_config);
@@ -220,6 +229,7 @@ impl World {
         ));
         let init_state = state.clone();
         let main = Arc::new(main);
+        let name = config.name.clone();
         let node = self
             .handle
             .create_node()
@@ -233,6 +243,7 @@ impl World {
             .build();
         nodes.push(NodeEntry {
             id: node.id(),
+            name,
             state,
             crash_seeds: seed::stream(self.seed, index as u64, Purpose::DiskCrash),
         });
@@ -263,6 +274,11 @@ impl World {
 
     pub fn node_count(&self) -> usize {
         self.nodes.borrow().len()
+    }
+
+    /// The name the node was added with.
+    pub fn name(&self, node: NodeIndex) -> String {
+        self.nodes.borrow()[node.0].name.clone()
     }
 
     pub fn ip(&self, node: NodeIndex) -> IpAddr {
@@ -331,6 +347,16 @@ impl World {
         self.handle.kill(id);
         let crash_seed = self.nodes.borrow_mut()[node.0].crash_seeds.next_u64();
         self.with_disk(node, |disk| disk.crash(crash_seed));
+    }
+
+    /// Kills the node's process but not its machine: the disk keeps every write, synced or not,
+    /// as the page cache survives a process kill. [`restart`](World::restart) is its opposite too.
+    /// A node already down is left as it is.
+    pub fn kill_process(&self, node: NodeIndex) {
+        let id = self.id(node);
+        if !self.handle.is_exit(id) {
+            self.handle.kill(id);
+        }
     }
 
     /// Starts the node's `main` again on its surviving state; a node still up is killed first.
