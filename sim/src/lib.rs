@@ -14,6 +14,7 @@ pub mod checker;
 pub mod disk;
 pub mod history;
 pub mod nemesis;
+pub mod run;
 pub mod runtime;
 pub mod scenario;
 pub mod seed;

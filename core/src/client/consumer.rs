@@ -85,11 +85,29 @@ impl<R: Runtime> Consumer<R> {
         self.positions.get(&partition).copied().flatten()
     }
 
-    /// One fetch from each assigned partition's leader.
+    /// One fetch from each assigned partition's leader. A partition that fails does not cost the
+    /// others their records (their positions have moved past them): the poll returns what it
+    /// read, and fails only when every partition failed.
     pub async fn poll(&mut self) -> Result<Polled, ClientError> {
         let mut polled = Polled::default();
+        let mut first_error = None;
         let partitions: Vec<i32> = self.positions.keys().copied().collect();
+        let count = partitions.len();
+        let mut failed = 0;
         for partition in partitions {
+            if let Err(e) = self.poll_partition(partition, &mut polled).await {
+                failed += 1;
+                first_error.get_or_insert(e);
+            }
+        }
+        match first_error {
+            Some(e) if failed == count => Err(e),
+            _ => Ok(polled),
+        }
+    }
+
+    async fn poll_partition(&mut self, partition: i32, polled: &mut Polled) -> Result<(), ClientError> {
+        {
             let position = match self.position(partition) {
                 Some(p) => p,
                 None => {
@@ -142,7 +160,7 @@ impl<R: Runtime> Consumer<R> {
                 .flat_map(|t| &t.partitions)
                 .find(|p| p.partition_index == partition)
             else {
-                continue;
+                return Ok(());
             };
             match code(p.error_code) {
                 ErrorCode::None => {}
@@ -151,7 +169,7 @@ impl<R: Runtime> Consumer<R> {
                     tracing::info!(topic = %self.topic, partition, from = position, to, "position out of range; reset");
                     polled.resets.push((partition, position, to));
                     self.positions.insert(partition, Some(to));
-                    continue;
+                    return Ok(());
                 }
                 c => {
                     if c.is_retriable() {
@@ -187,7 +205,7 @@ impl<R: Runtime> Consumer<R> {
             }
             self.positions.insert(partition, Some(next));
         }
-        Ok(polled)
+        Ok(())
     }
 
     /// The offset `auto.offset.reset` points at now.
