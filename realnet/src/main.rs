@@ -61,11 +61,26 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            tracing::error!("{e:#}");
-            eprintln!("gregor: error: {e:#}");
+            eprintln!("gregor: error: {}", error_line(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// One line for an error and its causes, leaving out a cause whose text its parent already
+/// quotes (core's error enums print their source inside their own message).
+fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+    }
+    line
 }
 
 fn init_logging() {
