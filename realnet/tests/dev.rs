@@ -527,3 +527,43 @@ fn second_instance_on_the_same_data_dir_fails_clearly() {
 
     assert!(broker.stop().success());
 }
+
+/// Reads until the broker closes the connection; fails if it stays open for IO_TIMEOUT.
+fn assert_closed_by_broker(stream: &mut TcpStream) {
+    let mut buf = [0u8; 64];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return,
+            Ok(_) => panic!("the broker answered a hostile frame"),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return,
+            Err(e) => panic!("connection not closed by the broker: {e}"),
+        }
+    }
+}
+
+#[test]
+fn hostile_frames_close_only_their_own_connection() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let broker = Broker::start(&dir.path().join("data"), free_port());
+    let hostile: [&[u8]; 4] = [
+        // 2 GiB declared: refused on the prefix alone, nothing allocated, no body awaited.
+        &[0x7f, 0xff, 0xff, 0xff],
+        // Zero and negative lengths.
+        &[0, 0, 0, 0],
+        &[0xff, 0xff, 0xff, 0xfe],
+        // Metadata v1 claiming 2^31-1 topics in a 4-byte body (kafka-protocol's own decoder
+        // would pre-allocate for them and abort): undecodable, so its connection closes.
+        &[0, 0, 0, 14, 0, 3, 0, 1, 0, 0, 0, 1, 0xff, 0xff, 0x7f, 0xff, 0xff, 0xff],
+    ];
+    for bytes in hostile {
+        let mut client = Client::connect(&broker.addr());
+        client.stream.write_all(bytes).expect("send hostile bytes");
+        assert_closed_by_broker(&mut client.stream);
+    }
+    // The broker still serves everyone else.
+    let mut client = Client::connect(&broker.addr());
+    let resp: kp::ApiVersionsResponse = client.call(18, 3, &kp::ApiVersionsRequest::default());
+    assert_eq!(resp.error_code, 0);
+    drop(client);
+    assert!(broker.stop().success());
+}
