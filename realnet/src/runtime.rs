@@ -398,6 +398,25 @@ mod tests {
     }
 
     #[test]
+    fn frames_round_trip_on_the_epoll_fallback_driver_too() {
+        let (_dir, rt) = runtime();
+        let mut legacy = monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
+            .enable_timer()
+            .build()
+            .expect("legacy runtime");
+        legacy.block_on(async move {
+            let (mut server, client) = pair(&rt).await;
+            let mut client = RealConn::new(client, FRAME_BYTES_MAX_DEFAULT).expect("client conn");
+            let big = Bytes::from(vec![7u8; COALESCE_BYTES_MAX * 2]);
+            client.send(Bytes::from_static(b"hello")).await.expect("send");
+            client.send(big.clone()).await.expect("send");
+            assert_eq!(server.recv().await.expect("recv"), Some(Bytes::from_static(b"hello")));
+            assert_eq!(server.recv().await.expect("recv"), Some(big));
+            rt.sleep(Duration::from_millis(1)).await;
+        });
+    }
+
+    #[test]
     fn frames_split_across_reads_and_packed_into_one_read_both_parse() {
         let (_dir, rt) = runtime();
         block_on(async move {
