@@ -175,6 +175,7 @@ impl Client {
         let stream = TcpStream::connect(addr).expect("connect to the broker");
         stream.set_read_timeout(Some(IO_TIMEOUT)).expect("read timeout");
         stream.set_write_timeout(Some(IO_TIMEOUT)).expect("write timeout");
+        stream.set_nodelay(true).expect("TCP_NODELAY");
         Client {
             stream,
             correlation_id: 100,
@@ -199,8 +200,10 @@ impl Client {
             .expect("encode header");
         body.encode(&mut frame, version).expect("encode request");
         let len = u32::try_from(frame.len()).expect("small request");
-        self.stream.write_all(&len.to_be_bytes()).expect("send length");
-        self.stream.write_all(&frame).expect("send request");
+        // One write: prefix and body in two would meet Nagle and the peer's delayed ACK (40 ms).
+        let mut out = len.to_be_bytes().to_vec();
+        out.extend_from_slice(&frame);
+        self.stream.write_all(&out).expect("send request");
 
         let mut prefix = [0u8; 4];
         self.stream.read_exact(&mut prefix).expect("response length");
@@ -224,7 +227,13 @@ impl Client {
     }
 }
 
+/// One record set of `values` with current CreateTime timestamps (core's log rolls a segment on
+/// every append whose first timestamp is older than `segment.ms` before now).
 fn batch(values: &[&str]) -> Bytes {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis() as i64;
     let records: Vec<Record> = values
         .iter()
         .enumerate()
@@ -238,7 +247,7 @@ fn batch(values: &[&str]) -> Bytes {
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
             sequence: -1,
-            timestamp: 1_700_000_000_000 + i as i64,
+            timestamp: now_ms + i as i64,
             key: Some(Bytes::from(format!("key-{i}"))),
             value: Some(Bytes::copy_from_slice(v.as_bytes())),
             headers: Default::default(),
@@ -275,6 +284,20 @@ fn batches(set: &[u8]) -> Vec<(i64, i64, std::ops::Range<usize>)> {
 
 fn name(s: &'static str) -> kp::TopicName {
     kp::TopicName(StrBytes::from_static_str(s))
+}
+
+/// Creates `topic` with `partitions` partitions; returns its id.
+fn create_topic(client: &mut Client, topic: &'static str, partitions: i32) -> uuid::Uuid {
+    let mut t = kp::create_topics_request::CreatableTopic::default();
+    t.name = name(topic);
+    t.num_partitions = partitions;
+    t.replication_factor = 1;
+    let mut req = kp::CreateTopicsRequest::default();
+    req.topics = vec![t];
+    req.timeout_ms = 5_000;
+    let resp: kp::CreateTopicsResponse = client.call(19, 7, &req);
+    assert_eq!(resp.topics[0].error_code, 0, "{:?}", resp.topics[0]);
+    resp.topics[0].topic_id
 }
 
 fn produce(client: &mut Client, topic: &'static str, partition: i32, records: Bytes) -> i64 {
@@ -346,16 +369,7 @@ fn raw_client_round_trips_every_served_api_byte_for_byte() {
     }
 
     // CreateTopics, then Metadata sees it led by this broker at the advertised address.
-    let mut topic = kp::create_topics_request::CreatableTopic::default();
-    topic.name = name("raw");
-    topic.num_partitions = 2;
-    topic.replication_factor = 1;
-    let mut req = kp::CreateTopicsRequest::default();
-    req.topics = vec![topic];
-    req.timeout_ms = 5_000;
-    let resp: kp::CreateTopicsResponse = client.call(19, 7, &req);
-    assert_eq!(resp.topics[0].error_code, 0, "{:?}", resp.topics[0]);
-    let topic_id = resp.topics[0].topic_id;
+    let topic_id = create_topic(&mut client, "raw", 2);
 
     let mut asked = kp::metadata_request::MetadataRequestTopic::default();
     asked.name = Some(name("raw"));
@@ -562,6 +576,48 @@ fn hostile_frames_close_only_their_own_connection() {
     let mut client = Client::connect(&broker.addr());
     let resp: kp::ApiVersionsResponse = client.call(18, 3, &kp::ApiVersionsRequest::default());
     assert_eq!(resp.error_code, 0);
+    drop(client);
+    assert!(broker.stop().success());
+}
+
+#[test]
+fn killed_broker_restarts_with_every_acknowledged_batch_and_no_stale_lock() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data_dir = dir.path().join("data");
+    let port = free_port();
+    let mut broker = Broker::start(&data_dir, port);
+    let mut client = Client::connect(&broker.addr());
+    create_topic(&mut client, "crash", 1);
+    let values: Vec<String> = (0..200).map(|i| format!("acked-{i}")).collect();
+    for (i, v) in values.iter().enumerate() {
+        let base = produce(&mut client, "crash", 0, batch(&[v.as_str()]));
+        assert_eq!(base, i as i64);
+    }
+    drop(client);
+    // SIGKILL: no flush at exit. A process crash keeps the page cache, so every acknowledged
+    // batch must come back; the kernel releases the flock with the process.
+    let mut child = broker.child.take().expect("running");
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reap");
+
+    let broker = Broker::start(&data_dir, port);
+    let mut client = Client::connect(&broker.addr());
+    let mut got = Vec::new();
+    let mut offset = 0;
+    while offset < 200 {
+        let p = fetch(&mut client, 12, "crash", uuid::Uuid::nil(), 0, offset);
+        assert_eq!(p.high_watermark, 200, "every acknowledged batch is back");
+        let mut records = p.records.expect("records");
+        offset = batches(&records).last().expect("a batch").1;
+        got.extend(
+            RecordBatchDecoder::decode_all(&mut records)
+                .expect("decode")
+                .into_iter()
+                .flat_map(|set| set.records)
+                .map(|r| String::from_utf8(r.value.expect("value").to_vec()).expect("utf-8")),
+        );
+    }
+    assert_eq!(got, values);
     drop(client);
     assert!(broker.stop().success());
 }
