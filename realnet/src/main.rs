@@ -35,7 +35,7 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Runs a single-node cluster (broker and coordinator in one process) for development.
+    /// Runs a single-node broker for development.
     Dev(DevArgs),
 }
 
@@ -106,11 +106,11 @@ fn dev(args: DevArgs) -> anyhow::Result<ExitCode> {
     }
     let port = i32::from(addr.port());
 
-    std::fs::create_dir_all(&args.data_dir)
-        .with_context(|| format!("cannot create data directory {}", args.data_dir.display()))?;
-    let lock = DataDirLock::acquire(&args.data_dir)?;
+    // FsDisk::open creates a missing data directory and fsyncs its parent, so it comes first;
+    // it writes nothing else, so taking the lock right after it is early enough.
     let disk = FsDisk::open(&args.data_dir)
         .with_context(|| format!("cannot open data directory {}", args.data_dir.display()))?;
+    let lock = DataDirLock::acquire(&args.data_dir)?;
     let rt = RealRuntime::new(Rc::new(RefCell::new(disk)), runtime::entropy_seed());
     let cluster_id = data_dir::cluster_id(&mut rt.disk().borrow_mut(), || {
         let mut bytes = [0u8; 16];
