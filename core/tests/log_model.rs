@@ -4,8 +4,8 @@
 //!
 //! The property the issue asks for: after every crash, recovery yields exactly a prefix of the
 //! appended batches (from the log start) that contains every synced batch. "Synced" is what the
-//! log promises durable: everything up to the last `flush`, and everything before a `roll` or a
-//! `truncate_to` (both sync). Reads must return the batch holding the requested offset and
+//! log promises durable: everything up to the last `flush`, and the closed segments after
+//! `sync_closed`. A `roll` promises nothing by itself. Reads must return the batch holding the requested offset and
 //! following whole batches, byte-identical to what was appended.
 
 use gregor_core::disk::mem::{CrashMode, MemDisk};
@@ -39,6 +39,7 @@ enum Op {
     NewEpoch,
     Flush,
     Roll,
+    SyncClosed,
     Read {
         pick: u64,
         max_bytes: u64,
@@ -70,6 +71,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::NewEpoch),
         2 => Just(Op::Flush),
         1 => Just(Op::Roll),
+        1 => Just(Op::SyncClosed),
         3 => (any::<u64>(), prop_oneof![Just(1u64), 100u64..2000, Just(u64::MAX)]).prop_map(|(pick, max_bytes)| Op::Read { pick, max_bytes }),
         1 => any::<u64>().prop_map(|pick| Op::TimestampLookup { pick }),
         1 => any::<u64>().prop_map(|pick| Op::Truncate { pick }),
@@ -217,9 +219,16 @@ fn run(config: LogConfig, ops: Vec<Op>) {
                 log.flush(&mut disk).expect("flush");
                 model.synced = model.batches.len();
             }
-            Op::Roll => {
-                log.roll(&mut disk).expect("roll");
-                model.synced = model.batches.len();
+            Op::Roll => log.roll(&mut disk, now_ms).expect("roll"),
+            Op::SyncClosed => {
+                log.sync_closed(&mut disk).expect("sync closed");
+                let active = *log.segment_bases().last().expect("a segment");
+                let closed = model
+                    .batches
+                    .iter()
+                    .take_while(|b| b.header.base_offset < active)
+                    .count();
+                model.synced = model.synced.max(closed);
             }
             Op::Read { pick, max_bytes } => {
                 let span = (model.end().0 - model.start.0 + 1) as u64;
@@ -293,7 +302,7 @@ fn run(config: LogConfig, ops: Vec<Op>) {
                     model.batches.truncate(i);
                 }
                 assert_eq!(new_end, model.end(), "end after truncation");
-                model.synced = model.batches.len();
+                model.synced = model.synced.min(model.batches.len());
             }
             Op::Retention { advance_ms } => {
                 now_ms += advance_ms;

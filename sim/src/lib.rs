@@ -1,5 +1,21 @@
 //! gregor-sim: runs whole Gregor clusters in one deterministic process (madsim), injects faults
-//! from a seed and checks that nothing acknowledged is lost. The madsim binding lands with the
-//! simulator issue; the disk model it implements is `gregor_core::disk::mem::MemDisk`.
+//! from a seed and checks that nothing acknowledged is lost.
+//!
+//! - [`runtime`]: `SimRuntime`, gregor-core's `Runtime` on madsim (virtual time, simulated TCP).
+//! - [`world`]: one run of a seed on a fresh thread; nodes, kill/restart, partitions, skew.
+//! - [`disk`]: `SimDisk`, the disk model of `gregor_core::disk` plus injected faults.
+//! - [`seed`]: the per-purpose random streams derived from the scenario seed.
+//! - [`history`], [`checker`]: what a workload did, and the anomalies in it.
+//! - [`scenario`]: the scenario file format.
+//! - [`nemesis`]: plays a scenario's scheduled and random faults, each with its opposite.
+//! - [`trace`]: the replay trace of a run: its events hashed, and printed through a filter.
 
+pub mod checker;
 pub mod disk;
+pub mod history;
+pub mod nemesis;
+pub mod runtime;
+pub mod scenario;
+pub mod seed;
+pub mod trace;
+pub mod world;

@@ -503,7 +503,12 @@ impl Broker {
 
     /// When [`Broker::handle_timeout`] next has work.
     pub fn poll_timeout(&self) -> Option<i64> {
-        let flush = self.partitions.values().filter_map(|p| p.log.flush_deadline_ms()).min();
+        let flush = self
+            .partitions
+            .values()
+            .flat_map(|p| [p.log.flush_deadline_ms(), p.log.closed_sync_deadline_ms()])
+            .flatten()
+            .min();
         Some(flush.map_or(self.next_retention_check_ms, |f| f.min(self.next_retention_check_ms)))
     }
 
@@ -520,6 +525,8 @@ impl Broker {
             let mut result = Ok(());
             if state.log.flush_due(now_ms) {
                 result = state.log.flush(disk);
+            } else if state.log.closed_sync_deadline_ms().is_some_and(|t| t <= now_ms) {
+                result = state.log.sync_closed(disk);
             }
             if retention_due && result.is_ok() {
                 result = state

@@ -25,6 +25,10 @@ pub struct LogConfig {
     pub retention_bytes: Option<u64>,
     /// `max.message.bytes`: the largest batch accepted. Default 1048588, as Kafka.
     pub max_message_bytes: usize,
+    /// How long after a roll the closed segment is synced (Gregor's; Kafka syncs it at once on a
+    /// background thread). By 30 s the kernel has usually written the pages back itself
+    /// (`vm.dirty_expire_centisecs`), so the sync is cheap and does not stall the node.
+    pub closed_segment_sync_delay_ms: i64,
 }
 
 impl Default for LogConfig {
@@ -38,6 +42,7 @@ impl Default for LogConfig {
             retention_ms: Some(WEEK_MS),
             retention_bytes: None,
             max_message_bytes: 1_048_588,
+            closed_segment_sync_delay_ms: 30_000,
         }
     }
 }

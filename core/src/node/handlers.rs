@@ -429,3 +429,6 @@ pub fn create_topics<D: Disk>(
         topics,
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,4 +1,6 @@
-//! The Kafka wire codec for the broker side: requests in, responses out.
+//! The Kafka wire codec. Broker side (here): requests in, responses out. Client side
+//! (`client.rs`, and each API's `Request::encode` / `Response::decode`): requests out,
+//! responses in, with the same bounds, because a server's bytes are untrusted too.
 //!
 //! Owns: decoding request frames (untrusted bytes) into our own structs, and encoding our
 //! response structs. A frame here is what follows the 4-byte length prefix; the transport owns
@@ -11,8 +13,16 @@
 //! encoding mirrors them line for line, and core then needs no conversion layer or extra
 //! dependencies; `kafka-protocol` is only a test oracle.
 //! [`supported_versions`] advertises exactly the versions both decoded and encoded here.
+//!
+//! Use: `decode_request` (or `decode_request_bytes` to keep record sets zero-copy) gives a
+//! header and a [`Request`]; the broker answers with [`reply`]`(&header, &Response)`. An error
+//! carries the header when one was read: `UnsupportedVersion` for ApiVersions is answered with
+//! [`reply_api_versions_unsupported`] (KIP-511); other errors close the connection, as Kafka does.
+//! Limits ([`Limits`]): frame bytes, elements per array and per request, tagged fields per
+//! section, string bytes; each checked before anything is allocated for it.
 
 pub mod api;
+pub mod client;
 pub mod header;
 pub mod reader;
 pub mod writer;
@@ -25,8 +35,11 @@ mod fuzz;
 
 use bytes::Bytes;
 
-pub use header::{encode_response_header, RequestHeader};
-pub use reader::{DecodeError, Limits, Reader, ARRAY_LEN_MAX, REQUEST_BYTES_MAX, TAGGED_FIELDS_MAX};
+pub use client::{decode_response, decode_response_bytes, encode_request, request_frame};
+pub use header::{encode_response_header, request_header_version, RequestHeader};
+pub use reader::{
+    DecodeError, Limits, Reader, ARRAY_LEN_MAX, REQUEST_BYTES_MAX, REQUEST_ELEMENTS_MAX, TAGGED_FIELDS_MAX,
+};
 pub use writer::Writer;
 
 use api::*;
@@ -37,34 +50,6 @@ pub struct Uuid(pub [u8; 16]);
 
 impl Uuid {
     pub const ZERO: Uuid = Uuid([0; 16]);
-}
-
-/// Kafka error codes used by the codec and its callers (Kafka's `Errors.java`).
-pub mod error_code {
-    pub const NONE: i16 = 0;
-    pub const UNKNOWN_SERVER_ERROR: i16 = -1;
-    pub const OFFSET_OUT_OF_RANGE: i16 = 1;
-    pub const CORRUPT_MESSAGE: i16 = 2;
-    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
-    pub const LEADER_NOT_AVAILABLE: i16 = 5;
-    pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
-    pub const REQUEST_TIMED_OUT: i16 = 7;
-    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
-    pub const NOT_COORDINATOR: i16 = 16;
-    pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
-    pub const NOT_ENOUGH_REPLICAS: i16 = 19;
-    pub const ILLEGAL_GENERATION: i16 = 22;
-    pub const UNKNOWN_MEMBER_ID: i16 = 25;
-    pub const REBALANCE_IN_PROGRESS: i16 = 27;
-    pub const UNSUPPORTED_VERSION: i16 = 35;
-    pub const TOPIC_ALREADY_EXISTS: i16 = 36;
-    pub const INVALID_PARTITIONS: i16 = 37;
-    pub const INVALID_REPLICATION_FACTOR: i16 = 38;
-    pub const INVALID_REQUEST: i16 = 42;
-    pub const FENCED_LEADER_EPOCH: i16 = 74;
-    pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
-    pub const MEMBER_ID_REQUIRED: i16 = 79;
-    pub const UNKNOWN_TOPIC_ID: i16 = 100;
 }
 
 /// One API's versions as Gregor handles them.
@@ -104,6 +89,8 @@ const SUPPORTED: &[ApiSupport] = &[
     support!("Fetch", fetch),
     support!("ListOffsets", list_offsets),
     support!("Metadata", metadata),
+    support!("OffsetCommit", offset_commit),
+    support!("OffsetFetch", offset_fetch),
     support!("FindCoordinator", find_coordinator),
     support!("JoinGroup", join_group),
     support!("Heartbeat", heartbeat),
@@ -111,7 +98,9 @@ const SUPPORTED: &[ApiSupport] = &[
     support!("SyncGroup", sync_group),
     support!("ApiVersions", api_versions),
     support!("CreateTopics", create_topics),
+    support!("DeleteTopics", delete_topics),
     support!("InitProducerId", init_producer_id),
+    support!("DescribeConfigs", describe_configs),
 ];
 
 /// Every API Gregor decodes and encodes, in ascending key order: what ApiVersions advertises.
@@ -133,6 +122,10 @@ pub enum Request {
     Metadata(metadata::MetadataRequest),
     ApiVersions(api_versions::ApiVersionsRequest),
     CreateTopics(create_topics::CreateTopicsRequest),
+    OffsetCommit(offset_commit::OffsetCommitRequest),
+    OffsetFetch(offset_fetch::OffsetFetchRequest),
+    DeleteTopics(delete_topics::DeleteTopicsRequest),
+    DescribeConfigs(describe_configs::DescribeConfigsRequest),
     FindCoordinator(find_coordinator::FindCoordinatorRequest),
     JoinGroup(join_group::JoinGroupRequest),
     Heartbeat(heartbeat::HeartbeatRequest),
@@ -140,6 +133,44 @@ pub enum Request {
     SyncGroup(sync_group::SyncGroupRequest),
     InitProducerId(init_producer_id::InitProducerIdRequest),
 }
+
+macro_rules! request_dispatch {
+    ($($variant:ident($m:ident)),* $(,)?) => {
+        impl Request {
+            pub fn api_key(&self) -> i16 {
+                match self {
+                    $(Request::$variant(_) => $m::API_KEY,)*
+                }
+            }
+
+            /// The body at `version` (client side), which must be one Gregor supports.
+            pub fn encode(&self, version: i16) -> Bytes {
+                match self {
+                    $(Request::$variant(r) => r.encode(version),)*
+                }
+            }
+        }
+    };
+}
+
+request_dispatch!(
+    Produce(produce),
+    Fetch(fetch),
+    ListOffsets(list_offsets),
+    Metadata(metadata),
+    ApiVersions(api_versions),
+    CreateTopics(create_topics),
+    OffsetCommit(offset_commit),
+    OffsetFetch(offset_fetch),
+    DeleteTopics(delete_topics),
+    DescribeConfigs(describe_configs),
+    FindCoordinator(find_coordinator),
+    JoinGroup(join_group),
+    Heartbeat(heartbeat),
+    LeaveGroup(leave_group),
+    SyncGroup(sync_group),
+    InitProducerId(init_producer_id),
+);
 
 /// Decodes one request frame (without its length prefix). Record sets are copied out of
 /// `frame`; use [`decode_request_bytes`] to share the frame's allocation instead.
@@ -165,7 +196,7 @@ fn check_len(len: usize, limits: Limits) -> Result<(), DecodeError> {
 }
 
 fn decode_with(mut r: Reader<'_>) -> Result<(RequestHeader, Request), DecodeError> {
-    let header = RequestHeader::decode_v1(&mut r)?;
+    let (header, header_version) = RequestHeader::decode_fixed(&mut r, |key| api_support(key).map(|s| s.flexible_min))?;
     let Some(support) = api_support(header.api_key) else {
         return Err(DecodeError::UnknownApiKey {
             api_key: header.api_key,
@@ -178,7 +209,7 @@ fn decode_with(mut r: Reader<'_>) -> Result<(RequestHeader, Request), DecodeErro
         // (KIP-511); the body of an unknown version is not read.
         return Err(DecodeError::UnsupportedVersion { header });
     }
-    r.skip_tagged_fields(support.is_flexible(v))?;
+    r.skip_tagged_fields(header_version >= 2)?;
     let r = &mut r;
     let request = match header.api_key {
         api_versions::API_KEY => Request::ApiVersions(api_versions::ApiVersionsRequest::decode(v, r)?),
@@ -193,7 +224,18 @@ fn decode_with(mut r: Reader<'_>) -> Result<(RequestHeader, Request), DecodeErro
         leave_group::API_KEY => Request::LeaveGroup(leave_group::LeaveGroupRequest::decode(v, r)?),
         sync_group::API_KEY => Request::SyncGroup(sync_group::SyncGroupRequest::decode(v, r)?),
         init_producer_id::API_KEY => Request::InitProducerId(init_producer_id::InitProducerIdRequest::decode(v, r)?),
-        _ => unreachable!("every key in SUPPORTED has a decoder"),
+        offset_commit::API_KEY => Request::OffsetCommit(offset_commit::OffsetCommitRequest::decode(v, r)?),
+        offset_fetch::API_KEY => Request::OffsetFetch(offset_fetch::OffsetFetchRequest::decode(v, r)?),
+        delete_topics::API_KEY => Request::DeleteTopics(delete_topics::DeleteTopicsRequest::decode(v, r)?),
+        describe_configs::API_KEY => Request::DescribeConfigs(describe_configs::DescribeConfigsRequest::decode(v, r)?),
+        // Unreachable while SUPPORTED and this match agree (the fuzz corpus test decodes every
+        // advertised version); answered as unknown rather than panicking if they ever drift.
+        _ => {
+            return Err(DecodeError::UnknownApiKey {
+                api_key: header.api_key,
+                header,
+            })
+        }
     };
     r.finish()?;
     Ok((header, request))
@@ -214,4 +256,121 @@ pub fn encode_response(request: &RequestHeader, body: &[u8]) -> Bytes {
     let mut out = bytes::BytesMut::from(&w.finish()[..]);
     out.extend_from_slice(body);
     out.freeze()
+}
+
+macro_rules! responses {
+    ($($variant:ident($m:ident::$ty:ident),)*) => {
+        /// A response body, one variant per API, encoded at the version of its request.
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum Response {
+            $($variant($m::$ty),)*
+        }
+
+        impl Response {
+            pub fn api_key(&self) -> i16 {
+                match self {
+                    $(Response::$variant(_) => $m::API_KEY,)*
+                }
+            }
+
+            /// The body at `version`, which must be one Gregor supports for this API.
+            pub fn encode(&self, version: i16) -> Bytes {
+                match self {
+                    $(Response::$variant(r) => r.encode(version),)*
+                }
+            }
+
+            /// Client side: the body of `api_key`'s response at `version`, from untrusted bytes.
+            /// `decode_response` checks the version first; an unknown key is an error here too.
+            pub fn decode(api_key: i16, version: i16, r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+                match api_key {
+                    $($m::API_KEY => Ok(Response::$variant($m::$ty::decode(version, r)?)),)*
+                    _ => Err(DecodeError::UnknownApiKey {
+                        api_key,
+                        header: RequestHeader {
+                            api_key,
+                            api_version: version,
+                            correlation_id: 0,
+                            client_id: None,
+                        },
+                    }),
+                }
+            }
+        }
+    };
+}
+
+responses! {
+    Produce(produce::ProduceResponse),
+    Fetch(fetch::FetchResponse),
+    ListOffsets(list_offsets::ListOffsetsResponse),
+    Metadata(metadata::MetadataResponse),
+    OffsetCommit(offset_commit::OffsetCommitResponse),
+    OffsetFetch(offset_fetch::OffsetFetchResponse),
+    FindCoordinator(find_coordinator::FindCoordinatorResponse),
+    JoinGroup(join_group::JoinGroupResponse),
+    Heartbeat(heartbeat::HeartbeatResponse),
+    LeaveGroup(leave_group::LeaveGroupResponse),
+    SyncGroup(sync_group::SyncGroupResponse),
+    ApiVersions(api_versions::ApiVersionsResponse),
+    CreateTopics(create_topics::CreateTopicsResponse),
+    DeleteTopics(delete_topics::DeleteTopicsResponse),
+    InitProducerId(init_producer_id::InitProducerIdResponse),
+    DescribeConfigs(describe_configs::DescribeConfigsResponse),
+}
+
+/// The whole reply frame (header and body, no length prefix) to a decoded request.
+/// Answering a request with another API's response is a programmer error.
+pub fn reply(request: &RequestHeader, response: &Response) -> Bytes {
+    assert_eq!(request.api_key, response.api_key(), "response for another API");
+    encode_response(request, &response.encode(request.api_version))
+}
+
+/// KIP-511: the reply to an ApiVersions request whose version Gregor does not know
+/// (`DecodeError::UnsupportedVersion` with api_key 18): UNSUPPORTED_VERSION and the supported
+/// list, in v0 format under a v0 response header, so any client can read it and retry.
+pub fn reply_api_versions_unsupported(request: &RequestHeader) -> Bytes {
+    assert_eq!(request.api_key, api_versions::API_KEY);
+    encode_response(
+        request,
+        &api_versions::ApiVersionsResponse::unsupported_version().encode(0),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use kafka_protocol::messages::{ApiVersionsResponse, MetadataResponse, ResponseHeader};
+    use kafka_protocol::protocol::Decodable;
+
+    use super::*;
+
+    #[test]
+    fn reply_frames_header_and_body() {
+        // Metadata v9: header (key, version, correlation 6, null client id, no tags), then
+        // null topics, auto-create, two authorized-operations flags, no tags.
+        let frame = [0, 3, 0, 9, 0, 0, 0, 6, 0xff, 0xff, 0, 0, 1, 0, 0, 0];
+        let (header, _) = decode_request(&frame, Limits::default()).expect("valid");
+        let response = Response::Metadata(metadata::MetadataResponse::default());
+        let mut frame: Bytes = reply(&header, &response);
+        let h = ResponseHeader::decode(&mut frame, 1).expect("flexible header");
+        assert_eq!(h.correlation_id, 6);
+        MetadataResponse::decode(&mut frame, 9).expect("body");
+        assert!(frame.is_empty());
+    }
+
+    #[test]
+    fn unsupported_api_versions_reply_is_readable_as_v0() {
+        let frame = [0, 18, 0, 99, 0, 0, 0, 8, 0xff, 0xff, 0];
+        let Err(DecodeError::UnsupportedVersion { header }) = decode_request(&frame, Limits::default()) else {
+            panic!("v99 must be unsupported");
+        };
+        let mut out = reply_api_versions_unsupported(&header);
+        let h = ResponseHeader::decode(&mut out, 0).expect("v0 header");
+        assert_eq!(h.correlation_id, 8);
+        let body = ApiVersionsResponse::decode(&mut out, 0).expect("v0 body");
+        assert_eq!(body.error_code, crate::ErrorCode::UnsupportedVersion.code());
+        assert_eq!(body.api_keys.len(), supported_versions().len());
+        assert!(out.is_empty());
+    }
 }

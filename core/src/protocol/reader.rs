@@ -4,8 +4,9 @@
 //! already proven are present. Every length or count read off the wire is checked against the
 //! bytes remaining *before* anything is allocated: an array of N elements whose smallest encoding
 //! is S bytes needs N*S bytes left, so a 6-byte frame can never ask for 150 GB. Counts are also
-//! capped by [`Limits::array_len_max`], and tagged-field sections by
-//! [`Limits::tagged_fields_max`]. Decoders built on it follow the fixed depth of Kafka's schemas,
+//! capped per array by [`Limits::array_len_max`] and per request by
+//! [`Limits::request_elements_max`] (which bounds how much larger the decoded structs can be
+//! than the frame), and tagged-field sections by [`Limits::tagged_fields_max`]. Decoders built on it follow the fixed depth of Kafka's schemas,
 //! so recursion never depends on the input.
 //!
 //! Fault model: the bytes are arbitrary (truncated, hostile, bit-flipped). Every failure is a
@@ -39,10 +40,22 @@ pub enum DecodeError {
     },
     #[error("array of {count} elements at offset {offset} exceeds array_len_max {max}")]
     ArrayTooLong { offset: usize, count: usize, max: usize },
+    #[error(
+        "array of {count} elements at offset {offset} brings the frame to {total} elements, \
+         over request_elements_max {max}"
+    )]
+    TooManyElements {
+        offset: usize,
+        count: usize,
+        total: usize,
+        max: usize,
+    },
     #[error("{count} tagged fields at offset {offset} exceed tagged_fields_max {max}")]
     TooManyTaggedFields { offset: usize, count: usize, max: usize },
     #[error("varint at offset {offset} is longer than {bytes_max} bytes")]
     VarintTooLong { offset: usize, bytes_max: usize },
+    #[error("string of {len} bytes at offset {offset} is over 32767 bytes")]
+    StringTooLong { offset: usize, len: usize },
     #[error("string at offset {offset} is not UTF-8")]
     InvalidUtf8 { offset: usize },
     #[error("null at offset {offset} where {field} is not nullable")]
@@ -56,17 +69,22 @@ pub enum DecodeError {
     },
     #[error("api key {} does not support version {}", header.api_key, header.api_version)]
     UnsupportedVersion { header: super::header::RequestHeader },
-    #[error("{remaining} bytes left over after the request body")]
+    #[error("{remaining} bytes left over after the body")]
     TrailingBytes { remaining: usize },
 }
 
 /// Input limits. Each caps memory or work that a single frame can cause.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Largest frame accepted (Kafka's `socket.request.max.bytes`).
+    /// Largest frame accepted (Kafka's `socket.request.max.bytes`). A client decoding
+    /// responses sets it from what it asked for (a fetch's `max_bytes` plus slack).
     pub request_bytes_max: usize,
     /// Most elements one array may hold, whatever the bytes allow.
     pub array_len_max: usize,
+    /// Most array elements in one frame (request or response), all arrays together. A decoded element takes more
+    /// memory than its smallest encoding (a 3-byte partition entry becomes a 40-byte struct), so
+    /// this, not the frame size, bounds the memory one request can make us allocate.
+    pub request_elements_max: usize,
     /// Most tagged fields one tagged-field section may hold.
     pub tagged_fields_max: usize,
 }
@@ -75,6 +93,9 @@ pub struct Limits {
 pub const REQUEST_BYTES_MAX: usize = 100 * 1024 * 1024;
 /// Elements per array: far above any real request (partitions per topic, topics per request).
 pub const ARRAY_LEN_MAX: usize = 1_000_000;
+/// Array elements per request: a follower fetching 100k partitions uses a tenth of it; at
+/// about 100 bytes per decoded element it caps a request's structs near 100 MB.
+pub const REQUEST_ELEMENTS_MAX: usize = 1_000_000;
 /// Tagged fields per section: Kafka's schemas define a handful per struct.
 pub const TAGGED_FIELDS_MAX: usize = 64;
 
@@ -83,10 +104,14 @@ impl Default for Limits {
         Limits {
             request_bytes_max: REQUEST_BYTES_MAX,
             array_len_max: ARRAY_LEN_MAX,
+            request_elements_max: REQUEST_ELEMENTS_MAX,
             tagged_fields_max: TAGGED_FIELDS_MAX,
         }
     }
 }
+
+/// Longest string in any version (i16 length; Kafka caps compact strings the same way).
+pub const STRING_BYTES_MAX: usize = i16::MAX as usize;
 
 /// Elements reserved up front for an array; beyond this it grows as elements actually decode.
 const PREALLOC_ELEMS_MAX: usize = 1024;
@@ -120,13 +145,17 @@ pub mod min_bytes {
     }
 }
 
-/// A bounded cursor over one frame. See the module comment for the contract.
+/// A bounded cursor over one frame. See the module comment for the contract. Cloning it keeps
+/// a position to read again from (a client re-reads a KIP-511 ApiVersions answer as v0).
+#[derive(Clone)]
 pub struct Reader<'a> {
     buf: &'a [u8],
     /// When the frame is held in a `Bytes`, record sets are sliced from it without copying.
     shared: Option<&'a Bytes>,
     pos: usize,
     limits: Limits,
+    /// Array elements announced so far, against `limits.request_elements_max`.
+    elements: usize,
 }
 
 pub type Result<T> = std::result::Result<T, DecodeError>;
@@ -138,6 +167,7 @@ impl<'a> Reader<'a> {
             shared: None,
             pos: 0,
             limits,
+            elements: 0,
         }
     }
 
@@ -148,6 +178,7 @@ impl<'a> Reader<'a> {
             shared: Some(frame),
             pos: 0,
             limits,
+            elements: 0,
         }
     }
 
@@ -252,9 +283,13 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// Strings are at most 32767 bytes in every version, compact ones included, as Kafka's own
+    /// readers enforce: anything decoded here can be echoed back in a non-flexible response.
     pub fn nullable_string(&mut self, flexible: bool) -> Result<Option<String>> {
+        let offset = self.pos;
         match self.length(flexible, false)? {
             None => Ok(None),
+            Some(len) if len > STRING_BYTES_MAX => Err(DecodeError::StringTooLong { offset, len }),
             Some(n) => {
                 let offset = self.pos;
                 let raw = self.take(n)?;
@@ -311,6 +346,16 @@ impl<'a> Reader<'a> {
                 max: self.limits.array_len_max,
             });
         }
+        let total = self.elements.saturating_add(count);
+        if total > self.limits.request_elements_max {
+            return Err(DecodeError::TooManyElements {
+                offset,
+                count,
+                total,
+                max: self.limits.request_elements_max,
+            });
+        }
+        self.elements = total;
         let bytes_min = count.saturating_mul(elem_bytes_min);
         if bytes_min > self.remaining() {
             return Err(DecodeError::ArrayOverrun {
@@ -368,8 +413,11 @@ impl<'a> Reader<'a> {
                 shared: None,
                 pos: 0,
                 limits: self.limits,
+                elements: self.elements,
             };
-            if known(tag, &mut sub)? && sub.remaining() != 0 {
+            let consumed = known(tag, &mut sub)?;
+            self.elements = sub.elements;
+            if consumed && sub.remaining() != 0 {
                 return Err(DecodeError::TrailingBytes {
                     remaining: sub.remaining(),
                 });
@@ -441,6 +489,20 @@ mod tests {
     }
 
     #[test]
+    fn compact_strings_are_capped_like_classic_ones() {
+        let mut b = vec![0x81, 0x80, 0x02]; // compact length 32769 + 1
+        b.extend(std::iter::repeat_n(b'a', 32_769));
+        let res = r(&b).string(true, "s");
+        assert!(
+            matches!(res, Err(DecodeError::StringTooLong { len: 32_768, .. })),
+            "{res:?}"
+        );
+        let mut b = vec![0x80, 0x80, 0x02]; // compact length 32768: exactly the maximum
+        b.extend(std::iter::repeat_n(b'a', 32_767));
+        assert_eq!(r(&b).string(true, "s").map(|s| s.len()), Ok(32_767));
+    }
+
+    #[test]
     fn huge_array_count_fails_before_allocating() {
         // i32::MAX elements of 4 bytes, announced in 4 bytes.
         let mut rd = r(&[0x7f, 0xff, 0xff, 0xff]);
@@ -451,6 +513,23 @@ mod tests {
         let res = rd.array(false, 4, |r| r.i32());
         assert!(
             matches!(res, Err(DecodeError::ArrayOverrun { count: 4096, .. })),
+            "{res:?}"
+        );
+    }
+
+    #[test]
+    fn elements_are_budgeted_across_arrays() {
+        let limits = Limits {
+            request_elements_max: 3,
+            ..Limits::default()
+        };
+        // Two arrays of two i32s each: the second crosses the budget of three.
+        let bytes = [0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4];
+        let mut rd = Reader::new(&bytes, limits);
+        assert_eq!(rd.array(false, 4, |r| r.i32()), Ok(vec![1, 2]));
+        let res = rd.array(false, 4, |r| r.i32());
+        assert!(
+            matches!(res, Err(DecodeError::TooManyElements { total: 4, .. })),
             "{res:?}"
         );
     }

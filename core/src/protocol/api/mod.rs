@@ -5,6 +5,8 @@
 
 pub mod api_versions;
 pub mod create_topics;
+pub mod delete_topics;
+pub mod describe_configs;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod heartbeat;
@@ -13,5 +15,7 @@ pub mod join_group;
 pub mod leave_group;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offset_commit;
+pub mod offset_fetch;
 pub mod produce;
 pub mod sync_group;

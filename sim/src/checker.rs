@@ -1,0 +1,350 @@
+//! The checker: reads a [`History`] and reports anomalies by Jepsen's names (the Kafka test in
+//! jepsen-io/jepsen uses the same words), plus the commit and processing checks of the five
+//! no-loss rules. It trusts nothing the brokers say about themselves: only what clients saw and
+//! what a final read returned.
+//!
+//! | anomaly | meaning |
+//! |---|---|
+//! | `lost-write` | acknowledged at (partition, offset), and the final read, which covers that offset, does not hold it |
+//! | `unseen` | acknowledged, never read by any consumer: deleted by retention first (the log start that passed it is named), or never delivered although consumers drained |
+//! | `inconsistent-offsets` | two different values observed at one (partition, offset) |
+//! | `duplicate` | one value at two positions of the log |
+//! | `poll-skip` | one consumer session read offset a, then b > a+1, though an offset between them holds a record |
+//! | `nonmonotonic-poll` | one consumer session read offset a, then b <= a |
+//! | `nonmonotonic-send` | one producer's later send to a partition was acknowledged at a lower offset |
+//! | `committed-offset-regression` | a group's committed offset for a partition went backwards |
+//! | `acked-never-processed` | acknowledged, below the group's final committed offset, never processed |
+//!
+//! A report says what it compared; [`Report::compared_nothing`] makes a run that compared
+//! nothing a failure rather than a pass.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use crate::history::{History, Partition, SendOutcome, Value};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AnomalyKind {
+    LostWrite,
+    Unseen,
+    InconsistentOffsets,
+    Duplicate,
+    PollSkip,
+    NonmonotonicPoll,
+    NonmonotonicSend,
+    CommittedOffsetRegression,
+    AckedNeverProcessed,
+}
+
+impl AnomalyKind {
+    pub const ALL: [AnomalyKind; 9] = [
+        AnomalyKind::LostWrite,
+        AnomalyKind::Unseen,
+        AnomalyKind::InconsistentOffsets,
+        AnomalyKind::Duplicate,
+        AnomalyKind::PollSkip,
+        AnomalyKind::NonmonotonicPoll,
+        AnomalyKind::NonmonotonicSend,
+        AnomalyKind::CommittedOffsetRegression,
+        AnomalyKind::AckedNeverProcessed,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            AnomalyKind::LostWrite => "lost-write",
+            AnomalyKind::Unseen => "unseen",
+            AnomalyKind::InconsistentOffsets => "inconsistent-offsets",
+            AnomalyKind::Duplicate => "duplicate",
+            AnomalyKind::PollSkip => "poll-skip",
+            AnomalyKind::NonmonotonicPoll => "nonmonotonic-poll",
+            AnomalyKind::NonmonotonicSend => "nonmonotonic-send",
+            AnomalyKind::CommittedOffsetRegression => "committed-offset-regression",
+            AnomalyKind::AckedNeverProcessed => "acked-never-processed",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<AnomalyKind> {
+        AnomalyKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+impl fmt::Display for AnomalyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    pub kind: AnomalyKind,
+    pub detail: String,
+}
+
+/// What the checker looked at.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Compared {
+    pub sends: usize,
+    pub acked: usize,
+    pub acked_checked: usize,
+    pub unknown: usize,
+    pub failed: usize,
+    pub polls: usize,
+    pub commits: usize,
+    pub processed: usize,
+    pub partitions_read: usize,
+    pub final_records: usize,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    pub compared: Compared,
+    pub findings: Vec<Finding>,
+}
+
+impl Report {
+    /// A run whose checker had no acknowledged write to check against a final read proves
+    /// nothing, and fails.
+    pub fn compared_nothing(&self) -> bool {
+        self.compared.acked_checked == 0 || self.compared.partitions_read == 0
+    }
+
+    pub fn counts(&self) -> BTreeMap<AnomalyKind, usize> {
+        let mut counts = BTreeMap::new();
+        for f in &self.findings {
+            *counts.entry(f.kind).or_insert(0) += 1;
+        }
+        counts
+    }
+
+    pub fn has(&self, kind: AnomalyKind) -> bool {
+        self.findings.iter().any(|f| f.kind == kind)
+    }
+
+    /// One line of what was compared, then one per anomaly kind found.
+    pub fn summary(&self) -> String {
+        let c = &self.compared;
+        let mut out = format!(
+            "compared {} sends ({} acked, {} checked against the final read, {} unknown, {} failed), {} polls, {} commits, {} processed, {} partitions read in full ({} records)",
+            c.sends, c.acked, c.acked_checked, c.unknown, c.failed, c.polls, c.commits, c.processed, c.partitions_read, c.final_records
+        );
+        for (kind, n) in self.counts() {
+            out.push_str(&format!("\n  {kind}: {n}"));
+            if let Some(first) = self.findings.iter().find(|f| f.kind == kind) {
+                out.push_str(&format!(" (first: {})", first.detail));
+            }
+        }
+        out
+    }
+
+    fn add(&mut self, kind: AnomalyKind, detail: String) {
+        self.findings.push(Finding { kind, detail });
+    }
+}
+
+pub fn check(h: &History) -> Report {
+    let mut report = Report::default();
+    let c = &mut report.compared;
+    c.sends = h.sends.len();
+    c.polls = h.polls.len();
+    c.commits = h.commits.len();
+    c.processed = h.processed.len();
+    c.partitions_read = h.final_reads.len();
+    c.final_records = h.final_reads.values().map(|r| r.records.len()).sum();
+    for s in &h.sends {
+        match s.outcome {
+            SendOutcome::Acked { .. } => c.acked += 1,
+            SendOutcome::Unknown => c.unknown += 1,
+            SendOutcome::Failed => c.failed += 1,
+        }
+    }
+
+    // Every value observed at each log position, and every position each value was seen at.
+    let mut at_position: BTreeMap<(Partition, i64), BTreeSet<Value>> = BTreeMap::new();
+    let mut positions_of: BTreeMap<Value, BTreeSet<(Partition, i64)>> = BTreeMap::new();
+    let mut observe = |p: Partition, o: i64, v: Value| {
+        at_position.entry((p, o)).or_default().insert(v);
+        positions_of.entry(v).or_default().insert((p, o));
+    };
+    for (&p, read) in &h.final_reads {
+        for &(o, v) in &read.records {
+            observe(p, o, v);
+        }
+    }
+    for poll in &h.polls {
+        observe(poll.partition, poll.offset, poll.value);
+    }
+    for s in &h.sends {
+        if let SendOutcome::Acked { offset } = s.outcome {
+            at_position.entry((s.partition, offset)).or_default().insert(s.value);
+        }
+    }
+    for ((p, o), values) in &at_position {
+        if values.len() > 1 {
+            report.add(
+                AnomalyKind::InconsistentOffsets,
+                format!("partition {p} offset {o} holds {values:?}"),
+            );
+        }
+    }
+    for (v, positions) in &positions_of {
+        if positions.len() > 1 {
+            report.add(
+                AnomalyKind::Duplicate,
+                format!("value {}/{} at {positions:?}", v.producer(), v.seq()),
+            );
+        }
+    }
+
+    let final_at: BTreeMap<(Partition, i64), Value> = h
+        .final_reads
+        .iter()
+        .flat_map(|(&p, r)| r.records.iter().map(move |&(o, v)| ((p, o), v)))
+        .collect();
+    let polled: BTreeSet<Value> = h.polls.iter().map(|p| p.value).collect();
+    for s in &h.sends {
+        let SendOutcome::Acked { offset } = s.outcome else {
+            continue;
+        };
+        let Some(read) = h.final_reads.get(&s.partition) else {
+            continue;
+        };
+        report.compared.acked_checked += 1;
+        let (p, v) = (s.partition, s.value);
+        if final_at.get(&(p, offset)) == Some(&v) {
+            if h.consumers_drained && !polled.contains(&v) {
+                report.add(
+                    AnomalyKind::Unseen,
+                    format!(
+                        "{}/{} acked at partition {p} offset {offset}, in the log, never delivered to a consumer",
+                        v.producer(),
+                        v.seq()
+                    ),
+                );
+            }
+        } else if offset < read.log_start_offset {
+            if !polled.contains(&v) {
+                report.add(
+                    AnomalyKind::Unseen,
+                    format!(
+                        "{}/{} acked at partition {p} offset {offset}, deleted by retention (log start now {}) before any consumer read it",
+                        v.producer(),
+                        v.seq(),
+                        read.log_start_offset
+                    ),
+                );
+            }
+        } else if !positions_of.get(&v).is_some_and(|at| at.iter().any(|&(pp, _)| pp == p)) {
+            let there = final_at
+                .get(&(p, offset))
+                .map_or("nothing".to_string(), |x| format!("{}/{}", x.producer(), x.seq()));
+            report.add(
+                AnomalyKind::LostWrite,
+                format!(
+                    "{}/{} acked at partition {p} offset {offset}; the final read (log start {}, high watermark {}) has {there} there",
+                    v.producer(),
+                    v.seq(),
+                    read.log_start_offset,
+                    read.high_watermark
+                ),
+            );
+        }
+    }
+
+    // Polls: within one consumer session and partition, offsets rise by one, skipping only
+    // offsets that hold no record.
+    let existing: BTreeSet<(Partition, i64)> = final_at.keys().copied().collect();
+    let mut last: BTreeMap<(u32, u32, Partition), i64> = BTreeMap::new();
+    for poll in &h.polls {
+        let key = (poll.consumer, poll.session, poll.partition);
+        if let Some(&prev) = last.get(&key) {
+            if poll.offset <= prev {
+                report.add(
+                    AnomalyKind::NonmonotonicPoll,
+                    format!(
+                        "consumer {} session {} partition {}: offset {} after {prev}",
+                        poll.consumer, poll.session, poll.partition, poll.offset
+                    ),
+                );
+            } else if let Some(&(_, missed)) = existing
+                .range((poll.partition, prev + 1)..(poll.partition, poll.offset))
+                .next()
+            {
+                report.add(
+                    AnomalyKind::PollSkip,
+                    format!(
+                        "consumer {} session {} partition {}: jumped from {prev} to {}, skipping offset {missed}",
+                        poll.consumer, poll.session, poll.partition, poll.offset
+                    ),
+                );
+            }
+        }
+        last.insert(key, poll.offset);
+    }
+
+    // Sends: one producer's acks to a partition rise with its sequence numbers.
+    let mut acks: BTreeMap<(u32, Partition), Vec<(u32, i64)>> = BTreeMap::new();
+    for s in &h.sends {
+        if let SendOutcome::Acked { offset } = s.outcome {
+            acks.entry((s.producer, s.partition))
+                .or_default()
+                .push((s.value.seq(), offset));
+        }
+    }
+    for ((producer, p), mut list) in acks {
+        list.sort_unstable();
+        for w in list.windows(2) {
+            if w[1].1 <= w[0].1 {
+                report.add(
+                    AnomalyKind::NonmonotonicSend,
+                    format!(
+                        "producer {producer} partition {p}: send {} acked at {} after send {} at {}",
+                        w[1].0, w[1].1, w[0].0, w[0].1
+                    ),
+                );
+            }
+        }
+    }
+
+    // Commits never go backwards; below the final one, every acked record was processed.
+    let mut committed: BTreeMap<(&str, Partition), i64> = BTreeMap::new();
+    for commit in &h.commits {
+        let key = (commit.group.as_str(), commit.partition);
+        if let Some(&prev) = committed.get(&key) {
+            if commit.offset < prev {
+                report.add(
+                    AnomalyKind::CommittedOffsetRegression,
+                    format!(
+                        "group {} partition {}: committed {} after {prev}",
+                        commit.group, commit.partition, commit.offset
+                    ),
+                );
+            }
+        }
+        let entry = committed.entry(key).or_insert(commit.offset);
+        *entry = (*entry).max(commit.offset);
+    }
+    if h.tracks_processing {
+        let processed: BTreeSet<Value> = h.processed.iter().map(|p| p.value).collect();
+        for s in &h.sends {
+            let SendOutcome::Acked { offset } = s.outcome else {
+                continue;
+            };
+            let below_commit = committed.iter().any(|(&(_, p), &c)| p == s.partition && offset < c);
+            if below_commit && !processed.contains(&s.value) {
+                report.add(
+                    AnomalyKind::AckedNeverProcessed,
+                    format!(
+                        "{}/{} acked at partition {} offset {offset}, below the committed offset, never processed",
+                        s.value.producer(),
+                        s.value.seq(),
+                        s.partition
+                    ),
+                );
+            }
+        }
+    }
+    report
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,188 @@
+//! Each anomaly from a minimal history that has it (so the checker is shown able to fail), and a
+//! clean history that has none.
+
+use super::*;
+use crate::history::{Commit, FinalRead, Poll, Processed, Send};
+
+fn v(producer: u32, seq: u32) -> Value {
+    Value::new(producer, seq)
+}
+
+fn acked(producer: u32, seq: u32, partition: Partition, offset: i64) -> Send {
+    Send {
+        producer,
+        partition,
+        value: v(producer, seq),
+        outcome: SendOutcome::Acked { offset },
+        at_ms: 0,
+    }
+}
+
+fn poll(consumer: u32, session: u32, offset: i64, value: Value) -> Poll {
+    Poll {
+        consumer,
+        session,
+        partition: 0,
+        offset,
+        value,
+        at_ms: 0,
+    }
+}
+
+fn commit(offset: i64) -> Commit {
+    Commit {
+        consumer: 1,
+        group: "g".into(),
+        partition: 0,
+        offset,
+        at_ms: 0,
+    }
+}
+
+/// Three acked sends at 0..3 of partition 0, all read back, polled, committed and processed.
+fn clean() -> History {
+    let sends: Vec<Send> = (0..3).map(|i| acked(1, i, 0, i64::from(i))).collect();
+    let records: Vec<(i64, Value)> = (0..3).map(|i| (i64::from(i), v(1, i))).collect();
+    History {
+        sends,
+        polls: records.iter().map(|&(o, val)| poll(1, 0, o, val)).collect(),
+        commits: vec![commit(1), commit(3)],
+        processed: records
+            .iter()
+            .map(|&(_, value)| Processed { consumer: 1, value })
+            .collect(),
+        final_reads: [(
+            0,
+            FinalRead {
+                log_start_offset: 0,
+                high_watermark: 3,
+                records,
+            },
+        )]
+        .into(),
+        tracks_processing: true,
+        consumers_drained: true,
+    }
+}
+
+fn kinds(h: &History) -> Vec<AnomalyKind> {
+    let report = check(h);
+    let mut kinds: Vec<AnomalyKind> = report.counts().into_keys().collect();
+    kinds.sort();
+    kinds
+}
+
+#[test]
+fn a_clean_history_has_no_anomalies_and_says_what_it_compared() {
+    let report = check(&clean());
+    assert!(report.findings.is_empty(), "{}", report.summary());
+    assert!(!report.compared_nothing());
+    assert_eq!(report.compared.acked_checked, 3);
+    assert!(
+        report.summary().starts_with("compared 3 sends (3 acked, 3 checked"),
+        "{}",
+        report.summary()
+    );
+    assert!(check(&History::default()).compared_nothing());
+}
+
+#[test]
+fn lost_write_when_the_final_read_lacks_an_acked_record() {
+    let mut h = clean();
+    let read = h.final_reads.get_mut(&0).expect("read");
+    read.records.truncate(2);
+    read.high_watermark = 2;
+    h.polls.truncate(2);
+    assert_eq!(kinds(&h), vec![AnomalyKind::LostWrite]);
+}
+
+#[test]
+fn unseen_when_retention_deletes_before_anyone_reads_or_consumers_miss_it() {
+    let mut h = clean();
+    h.polls.clear();
+    h.commits.clear();
+    let read = h.final_reads.get_mut(&0).expect("read");
+    read.log_start_offset = 2;
+    read.records.drain(..2);
+    let report = check(&h);
+    assert_eq!(
+        report.counts().get(&AnomalyKind::Unseen),
+        Some(&3),
+        "{}",
+        report.summary()
+    );
+    assert!(report.summary().contains("log start now 2"), "{}", report.summary());
+    let mut h = clean();
+    h.polls.pop();
+    assert_eq!(kinds(&h), vec![AnomalyKind::Unseen]);
+}
+
+#[test]
+fn inconsistent_offsets_and_duplicates() {
+    let mut h = clean();
+    h.polls.push(poll(2, 0, 1, v(9, 9)));
+    assert!(kinds(&h).contains(&AnomalyKind::InconsistentOffsets));
+    let mut h = clean();
+    let read = h.final_reads.get_mut(&0).expect("read");
+    read.records.push((3, v(1, 0)));
+    assert_eq!(kinds(&h), vec![AnomalyKind::Duplicate]);
+}
+
+#[test]
+fn poll_skip_and_nonmonotonic_poll_within_a_session_only() {
+    let mut h = clean();
+    h.polls = vec![poll(1, 0, 0, v(1, 0)), poll(1, 0, 2, v(1, 2)), poll(1, 1, 1, v(1, 1))];
+    assert_eq!(
+        kinds(&h),
+        vec![AnomalyKind::PollSkip],
+        "a new session may start anywhere"
+    );
+    let mut h = clean();
+    h.polls = vec![
+        poll(1, 0, 0, v(1, 0)),
+        poll(1, 0, 1, v(1, 1)),
+        poll(1, 0, 1, v(1, 1)),
+        poll(1, 0, 2, v(1, 2)),
+    ];
+    assert_eq!(kinds(&h), vec![AnomalyKind::NonmonotonicPoll]);
+}
+
+#[test]
+fn nonmonotonic_send() {
+    let mut h = clean();
+    h.sends[1].outcome = SendOutcome::Acked { offset: 2 };
+    h.sends[2].outcome = SendOutcome::Acked { offset: 1 };
+    assert!(kinds(&h).contains(&AnomalyKind::NonmonotonicSend), "{:?}", kinds(&h));
+}
+
+#[test]
+fn committed_offsets_never_go_back_and_commits_imply_processing() {
+    let mut h = clean();
+    h.commits.push(commit(2));
+    assert_eq!(kinds(&h), vec![AnomalyKind::CommittedOffsetRegression]);
+    let mut h = clean();
+    h.processed.remove(1);
+    assert_eq!(kinds(&h), vec![AnomalyKind::AckedNeverProcessed]);
+    h.tracks_processing = false;
+    assert!(kinds(&h).is_empty());
+}
+
+#[test]
+fn unknown_sends_may_or_may_not_appear() {
+    let mut h = clean();
+    h.sends.push(Send {
+        producer: 1,
+        partition: 0,
+        value: v(1, 3),
+        outcome: SendOutcome::Unknown,
+        at_ms: 0,
+    });
+    h.sends.push(Send {
+        producer: 1,
+        partition: 0,
+        value: v(1, 4),
+        outcome: SendOutcome::Failed,
+        at_ms: 0,
+    });
+    assert!(kinds(&h).is_empty());
+}

@@ -1,0 +1,110 @@
+//! What a simulated workload did, as the checker needs it: every send with its outcome, every
+//! record a consumer polled, every offset commit, every record processed, and a final full read
+//! of each partition after the faults healed.
+//!
+//! Values are unique per run (`producer << 32 | sequence`), so a value names exactly one send.
+
+use std::collections::BTreeMap;
+
+/// A record's value: which producer sent it and its sequence number in that producer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Value(pub u64);
+
+impl Value {
+    pub fn new(producer: u32, seq: u32) -> Value {
+        Value(u64::from(producer) << 32 | u64::from(seq))
+    }
+    pub fn producer(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+    pub fn seq(self) -> u32 {
+        self.0 as u32
+    }
+    /// The bytes a workload writes as the record value.
+    pub fn to_bytes(self) -> [u8; 8] {
+        self.0.to_be_bytes()
+    }
+    pub fn from_bytes(b: &[u8]) -> Option<Value> {
+        Some(Value(u64::from_be_bytes(b.try_into().ok()?)))
+    }
+}
+
+/// A topic partition, by index (the workload uses one topic per run).
+pub type Partition = i32;
+
+/// How a send ended, as the producer saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendOutcome {
+    /// The broker acknowledged the record at this offset.
+    Acked { offset: i64 },
+    /// A definite error: the record was not written.
+    Failed,
+    /// Timed out, or its producer died first: it may or may not have been written.
+    Unknown,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Send {
+    pub producer: u32,
+    pub partition: Partition,
+    pub value: Value,
+    pub outcome: SendOutcome,
+    /// Virtual ms when the outcome was known.
+    pub at_ms: u64,
+}
+
+/// One record delivered to a consumer by a poll.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Poll {
+    pub consumer: u32,
+    /// Changes whenever the consumer's position may legitimately jump: a restart, a rebalance,
+    /// a seek. Ordering checks (`poll-skip`, `nonmonotonic-poll`) apply within one session.
+    pub session: u32,
+    pub partition: Partition,
+    pub offset: i64,
+    pub value: Value,
+    pub at_ms: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Commit {
+    pub consumer: u32,
+    pub group: String,
+    pub partition: Partition,
+    /// The next offset to read, as Kafka commits it.
+    pub offset: i64,
+    pub at_ms: u64,
+}
+
+/// A record an application finished processing (at-least-once checks).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Processed {
+    pub consumer: u32,
+    pub value: Value,
+}
+
+/// A partition read in full after the heal phase, from its log start.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FinalRead {
+    pub log_start_offset: i64,
+    pub high_watermark: i64,
+    /// (offset, value) in offset order.
+    pub records: Vec<(i64, Value)>,
+}
+
+/// Everything the checker reads.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct History {
+    pub sends: Vec<Send>,
+    pub polls: Vec<Poll>,
+    pub commits: Vec<Commit>,
+    pub processed: Vec<Processed>,
+    /// Filled by the final read; a partition missing here was not read.
+    pub final_reads: BTreeMap<Partition, FinalRead>,
+    /// The workload records what it processed: an acked record below a group's final committed
+    /// offset that was never processed is lost processing (`acked-never-processed`).
+    pub tracks_processing: bool,
+    /// Consumers ran until caught up after the heal: an acked record no consumer ever polled is
+    /// `unseen` even if it is still in the log.
+    pub consumers_drained: bool,
+}

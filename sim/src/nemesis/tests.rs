@@ -1,0 +1,246 @@
+//! The nemesis on a small world of idle nodes: scheduled faults and their opposites happen at
+//! their times, to the node `resolve` names; random profiles are a pure function of the seed;
+//! the heal leaves nothing in force.
+
+use std::time::Duration;
+
+use gregor_core::disk::Disk;
+
+use super::*;
+use crate::world::run_seed;
+
+fn scenario(brokers: u32, coordinators: u32, duration_s: u64, faults: &str) -> Scenario {
+    let source = format!(
+        r#"
+description = "nemesis test"
+duration_s = {duration_s}
+[cluster]
+brokers = {brokers}
+coordinators = {coordinators}
+[topic]
+[producer]
+mode = "sync"
+{faults}
+[expect]
+outcome = "no-anomalies"
+"#
+    );
+    Scenario::parse(&source, "test.toml", "test").expect("the test scenario parses")
+}
+
+/// Adds idle nodes `broker-0..` then `coordinator-0..`, in that order.
+fn add_nodes(world: &World, brokers: u32, coordinators: u32) {
+    let names = (0..brokers)
+        .map(|i| format!("broker-{i}"))
+        .chain((0..coordinators).map(|i| format!("coordinator-{i}")));
+    for name in names {
+        world.add_node(&name, |_rt| std::future::pending::<()>());
+    }
+}
+
+/// Resolves names to the nodes `add_nodes` made; `leader` is broker-1; `controller` is none.
+fn resolver(brokers: u32) -> impl Fn(&str) -> Option<NodeIndex> {
+    move |name: &str| {
+        if name == "leader" {
+            return Some(NodeIndex(1));
+        }
+        if let Some(i) = name.strip_prefix("broker-") {
+            return i.parse().ok().map(NodeIndex);
+        }
+        if let Some(i) = name.strip_prefix("coordinator-") {
+            return i.parse::<usize>().ok().map(|i| NodeIndex(brokers as usize + i));
+        }
+        None
+    }
+}
+
+fn event(at_ms: u64, node: &str, what: &str) -> FaultEvent {
+    FaultEvent {
+        at_ms,
+        node: node.into(),
+        what: what.into(),
+    }
+}
+
+async fn sleep_until_ms(ms: u64) {
+    let now = madsim::time::TimeHandle::current().elapsed();
+    madsim::time::sleep(Duration::from_millis(ms).saturating_sub(now)).await;
+}
+
+/// Plays `faults` on two idle brokers; reports the events, whether broker-0 was down at 0.5 s,
+/// 1.5 s and 3.5 s, its disk crashes, and whether an unsynced write made before the fault survived.
+fn play_on_broker_0(faults: &str) -> (Vec<FaultEvent>, [bool; 3], u64, bool) {
+    let s = scenario(2, 1, 5, faults);
+    run_seed(1, move |world| async move {
+        add_nodes(&world, 2, 0);
+        let b0 = NodeIndex(0);
+        world.with_disk(b0, |d| {
+            d.create("unsynced").expect("create");
+            d.append("unsynced", b"page cache").expect("append");
+        });
+        let probe_world = world.clone();
+        let probe = madsim::task::spawn_local(async move {
+            let mut down = [false; 3];
+            for (i, at) in [500, 1500, 3500].into_iter().enumerate() {
+                sleep_until_ms(at).await;
+                down[i] = probe_world.is_down(b0);
+            }
+            down
+        });
+        let mut nemesis = Nemesis::new(&s, 1);
+        nemesis.play(&world, &resolver(2)).await;
+        let down = probe.await.expect("probe task");
+        assert!(!world.is_down(b0), "healed at the end");
+        let crashes = world.with_disk(b0, |d| d.stats().crashes);
+        let kept = world.with_disk(b0, |d| d.len("unsynced").ok()) == Some(10);
+        (nemesis.into_events(), down, crashes, kept)
+    })
+}
+
+#[test]
+fn a_scheduled_crash_and_its_restart_happen_at_their_times() {
+    let (events, down, crashes, _) =
+        play_on_broker_0("[[faults.schedule]]\nat_s = 1\nfault = \"crash\"\nnode = \"broker-0\"\nheal_after_s = 2");
+    assert_eq!(
+        events,
+        vec![event(1000, "broker-0", "crash"), event(3000, "broker-0", "restart")]
+    );
+    assert_eq!(down, [false, true, false]);
+    assert_eq!(crashes, 1, "a crash is a power loss of the disk too");
+}
+
+#[test]
+fn a_kill_keeps_the_page_cache() {
+    let (events, down, crashes, kept) =
+        play_on_broker_0("[[faults.schedule]]\nat_s = 1\nfault = \"kill\"\nnode = \"broker-0\"\nheal_after_s = 2");
+    assert_eq!(
+        events,
+        vec![event(1000, "broker-0", "kill"), event(3000, "broker-0", "restart")]
+    );
+    assert_eq!(down, [false, true, false]);
+    assert_eq!(crashes, 0);
+    assert!(kept, "an unsynced write survives a process kill");
+}
+
+#[test]
+fn faults_without_heal_after_end_at_the_heal_and_roles_resolve_when_due() {
+    let faults = r#"
+[[faults.schedule]]
+at_s = 2
+fault = "pause"
+node = "leader"
+[[faults.schedule]]
+at_s = 1
+fault = "disk-full"
+node = "broker-0"
+heal_after_s = 1.5
+[[faults.schedule]]
+at_s = 3
+fault = "clock-skew"
+node = "controller"
+"#;
+    let s = scenario(2, 1, 5, faults);
+    let (events, full_mid) = run_seed(3, move |world| async move {
+        add_nodes(&world, 2, 0);
+        let probe_world = world.clone();
+        let probe = madsim::task::spawn_local(async move {
+            sleep_until_ms(1200).await;
+            probe_world.with_disk(NodeIndex(0), |d| {
+                d.create("f").expect("create");
+                d.append("f", b"x").is_err()
+            })
+        });
+        let mut nemesis = Nemesis::new(&s, 3);
+        nemesis.play(&world, &resolver(2)).await;
+        let full = probe.await.expect("probe");
+        let after = world.with_disk(NodeIndex(0), |d| d.append("f", b"x").is_ok());
+        assert!(after, "the disk drained");
+        (nemesis.into_events(), full)
+    });
+    assert_eq!(
+        events,
+        vec![
+            event(1000, "broker-0", "disk-full"),
+            event(2000, "leader=broker-1", "pause"),
+            event(2500, "broker-0", "drain"),
+            event(3000, "controller", "clock-skew skipped: no such node now"),
+            event(5000, "leader=broker-1", "resume"),
+        ]
+    );
+    assert!(full_mid, "the disk refused a write while full");
+}
+
+/// The most faults in force at once, replaying `events`.
+fn in_force_max(events: &[FaultEvent]) -> usize {
+    let faults = [
+        "crash",
+        "kill",
+        "pause",
+        "isolate",
+        "disk-full",
+        "sync-fail",
+        "clock-skew",
+        "partition-halves",
+    ];
+    let (mut now, mut max) = (0usize, 0usize);
+    for e in events {
+        if faults.contains(&e.what.as_str()) {
+            now += 1;
+            max = max.max(now);
+        } else {
+            now = now.checked_sub(1).expect("an opposite follows its fault");
+        }
+    }
+    assert_eq!(now, 0, "the heal left no fault in force: {events:?}");
+    max
+}
+
+fn random_run(profile: &str, seed: u64) -> Vec<FaultEvent> {
+    let s = scenario(3, 3, 120, &format!("[faults]\nprofile = \"{profile}\""));
+    run_seed(seed, move |world| async move {
+        add_nodes(&world, 3, 3);
+        let mut nemesis = Nemesis::new(&s, seed);
+        nemesis.play(&world, &resolver(3)).await;
+        for i in 0..world.node_count() {
+            assert!(!world.is_down(NodeIndex(i)), "node {i} restarted at the heal");
+            assert_eq!(world.state(NodeIndex(i)).skew_ms(), 0);
+        }
+        nemesis.into_events()
+    })
+}
+
+#[test]
+fn a_random_profile_draws_the_same_faults_for_the_same_seed_only() {
+    let a = random_run("mixed", 1);
+    assert!(a.len() >= 10, "120 s of mixed faults: {a:?}");
+    assert_eq!(a, random_run("mixed", 1));
+    assert_ne!(a, random_run("mixed", 2));
+    let limit = profile("mixed").expect("mixed").concurrent_max;
+    assert!(in_force_max(&a) <= limit);
+    assert!(a.iter().all(|e| e.at_ms <= 120_000), "nothing after the heal: {a:?}");
+}
+
+#[test]
+fn the_crashes_profile_crashes_one_broker_at_a_time() {
+    let events = random_run("crashes", 5);
+    assert!(events.len() >= 8, "{events:?}");
+    assert_eq!(in_force_max(&events), 1);
+    assert!(events.iter().all(|e| e.node.starts_with("broker-")), "{events:?}");
+    assert!(events.iter().any(|e| e.what == "crash"));
+}
+
+#[test]
+fn the_none_profile_does_nothing() {
+    assert_eq!(random_run("none", 1), vec![]);
+}
+
+#[test]
+fn every_profile_is_well_formed() {
+    for p in PROFILES {
+        assert!(p.fault_s_min <= p.fault_s_max && p.interval_s_mean > 0.0, "{p:?}");
+        assert_eq!(p.weights.is_empty(), p.concurrent_max == 0, "{p:?}");
+    }
+    for name in ["none", "crashes", "partitions", "mixed", "disk"] {
+        assert!(profile(name).is_some(), "{name}");
+    }
+}

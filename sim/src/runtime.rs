@@ -1,0 +1,307 @@
+//! `SimRuntime`: gregor-core's [`Runtime`] on madsim, as one simulated node sees it.
+//!
+//! What it owns: nothing that dies with the node. A [`SimRuntime`] is a view of the node's
+//! [`NodeState`] (its disk, its random stream, its clock skew), which the harness
+//! (`crate::world`) keeps outside madsim's node so that it survives kill and restart; the
+//! runtime itself is rebuilt by the node's init task at every (re)start.
+//!
+//! Contract (that of `gregor_core::runtime`, bound to madsim):
+//! - Time is madsim's virtual time. `now_ms` is the virtual wall clock plus the node's skew
+//!   (a fault set by the harness, with its opposite); `monotonic_ms` is virtual time since the
+//!   simulation started and is never skewed. Every `sleep` lasts at least 1 ms (madsim).
+//! - `spawn` runs the task on the node of the calling task with madsim's `spawn_local` (core's
+//!   futures are not `Send`). A `SimRuntime` is only handed to code running on its own node, so
+//!   that is this node; it is asserted. The task dies when the node is killed.
+//! - `connect`/`listen` use madsim's simulated TCP (`madsim::net::TcpStream`/`TcpListener`):
+//!   ordered, reliable byte streams between node IPs, delayed by madsim's per-message latency,
+//!   stalled (not lost) while a link is clogged; a connect over a clogged link is refused. Frames
+//!   are Kafka's: a 4-byte big-endian length, then that many bytes. A frame announced larger than
+//!   `frame_bytes_max` closes the connection with [`NetError::FrameTooLarge`] before a byte of
+//!   its body is read; frames over `i32::MAX` bytes (Kafka's length is an int32) are refused by
+//!   `send`.
+//! - `with_disk` lends the node's [`SimDisk`] under a lock: `f` must not call `with_disk` again.
+//!   The disk adds up the latency its calls would cost; sleeping it is the caller's business
+//!   (`SimDisk::take_latency_us`).
+//! - `random_u64` draws from the node's [`Purpose::Runtime`] stream. The stream continues across
+//!   restarts, like the entropy a real process would draw afresh.
+//!
+//! Fault model: what madsim simulates (node kill/restart/pause, link clogging, latency) plus the
+//! disk's own faults; the byte stream itself is never corrupted here.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, UNIX_EPOCH};
+
+use bytes::{Bytes, BytesMut};
+use gregor_core::runtime::{Connection, Listener, NetError, Runtime};
+use madsim::net::{TcpListener, TcpStream};
+use madsim::task::NodeId;
+use madsim::time::TimeHandle;
+use rand_chacha::rand_core::RngCore;
+use rand_chacha::ChaCha8Rng;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::disk::SimDisk;
+use crate::seed::{self, Purpose};
+
+/// Kafka's default `socket.request.max.bytes` (100 MiB).
+pub const FRAME_BYTES_MAX_DEFAULT: u64 = 100 * 1024 * 1024;
+
+/// The largest frame Kafka's int32 length prefix can announce.
+const FRAME_BYTES_WIRE_MAX: u64 = i32::MAX as u64;
+
+/// A node's state that outlives its process: created by the harness with the node, captured by
+/// the node's madsim init closure, shared by every `SimRuntime` of every incarnation.
+#[derive(Debug)]
+pub struct NodeState {
+    index: u64,
+    frame_bytes_max: u64,
+    disk: Mutex<SimDisk>,
+    rng: Mutex<ChaCha8Rng>,
+    skew_ms: AtomicI64,
+}
+
+impl NodeState {
+    /// State of node `index` in the run with `seed`.
+    pub fn new(seed: u64, index: u64, disk: SimDisk, frame_bytes_max: u64) -> Self {
+        NodeState {
+            index,
+            frame_bytes_max,
+            disk: Mutex::new(disk),
+            rng: Mutex::new(seed::stream(seed, index, Purpose::Runtime)),
+            skew_ms: AtomicI64::new(0),
+        }
+    }
+
+    pub fn index(&self) -> u64 {
+        self.index
+    }
+
+    /// Runs `f` with the node's disk (also from the harness, e.g. to crash it or inject faults).
+    pub fn with_disk<T>(&self, f: impl FnOnce(&mut SimDisk) -> T) -> T {
+        let mut disk = self
+            .disk
+            .lock()
+            .expect("disk lock poisoned: a panic inside with_disk already failed the run");
+        f(&mut disk)
+    }
+
+    /// Sets how far this node's wall clock is ahead of (positive) or behind (negative) true
+    /// virtual time. Its opposite is `set_skew_ms(0)`.
+    pub fn set_skew_ms(&self, skew_ms: i64) {
+        self.skew_ms.store(skew_ms, Ordering::Relaxed);
+    }
+
+    pub fn skew_ms(&self) -> i64 {
+        self.skew_ms.load(Ordering::Relaxed)
+    }
+}
+
+/// gregor-core's `Runtime` for one simulated node.
+#[derive(Clone, Debug)]
+pub struct SimRuntime {
+    state: Arc<NodeState>,
+    node: NodeId,
+}
+
+impl SimRuntime {
+    /// The runtime of the node the calling task runs on. Call it from the node's init task.
+    pub fn attach(state: Arc<NodeState>) -> Self {
+        SimRuntime {
+            state,
+            node: madsim::plugin::node(),
+        }
+    }
+
+    pub fn node_index(&self) -> u64 {
+        self.state.index
+    }
+
+    pub fn state(&self) -> &Arc<NodeState> {
+        &self.state
+    }
+}
+
+fn io_to_net(addr: &str, e: std::io::Error) -> NetError {
+    use std::io::ErrorKind;
+    match e.kind() {
+        ErrorKind::ConnectionRefused => NetError::Refused(addr.to_string()),
+        ErrorKind::ConnectionReset | ErrorKind::BrokenPipe | ErrorKind::UnexpectedEof => NetError::Closed,
+        _ => NetError::Io(format!("{addr}: {e}")),
+    }
+}
+
+impl Runtime for SimRuntime {
+    type Disk = SimDisk;
+    type Conn = SimConnection;
+    type Listener = SimListener;
+
+    fn now_ms(&self) -> i64 {
+        let now = TimeHandle::current().now_time();
+        let since_epoch = now
+            .duration_since(UNIX_EPOCH)
+            .expect("madsim's virtual clock starts in 2022, after the epoch");
+        let ms = i64::try_from(since_epoch.as_millis()).expect("virtual time within i64 ms");
+        ms + self.state.skew_ms()
+    }
+
+    fn monotonic_ms(&self) -> u64 {
+        u64::try_from(TimeHandle::current().elapsed().as_millis()).expect("virtual time within u64 ms")
+    }
+
+    fn sleep(&self, duration: Duration) -> impl Future<Output = ()> {
+        madsim::time::sleep(duration)
+    }
+
+    fn spawn(&self, task: impl Future<Output = ()> + 'static) {
+        assert_eq!(
+            madsim::plugin::node(),
+            self.node,
+            "SimRuntime of node {} used from another node's task",
+            self.state.index
+        );
+        // Detached: dropping a madsim JoinHandle does not cancel the task; killing the node does.
+        drop(madsim::task::spawn_local(task));
+    }
+
+    async fn connect(&self, addr: &str) -> Result<SimConnection, NetError> {
+        let stream = TcpStream::connect(addr).await.map_err(|e| io_to_net(addr, e))?;
+        Ok(SimConnection::new(stream, addr.to_string(), self.state.frame_bytes_max))
+    }
+
+    async fn listen(&self, addr: &str) -> Result<SimListener, NetError> {
+        let listener = TcpListener::bind(addr).await.map_err(|e| io_to_net(addr, e))?;
+        Ok(SimListener {
+            listener,
+            addr: addr.to_string(),
+            frame_bytes_max: self.state.frame_bytes_max,
+        })
+    }
+
+    fn with_disk<T>(&self, f: impl FnOnce(&mut SimDisk) -> T) -> T {
+        self.state.with_disk(f)
+    }
+
+    fn random_u64(&self) -> u64 {
+        self.state
+            .rng
+            .lock()
+            .expect("rng lock poisoned: a panic while drawing already failed the run")
+            .next_u64()
+    }
+}
+
+/// Accepts simulated TCP connections on one address.
+#[derive(Debug)]
+pub struct SimListener {
+    listener: TcpListener,
+    addr: String,
+    frame_bytes_max: u64,
+}
+
+impl Listener for SimListener {
+    type Conn = SimConnection;
+
+    async fn accept(&mut self) -> Result<SimConnection, NetError> {
+        let (stream, peer) = self.listener.accept().await.map_err(|e| io_to_net(&self.addr, e))?;
+        Ok(SimConnection::new(stream, peer.to_string(), self.frame_bytes_max))
+    }
+}
+
+/// One framed simulated TCP connection. After an error it is closed for good: every later call
+/// returns [`NetError::Closed`].
+#[derive(Debug)]
+pub struct SimConnection {
+    /// `None` once closed: dropping the stream closes it, and the peer reads end-of-stream.
+    stream: Option<TcpStream>,
+    peer: String,
+    frame_bytes_max: u64,
+}
+
+impl SimConnection {
+    fn new(stream: TcpStream, peer: String, frame_bytes_max: u64) -> Self {
+        SimConnection {
+            stream: Some(stream),
+            peer,
+            frame_bytes_max,
+        }
+    }
+
+    fn close(&mut self) {
+        self.stream = None;
+    }
+
+    async fn recv_inner(&mut self) -> Result<Option<Bytes>, NetError> {
+        let stream = self.stream.as_mut().ok_or(NetError::Closed)?;
+        let mut header = [0u8; 4];
+        let mut filled = 0;
+        while filled < header.len() {
+            let n = stream
+                .read(&mut header[filled..])
+                .await
+                .map_err(|e| io_to_net(&self.peer, e))?;
+            if n == 0 {
+                if filled == 0 {
+                    return Ok(None);
+                }
+                return Err(NetError::Io(format!("{}: closed inside a frame header", self.peer)));
+            }
+            filled += n;
+        }
+        let len = u64::from(u32::from_be_bytes(header));
+        if len > self.frame_bytes_max {
+            return Err(NetError::FrameTooLarge {
+                len,
+                max: self.frame_bytes_max,
+            });
+        }
+        let len = usize::try_from(len).expect("frame_bytes_max fits in memory");
+        let mut body = BytesMut::zeroed(len);
+        stream.read_exact(&mut body).await.map_err(|e| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => NetError::Io(format!("{}: closed inside a frame", self.peer)),
+            _ => io_to_net(&self.peer, e),
+        })?;
+        Ok(Some(body.freeze()))
+    }
+
+    async fn send_inner(&mut self, frame: Bytes) -> Result<(), NetError> {
+        let stream = self.stream.as_mut().ok_or(NetError::Closed)?;
+        let len = frame.len() as u64;
+        if len > FRAME_BYTES_WIRE_MAX {
+            return Err(NetError::FrameTooLarge {
+                len,
+                max: FRAME_BYTES_WIRE_MAX,
+            });
+        }
+        let header = u32::try_from(len).expect("checked against i32::MAX").to_be_bytes();
+        // madsim buffers writes and hands the buffer to the network on flush: one frame, one
+        // simulated message.
+        stream.write_all(&header).await.map_err(|e| io_to_net(&self.peer, e))?;
+        stream.write_all(&frame).await.map_err(|e| io_to_net(&self.peer, e))?;
+        stream.flush().await.map_err(|e| io_to_net(&self.peer, e))
+    }
+}
+
+impl Connection for SimConnection {
+    async fn send(&mut self, frame: Bytes) -> Result<(), NetError> {
+        let result = self.send_inner(frame).await;
+        // An oversized outgoing frame is refused without touching the stream; it stays usable.
+        if matches!(result, Err(ref e) if !matches!(e, NetError::FrameTooLarge { .. })) {
+            self.close();
+        }
+        result
+    }
+
+    async fn recv(&mut self) -> Result<Option<Bytes>, NetError> {
+        let result = self.recv_inner().await;
+        if !matches!(result, Ok(Some(_))) {
+            self.close();
+        }
+        result
+    }
+
+    fn peer(&self) -> String {
+        self.peer.clone()
+    }
+}

@@ -1,0 +1,577 @@
+//! Scenario files: the cluster, topics, client configurations, workload, faults and the outcome a
+//! run must have. Parsed strictly: an unknown key, a bad value or an impossible topology is an
+//! error naming the file, the line and the key, and nothing runs.
+//!
+//! Client settings use Kafka's names as quoted TOML keys (`"linger.ms" = 5`), so a scenario reads
+//! like the client configuration it models. The format, by example (every key shown; most have
+//! defaults):
+//!
+//! ```toml
+//! description = "acks=all with min ISR 2 keeps every acknowledged write through a leader crash"
+//! duration_s = 60          # workload and faults
+//! heal_s = 20              # faults healed, consumers drain, then the final read
+//!
+//! [cluster]
+//! brokers = 3
+//! coordinators = 3
+//!
+//! [topic]
+//! name = "events"
+//! partitions = 3
+//! "replication.factor" = 3
+//! "min.insync.replicas" = 2
+//! "retention.ms" = 604800000
+//! "retention.bytes" = -1
+//! "segment.bytes" = 1048576
+//! "flush.messages" = -1
+//! "unclean.leader.election.enable" = false
+//!
+//! [producer]
+//! count = 2
+//! mode = "sync"            # or "async": sends return at once, results arrive later
+//! acks = "all"             # "all" | "1" | "0"
+//! "linger.ms" = 5
+//! "batch.size" = 16384
+//! "enable.idempotence" = true
+//! retries = 2147483647
+//! "delivery.timeout.ms" = 120000
+//! rate_per_s = 100         # per producer
+//!
+//! [consumer]
+//! count = 2
+//! group = "checker"
+//! commit = "after-processing"   # "before-processing" | "auto" | "none"
+//! "auto.commit.interval.ms" = 5000
+//! "auto.offset.reset" = "earliest"
+//! start_after_s = 0        # a consumer that starts late lags behind retention
+//!
+//! [faults]
+//! profile = "none"         # or a named random profile (see `FaultProfile`)
+//! [[faults.schedule]]
+//! at_s = 20
+//! fault = "crash"          # crash | kill | pause | isolate | disk-full | sync-fail | clock-skew
+//! node = "leader"          # "leader", "controller", "broker-N", "coordinator-N"
+//! heal_after_s = 5         # the opposite fault (restart, resume, repair, ...) after this long
+//!
+//! [expect]
+//! outcome = "no-anomalies" # or "anomaly", with:
+//! anomaly = "lost-write"   # the anomaly a negative control must produce
+//! min_share = 0.95         # in at least this share of seeds (the canary sets its own)
+//! ```
+
+use std::path::Path;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// A scenario as written, validated.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    #[serde(skip)]
+    pub name: String,
+    pub description: String,
+    #[serde(default = "defaults::duration_s")]
+    pub duration_s: u64,
+    #[serde(default = "defaults::heal_s")]
+    pub heal_s: u64,
+    #[serde(default)]
+    pub cluster: Cluster,
+    pub topic: Spanned<Topic>,
+    pub producer: Producer,
+    #[serde(default)]
+    pub consumer: Option<Consumer>,
+    #[serde(default)]
+    pub faults: Faults,
+    pub expect: Spanned<Expect>,
+}
+
+mod defaults {
+    pub fn duration_s() -> u64 {
+        30
+    }
+    pub fn heal_s() -> u64 {
+        10
+    }
+    pub fn one() -> u32 {
+        1
+    }
+    pub fn minus_one() -> i64 {
+        -1
+    }
+    pub fn week_ms() -> i64 {
+        7 * 24 * 3600 * 1000
+    }
+    pub fn segment_bytes() -> i64 {
+        1 << 30
+    }
+    pub fn acks() -> String {
+        "all".into()
+    }
+    pub fn batch_size() -> u32 {
+        16_384
+    }
+    pub fn yes() -> bool {
+        true
+    }
+    pub fn retries() -> u32 {
+        i32::MAX as u32
+    }
+    pub fn delivery_timeout_ms() -> u64 {
+        120_000
+    }
+    pub fn rate_per_s() -> u32 {
+        50
+    }
+    pub fn group() -> String {
+        "checker".into()
+    }
+    pub fn auto_commit_interval_ms() -> u64 {
+        5_000
+    }
+    pub fn earliest() -> String {
+        "earliest".into()
+    }
+    pub fn min_share() -> f64 {
+        0.95
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Cluster {
+    #[serde(default = "defaults::one")]
+    pub brokers: u32,
+    #[serde(default = "defaults::one")]
+    pub coordinators: u32,
+}
+
+impl Default for Cluster {
+    fn default() -> Self {
+        Cluster {
+            brokers: 1,
+            coordinators: 1,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Topic {
+    #[serde(default = "defaults::group")]
+    pub name: String,
+    #[serde(default = "defaults::one")]
+    pub partitions: u32,
+    #[serde(rename = "replication.factor", default = "defaults::one")]
+    pub replication_factor: u32,
+    #[serde(rename = "min.insync.replicas", default = "defaults::one")]
+    pub min_insync_replicas: u32,
+    #[serde(rename = "retention.ms", default = "defaults::week_ms")]
+    pub retention_ms: i64,
+    #[serde(rename = "retention.bytes", default = "defaults::minus_one")]
+    pub retention_bytes: i64,
+    #[serde(rename = "segment.bytes", default = "defaults::segment_bytes")]
+    pub segment_bytes: i64,
+    #[serde(rename = "flush.messages", default = "defaults::minus_one")]
+    pub flush_messages: i64,
+    #[serde(rename = "unclean.leader.election.enable", default)]
+    pub unclean_leader_election: bool,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum SendMode {
+    Sync,
+    Async,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Producer {
+    #[serde(default = "defaults::one")]
+    pub count: u32,
+    pub mode: SendMode,
+    #[serde(default = "defaults::acks")]
+    pub acks: String,
+    #[serde(rename = "linger.ms", default)]
+    pub linger_ms: u64,
+    #[serde(rename = "batch.size", default = "defaults::batch_size")]
+    pub batch_size: u32,
+    #[serde(rename = "enable.idempotence", default = "defaults::yes")]
+    pub enable_idempotence: bool,
+    #[serde(default = "defaults::retries")]
+    pub retries: u32,
+    #[serde(rename = "delivery.timeout.ms", default = "defaults::delivery_timeout_ms")]
+    pub delivery_timeout_ms: u64,
+    #[serde(default = "defaults::rate_per_s")]
+    pub rate_per_s: u32,
+}
+
+impl Producer {
+    /// `acks` as the wire value (-1 for all).
+    pub fn acks_value(&self) -> i16 {
+        match self.acks.as_str() {
+            "all" | "-1" => -1,
+            "1" => 1,
+            _ => 0,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum CommitPolicy {
+    /// Manual commit after the records are processed: at-least-once.
+    AfterProcessing,
+    /// Manual commit before processing: a crash in between loses processing.
+    BeforeProcessing,
+    /// `enable.auto.commit=true`: commits on a timer, whatever was processed.
+    Auto,
+    /// No commits at all.
+    None,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Consumer {
+    #[serde(default = "defaults::one")]
+    pub count: u32,
+    #[serde(default = "defaults::group")]
+    pub group: String,
+    pub commit: CommitPolicy,
+    #[serde(rename = "auto.commit.interval.ms", default = "defaults::auto_commit_interval_ms")]
+    pub auto_commit_interval_ms: u64,
+    #[serde(rename = "auto.offset.reset", default = "defaults::earliest")]
+    pub auto_offset_reset: String,
+    /// Seconds after the workload starts before consumers start (a lagging consumer).
+    #[serde(default)]
+    pub start_after_s: u64,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultKind {
+    /// Power loss: the node dies and its disk drops or tears unsynced writes. Opposite: restart.
+    Crash,
+    /// Process kill: the node dies, its page cache (unsynced writes) survives. Opposite: restart.
+    Kill,
+    /// The node stops running but keeps its state. Opposite: resume.
+    Pause,
+    /// The node's links to every other node are cut. Opposite: repair.
+    Isolate,
+    /// The node's disk refuses writes with ENOSPC. Opposite: drain.
+    DiskFull,
+    /// The node's fsyncs fail with EIO. Opposite: heal.
+    SyncFail,
+    /// The node's wall clock jumps ahead by a minute. Opposite: reset.
+    ClockSkew,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduledFault {
+    pub at_s: f64,
+    pub fault: FaultKind,
+    pub node: String,
+    /// When the opposite fault runs; `None` means never (until the heal phase).
+    #[serde(default)]
+    pub heal_after_s: Option<f64>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Faults {
+    #[serde(default)]
+    pub profile: Option<String>,
+    #[serde(default)]
+    pub schedule: Vec<Spanned<ScheduledFault>>,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    NoAnomalies,
+    Anomaly,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Expect {
+    pub outcome: Outcome,
+    #[serde(default)]
+    pub anomaly: Option<String>,
+    #[serde(default = "defaults::min_share")]
+    pub min_share: f64,
+}
+
+/// A scenario that could not be used; the message names the file, line and key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ScenarioError(pub String);
+
+fn line_of(source: &str, offset: usize) -> usize {
+    source[..offset.min(source.len())]
+        .bytes()
+        .filter(|&b| b == b'\n')
+        .count()
+        + 1
+}
+
+impl Scenario {
+    pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
+        let source = std::fs::read_to_string(path)
+            .map_err(|e| ScenarioError(format!("{}: cannot read: {e}", path.display())))?;
+        let name = path
+            .file_stem()
+            .map_or_else(|| "scenario".to_string(), |s| s.to_string_lossy().into_owned());
+        Scenario::parse(&source, &path.display().to_string(), &name)
+    }
+
+    /// Parses and validates `source` (from `file`, for messages).
+    pub fn parse(source: &str, file: &str, name: &str) -> Result<Scenario, ScenarioError> {
+        let mut scenario: Scenario = toml::from_str(source).map_err(|e| {
+            let line = e
+                .span()
+                .map(|s| format!(":{}", line_of(source, s.start)))
+                .unwrap_or_default();
+            ScenarioError(format!("{file}{line}: {}", e.message()))
+        })?;
+        scenario.name = name.to_string();
+        let at = |span: std::ops::Range<usize>| format!("{file}:{}", line_of(source, span.start));
+        let bad = |where_: String, key: &str, why: String| Err(ScenarioError(format!("{where_}: {key}: {why}")));
+        let topic = scenario.topic.get_ref();
+        let topic_at = at(scenario.topic.span());
+        let c = &scenario.cluster;
+        if c.brokers == 0 || c.brokers > 9 {
+            return bad(
+                at(0..0),
+                "cluster.brokers",
+                format!("{} is not between 1 and 9", c.brokers),
+            );
+        }
+        if c.coordinators == 0 || c.coordinators > 7 || c.coordinators.is_multiple_of(2) {
+            return bad(
+                at(0..0),
+                "cluster.coordinators",
+                format!("{} is not an odd number from 1 to 7", c.coordinators),
+            );
+        }
+        if topic.partitions == 0 || topic.partitions > 64 {
+            return bad(
+                topic_at,
+                "topic.partitions",
+                format!("{} is not between 1 and 64", topic.partitions),
+            );
+        }
+        if topic.replication_factor == 0 || topic.replication_factor > c.brokers {
+            return bad(
+                topic_at,
+                "topic.replication.factor",
+                format!(
+                    "{} is impossible with {} broker(s)",
+                    topic.replication_factor, c.brokers
+                ),
+            );
+        }
+        if topic.min_insync_replicas == 0 || topic.min_insync_replicas > topic.replication_factor {
+            return bad(
+                topic_at,
+                "topic.min.insync.replicas",
+                format!(
+                    "{} must be between 1 and the replication factor {}",
+                    topic.min_insync_replicas, topic.replication_factor
+                ),
+            );
+        }
+        let mut log = gregor_core::log::LogConfig::default();
+        for (key, value) in [
+            ("retention.ms", topic.retention_ms),
+            ("retention.bytes", topic.retention_bytes),
+            ("segment.bytes", topic.segment_bytes),
+            ("flush.messages", topic.flush_messages),
+        ] {
+            if let Err(why) = log.apply(key, &value.to_string()) {
+                return bad(at(scenario.topic.span()), &format!("topic.{key}"), why);
+            }
+        }
+        if !matches!(scenario.producer.acks.as_str(), "all" | "-1" | "0" | "1") {
+            return bad(
+                at(0..0),
+                "producer.acks",
+                format!("{:?} is not one of \"all\", \"1\", \"0\"", scenario.producer.acks),
+            );
+        }
+        if scenario.producer.count == 0 || scenario.producer.count > 64 || scenario.producer.rate_per_s == 0 {
+            return bad(
+                at(0..0),
+                "producer",
+                "count must be 1 to 64 and rate_per_s at least 1".into(),
+            );
+        }
+        if let Some(consumer) = &scenario.consumer {
+            if !matches!(consumer.auto_offset_reset.as_str(), "earliest" | "latest") {
+                return bad(
+                    at(0..0),
+                    "consumer.auto.offset.reset",
+                    format!("{:?} is not earliest or latest", consumer.auto_offset_reset),
+                );
+            }
+        }
+        if let Some(profile) = &scenario.faults.profile {
+            if crate::nemesis::profile(profile).is_none() {
+                // `profile` is a plain string (no span): point at the line that sets it.
+                let line = source
+                    .lines()
+                    .position(|l| l.trim_start().starts_with("profile"))
+                    .map_or(1, |i| i + 1);
+                let names: Vec<&str> = crate::nemesis::PROFILES.iter().map(|p| p.name).collect();
+                return bad(
+                    format!("{file}:{line}"),
+                    "faults.profile",
+                    format!("{profile:?} is not one of {names:?}"),
+                );
+            }
+        }
+        for fault in &scenario.faults.schedule {
+            let f = fault.get_ref();
+            let ok_node = f.node == "leader"
+                || f.node == "controller"
+                || f.node
+                    .strip_prefix("broker-")
+                    .and_then(|n| n.parse::<u32>().ok())
+                    .is_some_and(|n| n < c.brokers)
+                || f.node
+                    .strip_prefix("coordinator-")
+                    .and_then(|n| n.parse::<u32>().ok())
+                    .is_some_and(|n| n < c.coordinators);
+            if !ok_node {
+                return bad(
+                    at(fault.span()),
+                    "faults.schedule.node",
+                    format!("{:?} names no node of this cluster", f.node),
+                );
+            }
+            if !(0.0..=scenario.duration_s as f64).contains(&f.at_s) {
+                return bad(
+                    at(fault.span()),
+                    "faults.schedule.at_s",
+                    format!("{} is outside the run's {} s", f.at_s, scenario.duration_s),
+                );
+            }
+        }
+        let expect = scenario.expect.get_ref();
+        let expect_at = at(scenario.expect.span());
+        match (expect.outcome, &expect.anomaly) {
+            (Outcome::NoAnomalies, Some(_)) => {
+                return bad(
+                    expect_at,
+                    "expect.anomaly",
+                    "given with outcome = \"no-anomalies\"".into(),
+                );
+            }
+            (Outcome::Anomaly, None) => {
+                return bad(
+                    expect_at,
+                    "expect.anomaly",
+                    "missing: which anomaly must appear?".into(),
+                )
+            }
+            (Outcome::Anomaly, Some(a)) if crate::checker::AnomalyKind::from_name(a).is_none() => {
+                return bad(
+                    expect_at,
+                    "expect.anomaly",
+                    format!("{a:?} is not an anomaly the checker reports"),
+                );
+            }
+            _ => {}
+        }
+        if !(0.0..=1.0).contains(&expect.min_share) {
+            return bad(
+                expect_at,
+                "expect.min_share",
+                format!("{} is not between 0 and 1", expect.min_share),
+            );
+        }
+        Ok(scenario)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+description = "test"
+[cluster]
+brokers = 3
+[topic]
+partitions = 2
+"replication.factor" = 3
+"min.insync.replicas" = 2
+[producer]
+mode = "sync"
+acks = "all"
+"linger.ms" = 5
+[consumer]
+commit = "after-processing"
+[[faults.schedule]]
+at_s = 10
+fault = "crash"
+node = "leader"
+heal_after_s = 3
+[expect]
+outcome = "no-anomalies"
+"#;
+
+    #[test]
+    fn a_good_scenario_parses_with_kafka_names() {
+        let s = Scenario::parse(GOOD, "good.toml", "good").expect("parses");
+        assert_eq!(s.topic.get_ref().replication_factor, 3);
+        assert_eq!(s.producer.linger_ms, 5);
+        assert_eq!(s.producer.acks_value(), -1);
+        assert_eq!(s.faults.schedule[0].get_ref().fault, FaultKind::Crash);
+        assert_eq!(
+            s.consumer.as_ref().map(|c| c.commit),
+            Some(CommitPolicy::AfterProcessing)
+        );
+    }
+
+    fn error(source: &str) -> String {
+        Scenario::parse(source, "bad.toml", "bad")
+            .expect_err("must be refused")
+            .0
+    }
+
+    #[test]
+    fn bad_scenarios_name_file_line_and_key() {
+        let unknown = GOOD.replace("\"linger.ms\" = 5", "\"linger.ms\" = 5\n\"linger.sm\" = 5");
+        let e = error(&unknown);
+        assert!(e.starts_with("bad.toml:13:") && e.contains("linger.sm"), "{e}");
+        let bad_value = GOOD.replace("mode = \"sync\"", "mode = \"sometimes\"");
+        let e = error(&bad_value);
+        assert!(e.starts_with("bad.toml:10:") && e.contains("sometimes"), "{e}");
+        let impossible = GOOD.replace("\"replication.factor\" = 3", "\"replication.factor\" = 4");
+        let e = error(&impossible);
+        assert!(
+            e.contains("bad.toml:5:") && e.contains("topic.replication.factor") && e.contains("3 broker"),
+            "{e}"
+        );
+        let e = error(&GOOD.replace("node = \"leader\"", "node = \"broker-7\""));
+        assert!(e.contains("bad.toml:15:") && e.contains("faults.schedule.node"), "{e}");
+        let e = error(&GOOD.replace(
+            "outcome = \"no-anomalies\"",
+            "outcome = \"anomaly\"\nanomaly = \"lost-wrte\"",
+        ));
+        assert!(e.contains("expect.anomaly") && e.contains("lost-wrte"), "{e}");
+        let e = error(&GOOD.replace(
+            "[[faults.schedule]]",
+            "[faults]\nprofile = \"chaos\"\n[[faults.schedule]]",
+        ));
+        assert!(
+            e.contains("bad.toml:16:") && e.contains("faults.profile") && e.contains("chaos"),
+            "{e}"
+        );
+        let e = error(&GOOD.replace("\"linger.ms\" = 5", "\"linger.ms\" = -5"));
+        assert!(e.contains("bad.toml:12:"), "{e}");
+    }
+}

@@ -1,0 +1,346 @@
+//! The replay trace of a run: every `tracing` event the run emits (Gregor's, madsim's, the
+//! nemesis's), folded into one stable hash, and optionally printed to stderr through a filter.
+//!
+//! What it owns: [`Capture`], a subscriber whose events feed a hash and (optionally) a printer,
+//! and [`capture`], which installs one for the duration of a closure on the calling thread.
+//!
+//! Contract:
+//! - The hash is a pure function of the sequence of events: for each one, its virtual time in ms
+//!   (madsim's elapsed time if the event happens inside a simulation, else none), level, target,
+//!   the names and fields of the spans around it (outermost first), and its fields in their
+//!   declared order, formatted with `Debug` (strings as written). It is 64-bit FNV-1a over those
+//!   bytes: no `RandomState`, no addresses, nothing that differs between two runs of one seed.
+//!   So "same seed, same trace hash" holds exactly when the runs emitted the same events.
+//!   One exception: madsim's `task` spans carry an `id` from a process-wide counter, which
+//!   differs between two runs of one seed in one process; it is not hashed.
+//! - Every event is hashed, whatever the print filter says; the filter only chooses what is
+//!   printed (`RUST_LOG` syntax, e.g. `nemesis=info,gregor_core=debug`).
+//! - Per thread: [`capture`] uses `tracing::subscriber::with_default`, so parallel runs on their
+//!   own threads each hash only their own events. `crate::world::run_seed` hands the caller's
+//!   dispatcher to the run's thread, so a capture around `run_seed` covers the whole run; to
+//!   capture on another thread, install [`Capture::dispatch`] there yourself.
+//!
+//! Fault model: none; a field whose `Debug` output is not deterministic (a std `HashMap`, an
+//! address) makes the hash differ between runs, which `gregor-sim check-determinism` then shows.
+
+use std::fmt::{self, Write as _};
+use std::sync::{Arc, Mutex};
+
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Dispatch, Event, Subscriber};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::time::FormatTime;
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::{EnvFilter, Layer};
+
+/// What a capture saw: the hash of every event and how many there were.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TraceSummary {
+    pub hash: u64,
+    pub events: u64,
+}
+
+/// A print filter that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("trace filter {filter:?}: {why}")]
+pub struct FilterError {
+    pub filter: String,
+    pub why: String,
+}
+
+/// The filter used for printing when none is given and `RUST_LOG` is unset.
+pub const PRINT_FILTER_DEFAULT: &str = "info";
+
+/// Checks a print filter (`RUST_LOG` syntax) without capturing anything: the CLI refuses a bad
+/// one before it runs a seed.
+pub fn parse_filter(filter: &str) -> Result<EnvFilter, FilterError> {
+    EnvFilter::try_new(filter).map_err(|e| FilterError {
+        filter: filter.to_string(),
+        why: e.to_string(),
+    })
+}
+
+const FNV_OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+#[derive(Debug)]
+struct Fnv {
+    hash: u64,
+    events: u64,
+}
+
+impl Fnv {
+    fn new() -> Self {
+        Fnv {
+            hash: FNV_OFFSET_BASIS,
+            events: 0,
+        }
+    }
+
+    fn add(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.hash ^= u64::from(b);
+            self.hash = self.hash.wrapping_mul(FNV_PRIME);
+        }
+        self.events += 1;
+    }
+}
+
+/// The hashing half of a capture: sees every event.
+struct HashLayer {
+    state: Arc<Mutex<Fnv>>,
+}
+
+/// A span's fields as formatted at creation (and on `record`), kept in its extensions.
+struct SpanFields(String);
+
+/// Formats fields as ` name=value`, strings as written, in the order the callsite declares them,
+/// leaving out the field named `skip`.
+struct FieldWriter<'a> {
+    out: &'a mut String,
+    skip: Option<&'static str>,
+}
+
+impl<'a> FieldWriter<'a> {
+    fn all(out: &'a mut String) -> Self {
+        FieldWriter { out, skip: None }
+    }
+
+    /// madsim numbers tasks from one process-wide counter, so a task's `id` depends on every run
+    /// the process made before: it is left out of the hash (the printed trace still shows it).
+    fn for_span(out: &'a mut String, meta: &tracing::Metadata<'_>) -> Self {
+        let madsim_task = meta.name() == "task" && meta.target().starts_with("madsim");
+        FieldWriter {
+            out,
+            skip: madsim_task.then_some("id"),
+        }
+    }
+
+    fn skips(&self, field: &Field) -> bool {
+        self.skip == Some(field.name())
+    }
+}
+
+impl Visit for FieldWriter<'_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if !self.skips(field) {
+            let _ = write!(self.out, " {}={value}", field.name());
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        if !self.skips(field) {
+            let _ = write!(self.out, " {}={value:?}", field.name());
+        }
+    }
+}
+
+fn virtual_ms() -> Option<u128> {
+    madsim::time::TimeHandle::try_current().map(|t| t.elapsed().as_millis())
+}
+
+impl<S> Layer<S> for HashLayer
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        let mut fields = String::new();
+        attrs.record(&mut FieldWriter::for_span(&mut fields, attrs.metadata()));
+        if let Some(span) = ctx.span(id) {
+            span.extensions_mut().insert(SpanFields(fields));
+        }
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        if let Some(span) = ctx.span(id) {
+            let meta = span.metadata();
+            let mut extensions = span.extensions_mut();
+            if let Some(SpanFields(fields)) = extensions.get_mut::<SpanFields>() {
+                values.record(&mut FieldWriter::for_span(fields, meta));
+            }
+        }
+    }
+
+    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+        let meta = event.metadata();
+        let mut line = String::with_capacity(128);
+        match virtual_ms() {
+            Some(ms) => {
+                let _ = write!(line, "{ms}");
+            }
+            None => line.push('-'),
+        }
+        let _ = write!(line, " {} {} ", meta.level(), meta.target());
+        if let Some(scope) = ctx.event_scope(event) {
+            for span in scope.from_root() {
+                line.push_str(span.name());
+                if let Some(SpanFields(fields)) = span.extensions().get::<SpanFields>() {
+                    let _ = write!(line, "{{{fields} }}");
+                }
+                line.push(':');
+            }
+        }
+        event.record(&mut FieldWriter::all(&mut line));
+        line.push('\n');
+        self.state
+            .lock()
+            .expect("trace hash lock poisoned: a panic while hashing already failed the run")
+            .add(line.as_bytes());
+    }
+}
+
+/// Prints the virtual time of the simulation an event happens in (`-` outside one).
+struct VirtualTime;
+
+impl FormatTime for VirtualTime {
+    fn format_time(&self, w: &mut Writer<'_>) -> fmt::Result {
+        match madsim::time::TimeHandle::try_current() {
+            Some(t) => {
+                let elapsed = t.elapsed();
+                write!(w, "{:>5}.{:03}s", elapsed.as_secs(), elapsed.subsec_millis())
+            }
+            None => write!(w, "{:>10}", "-"),
+        }
+    }
+}
+
+/// A subscriber that hashes every event and prints the ones its filter lets through.
+#[derive(Clone)]
+pub struct Capture {
+    state: Arc<Mutex<Fnv>>,
+    dispatch: Dispatch,
+}
+
+impl fmt::Debug for Capture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Capture").field("summary", &self.summary()).finish()
+    }
+}
+
+impl Capture {
+    /// A capture that prints to stderr if `print`, through `filter` (or `RUST_LOG`, or
+    /// [`PRINT_FILTER_DEFAULT`]).
+    pub fn new(print: bool, filter: Option<&str>) -> Result<Capture, FilterError> {
+        let state = Arc::new(Mutex::new(Fnv::new()));
+        let hash = HashLayer { state: state.clone() };
+        let printer = if print {
+            let from_env = std::env::var("RUST_LOG").ok();
+            let filter = parse_filter(filter.or(from_env.as_deref()).unwrap_or(PRINT_FILTER_DEFAULT))?;
+            Some(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .with_ansi(false)
+                    .with_timer(VirtualTime)
+                    .with_filter(filter),
+            )
+        } else {
+            None
+        };
+        let subscriber = tracing_subscriber::registry().with(hash).with(printer);
+        Ok(Capture {
+            state,
+            dispatch: Dispatch::new(subscriber),
+        })
+    }
+
+    /// The subscriber, to install on a thread (`tracing::dispatcher::set_default`).
+    pub fn dispatch(&self) -> &Dispatch {
+        &self.dispatch
+    }
+
+    /// The hash and count of the events seen so far.
+    pub fn summary(&self) -> TraceSummary {
+        let state = self
+            .state
+            .lock()
+            .expect("trace hash lock poisoned: a panic while hashing already failed the run");
+        TraceSummary {
+            hash: state.hash,
+            events: state.events,
+        }
+    }
+}
+
+/// Runs `f` with a fresh [`Capture`] as this thread's subscriber and returns what `f` returned
+/// with the hash of every event it emitted (on this thread, or in a `run_seed` it called).
+pub fn capture<T>(print: bool, filter: Option<&str>, f: impl FnOnce() -> T) -> Result<(T, TraceSummary), FilterError> {
+    let capture = Capture::new(print, filter)?;
+    let value = tracing::dispatcher::with_default(capture.dispatch(), f);
+    Ok((value, capture.summary()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn emit(value: u64, other_target: bool) {
+        let span = tracing::info_span!("node", name = "broker-0");
+        let _entered = span.enter();
+        tracing::info!(target: "nemesis", node = "broker-1", "crash");
+        if other_target {
+            tracing::debug!(target: "elsewhere", value, "checked");
+        } else {
+            tracing::debug!(target: "nemesis", value, "checked");
+        }
+    }
+
+    fn hash_of(f: impl FnOnce()) -> TraceSummary {
+        capture(false, None, f).expect("no filter to parse").1
+    }
+
+    #[test]
+    fn same_events_give_the_same_hash() {
+        let a = hash_of(|| emit(7, false));
+        let b = hash_of(|| emit(7, false));
+        assert_eq!(a, b);
+        assert_eq!(a.events, 2);
+        assert_ne!(a.hash, FNV_OFFSET_BASIS, "events were hashed");
+    }
+
+    #[test]
+    fn a_different_event_gives_a_different_hash() {
+        let base = hash_of(|| emit(7, false));
+        assert_ne!(base.hash, hash_of(|| emit(8, false)).hash, "a field value");
+        assert_ne!(base.hash, hash_of(|| emit(7, true)).hash, "a target");
+        let spanless = hash_of(|| {
+            tracing::info!(target: "nemesis", node = "broker-1", "crash");
+            tracing::debug!(target: "nemesis", value = 7u64, "checked");
+        });
+        assert_ne!(base.hash, spanless.hash, "the span around the events");
+        let reordered = hash_of(|| {
+            tracing::debug!(target: "nemesis", value = 7u64, "checked");
+            tracing::info!(target: "nemesis", node = "broker-1", "crash");
+        });
+        assert_ne!(spanless.hash, reordered.hash, "the order of events");
+    }
+
+    #[test]
+    fn events_inside_a_simulation_are_hashed_with_their_virtual_time() {
+        let run = |sleep_ms: u64| {
+            capture(false, None, || {
+                crate::world::run_seed(1, move |_world| async move {
+                    madsim::time::sleep(std::time::Duration::from_millis(sleep_ms)).await;
+                    tracing::info!(target: "nemesis", "tick");
+                })
+            })
+            .expect("no filter")
+            .1
+        };
+        let (a, b) = (run(1500), run(1500));
+        assert_eq!(a, b, "same run, same hash");
+        assert!(a.events >= 1, "the run thread's events reach the capture: {a:?}");
+        assert_ne!(a.hash, run(2500).hash, "the same event at another virtual time");
+    }
+
+    #[test]
+    fn the_filter_chooses_what_is_printed_not_what_is_hashed() {
+        let quiet = hash_of(|| emit(7, false));
+        let printed = capture(true, Some("nemesis=info"), || emit(7, false))
+            .expect("filter parses")
+            .1;
+        assert_eq!(quiet, printed);
+        assert!(capture(true, Some("nemesis=loud"), || ()).is_err());
+    }
+}
