@@ -32,9 +32,9 @@
 //! 6. **Corruption** is not detected here (checksums above do that). A read past the end is
 //!    `UnexpectedEof` and fills nothing; nothing here panics on any input.
 //!
-//! One process owns a data directory: the cached lengths assume no other writer. Nothing enforces
-//! it yet (a lock file needs `File::try_lock`, Rust 1.89, above the workspace's 1.85, or `flock`
-//! through a crate).
+//! One process owns a data directory: the cached lengths assume no other writer. `FsDisk` itself
+//! does not check it; the `gregor` binary holds [`crate::data_dir::DataDirLock`] (an `flock` on
+//! `.lock`) for as long as it runs.
 //!
 //! # Errors
 //!

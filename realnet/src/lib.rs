@@ -1,8 +1,13 @@
 //! gregor-realnet: binds gregor-core to real disks and sockets.
 //!
-//! Owns everything that touches the operating system; the logic stays in gregor-core. Today:
-//! [`disk::FsDisk`], the data directory on the real file system.
+//! Owns everything that touches the operating system; the logic stays in gregor-core.
+//! [`disk::FsDisk`] is the data directory on the real file system, [`data_dir`] its lock and
+//! cluster id, [`runtime::RealRuntime`] core's `Runtime` on monoio (io_uring) sockets and timers.
+//! The `gregor` binary (`src/main.rs`) puts them together.
 
+pub mod data_dir;
 pub mod disk;
+pub mod runtime;
 
 pub use disk::FsDisk;
+pub use runtime::RealRuntime;

@@ -1,0 +1,518 @@
+//! `RealRuntime`: gregor-core's [`Runtime`] on one monoio thread (io_uring, thread-per-core), the
+//! node's [`FsDisk`], the system clocks and an entropy-seeded random stream.
+//!
+//! # What runs where, and why
+//!
+//! - **Sockets go through io_uring** (monoio's `TcpListener`/`TcpStream`). Measured on these
+//!   machines (kernel 6.18): a loopback round trip costs 16 µs on monoio, 15 µs on tokio/epoll, so
+//!   io_uring costs nothing here and leaves room for batching submissions later. When io_uring is
+//!   unavailable (old kernel, seccomp), [`block_on`] builds monoio's legacy (epoll) driver instead:
+//!   same code, same behaviour.
+//! - **The disk is [`FsDisk`], called synchronously on this same thread** (`pwrite`, `pread`,
+//!   `fdatasync`), not through io_uring. Measured: a buffered 4 KiB write through io_uring costs
+//!   ~54 µs, because ext4 punts buffered writes to an io-wq worker, against 1.4 µs for a plain
+//!   `pwrite` into the page cache. The expensive call, `fdatasync` (110–160 µs), is rare by design:
+//!   the log's flush policy and the broker's group commit amortise it over many producers' batches.
+//!   Blocking the ring for those microseconds is cheaper than the hand-off, and it keeps core's
+//!   [`Disk`](gregor_core::disk::Disk) trait synchronous, as the simulator needs.
+//!
+//! # Contract
+//!
+//! Every method that does I/O or spawns must be called on the thread running [`block_on`]
+//! (monoio's runtime is thread-local); a `RealRuntime` is `!Send` for that reason. `now_ms` is
+//! `SystemTime` (may jump with the wall clock), `monotonic_ms` counts from this runtime's
+//! creation and never goes backwards.
+//!
+//! # Connections and their fault model
+//!
+//! Kafka framing: a 4-byte big-endian length, then that many bytes. A declared length above
+//! `frame_bytes_max` ([`FRAME_BYTES_MAX_DEFAULT`], Kafka's `socket.request.max.bytes`) fails the
+//! connection with [`NetError::FrameTooLarge`] before any byte of the body is read or allocated; a
+//! length of zero or below is a protocol error too. The peer closing between frames is `Ok(None)`,
+//! closing inside a frame is an error. A connection whose `recv` or `send` was cancelled part-way
+//! (its future dropped) has lost its place in the byte stream: every later call on it fails, so
+//! frames are never interleaved or misparsed, and the caller drops it. Frames are written whole by
+//! one `send` at a time (`&mut self`), so two frames never interleave on the wire.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::io;
+use std::rc::Rc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::{Buf, Bytes, BytesMut};
+use gregor_core::runtime::{Connection, Listener, NetError, Runtime};
+use monoio::buf::{IoBufMut, SliceMut};
+use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
+use monoio::net::{ListenerOpts, TcpListener, TcpStream};
+use rand_chacha::ChaCha8Rng;
+use rand_core::{RngCore, SeedableRng};
+
+use crate::disk::FsDisk;
+
+/// Kafka's `socket.request.max.bytes` default: 100 MiB.
+pub const FRAME_BYTES_MAX_DEFAULT: u64 = gregor_core::protocol::REQUEST_BYTES_MAX as u64;
+/// Bytes asked of the kernel per read when no frame length is known yet: many small requests fit
+/// in one read; a larger frame grows the buffer to exactly its size.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Responses up to this size are copied behind their length prefix and written with one call;
+/// larger ones are written as prefix then body, without the copy.
+const COALESCE_BYTES_MAX: usize = 64 * 1024;
+/// io_uring submission queue entries.
+const RING_ENTRIES: u32 = 1024;
+
+/// Runs `future` to completion on a new monoio runtime on this thread, with timers, on io_uring
+/// when the kernel offers it and on the legacy epoll driver otherwise.
+pub fn block_on<F: Future>(future: F) -> io::Result<F::Output> {
+    let mut rt = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
+        .with_entries(RING_ENTRIES)
+        .enable_timer()
+        .build()?;
+    Ok(rt.block_on(future))
+}
+
+/// Whether this kernel lets us use io_uring ([`block_on`] falls back to epoll otherwise).
+pub fn io_uring_available() -> bool {
+    monoio::utils::detect_uring()
+}
+
+/// A seed for [`RealRuntime::new`] from the operating system's entropy.
+pub fn entropy_seed() -> u64 {
+    rand_core::OsRng.next_u64()
+}
+
+/// One node's surroundings on the real machine. Cheap to clone; all clones share the disk, the
+/// random stream and the clock origin.
+#[derive(Clone)]
+pub struct RealRuntime {
+    disk: Rc<RefCell<FsDisk>>,
+    rng: Rc<RefCell<ChaCha8Rng>>,
+    started: Instant,
+    frame_bytes_max: u64,
+}
+
+impl RealRuntime {
+    /// A runtime over `disk` whose random stream starts from `seed`.
+    pub fn new(disk: Rc<RefCell<FsDisk>>, seed: u64) -> RealRuntime {
+        RealRuntime {
+            disk,
+            rng: Rc::new(RefCell::new(ChaCha8Rng::seed_from_u64(seed))),
+            started: Instant::now(),
+            frame_bytes_max: FRAME_BYTES_MAX_DEFAULT,
+        }
+    }
+
+    /// Sets the largest frame a connection accepts (at least 1 byte).
+    pub fn with_frame_bytes_max(mut self, frame_bytes_max: u64) -> RealRuntime {
+        self.frame_bytes_max = frame_bytes_max.max(1);
+        self
+    }
+
+    /// The node's data directory, shared with every clone.
+    pub fn disk(&self) -> Rc<RefCell<FsDisk>> {
+        self.disk.clone()
+    }
+}
+
+impl Runtime for RealRuntime {
+    type Disk = FsDisk;
+    type Conn = RealConn;
+    type Listener = RealListener;
+
+    fn now_ms(&self) -> i64 {
+        // A clock set before 1970 reads as the epoch rather than panicking.
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    }
+
+    fn monotonic_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn sleep(&self, duration: Duration) -> impl Future<Output = ()> {
+        monoio::time::sleep(duration)
+    }
+
+    fn spawn(&self, task: impl Future<Output = ()> + 'static) {
+        // Dropping the handle detaches the task; it ends with the runtime.
+        drop(monoio::spawn(task));
+    }
+
+    fn connect(&self, addr: &str) -> impl Future<Output = Result<RealConn, NetError>> {
+        let addr = addr.to_string();
+        let frame_bytes_max = self.frame_bytes_max;
+        async move {
+            let stream = TcpStream::connect(addr.as_str()).await.map_err(|e| match e.kind() {
+                io::ErrorKind::ConnectionRefused => NetError::Refused(addr.clone()),
+                _ => NetError::Io(format!("connect to {addr}: {e}")),
+            })?;
+            RealConn::new(stream, frame_bytes_max)
+        }
+    }
+
+    fn listen(&self, addr: &str) -> impl Future<Output = Result<RealListener, NetError>> {
+        // No SO_REUSEPORT (monoio's default turns it on): with it, a second broker on the same
+        // port would bind silently and steal half the connections. SO_REUSEADDR stays, so a
+        // restarted broker can bind while old connections sit in TIME_WAIT.
+        let opts = ListenerOpts::new().reuse_port(false).reuse_addr(true);
+        let result = TcpListener::bind_with_config(addr, &opts)
+            .map(|listener| RealListener {
+                listener,
+                frame_bytes_max: self.frame_bytes_max,
+            })
+            .map_err(|e| match e.kind() {
+                io::ErrorKind::AddrInUse => NetError::Io(format!(
+                    "cannot listen on {addr}: address already in use (another broker or program holds it)"
+                )),
+                _ => NetError::Io(format!("cannot listen on {addr}: {e}")),
+            });
+        std::future::ready(result)
+    }
+
+    fn with_disk<T>(&self, f: impl FnOnce(&mut FsDisk) -> T) -> T {
+        f(&mut self.disk.borrow_mut())
+    }
+
+    fn random_u64(&self) -> u64 {
+        self.rng.borrow_mut().next_u64()
+    }
+}
+
+/// Accepts TCP connections on one address.
+pub struct RealListener {
+    listener: TcpListener,
+    frame_bytes_max: u64,
+}
+
+impl RealListener {
+    /// The address actually bound (useful with port 0).
+    pub fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
+        self.listener.local_addr()
+    }
+}
+
+impl Listener for RealListener {
+    type Conn = RealConn;
+
+    async fn accept(&mut self) -> Result<RealConn, NetError> {
+        let (stream, _) = self
+            .listener
+            .accept()
+            .await
+            .map_err(|e| NetError::Io(format!("accept: {e}")))?;
+        RealConn::new(stream, self.frame_bytes_max)
+    }
+}
+
+/// One framed TCP connection. See the module docs for its fault model.
+pub struct RealConn {
+    stream: TcpStream,
+    /// Bytes read but not yet returned as frames. `None` while a read is in flight (io_uring owns
+    /// the buffer until it completes), and for good once a read was cancelled or failed.
+    read_buf: Option<BytesMut>,
+    /// Set while a frame is being written; still set after a cancelled or failed write.
+    writing: bool,
+    peer: String,
+    frame_bytes_max: u64,
+}
+
+fn io_error(what: &str, e: io::Error) -> NetError {
+    match e.kind() {
+        io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe | io::ErrorKind::UnexpectedEof => NetError::Closed,
+        _ => NetError::Io(format!("{what}: {e}")),
+    }
+}
+
+impl RealConn {
+    fn new(stream: TcpStream, frame_bytes_max: u64) -> Result<RealConn, NetError> {
+        // Kafka answers one request at a time per connection: Nagle would hold each small
+        // response back for the peer's delayed ACK.
+        stream.set_nodelay(true).map_err(|e| io_error("set TCP_NODELAY", e))?;
+        let peer = stream
+            .peer_addr()
+            .map_or_else(|_| "unknown peer".to_string(), |a| a.to_string());
+        Ok(RealConn {
+            stream,
+            read_buf: Some(BytesMut::with_capacity(READ_CHUNK_BYTES)),
+            writing: false,
+            peer,
+            frame_bytes_max,
+        })
+    }
+
+    /// The length of the frame at the head of `buf`, once its 4-byte prefix is there.
+    fn frame_len(&self, buf: &[u8]) -> Result<Option<usize>, NetError> {
+        let Some(prefix) = buf.first_chunk::<4>() else {
+            return Ok(None);
+        };
+        let declared = i32::from_be_bytes(*prefix);
+        if declared <= 0 {
+            return Err(NetError::Io(format!(
+                "frame length {declared} from {}: must be positive",
+                self.peer
+            )));
+        }
+        let len = u64::from(declared.unsigned_abs());
+        if len > self.frame_bytes_max {
+            return Err(NetError::FrameTooLarge {
+                len,
+                max: self.frame_bytes_max,
+            });
+        }
+        Ok(Some(
+            usize::try_from(len).expect("a positive i32 fits in usize on every target we build"),
+        ))
+    }
+}
+
+impl Connection for RealConn {
+    async fn send(&mut self, frame: Bytes) -> Result<(), NetError> {
+        if self.writing {
+            return Err(NetError::Io(format!(
+                "an earlier send to {} stopped part-way; the stream is unusable",
+                self.peer
+            )));
+        }
+        let len = i32::try_from(frame.len())
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| NetError::Io(format!("cannot frame {} bytes: must be 1..=i32::MAX", frame.len())))?;
+        self.writing = true;
+        if frame.len() <= COALESCE_BYTES_MAX {
+            let mut out = Vec::with_capacity(4 + frame.len());
+            out.extend_from_slice(&len.to_be_bytes());
+            out.extend_from_slice(&frame);
+            let (result, _) = self.stream.write_all(out).await;
+            result.map_err(|e| io_error("send", e))?;
+        } else {
+            let (result, _) = self.stream.write_all(len.to_be_bytes().to_vec()).await;
+            result.map_err(|e| io_error("send", e))?;
+            let (result, _) = self.stream.write_all(frame).await;
+            result.map_err(|e| io_error("send", e))?;
+        }
+        self.writing = false;
+        Ok(())
+    }
+
+    async fn recv(&mut self) -> Result<Option<Bytes>, NetError> {
+        let mut buf = self.read_buf.take().ok_or_else(|| {
+            NetError::Io(format!(
+                "an earlier receive from {} stopped part-way; the stream is unusable",
+                self.peer
+            ))
+        })?;
+        loop {
+            match self.frame_len(&buf)? {
+                Some(len) if buf.len() >= 4 + len => {
+                    buf.advance(4);
+                    let frame = buf.split_to(len).freeze();
+                    self.read_buf = Some(buf);
+                    return Ok(Some(frame));
+                }
+                // Room for exactly the rest of this frame (the limit was checked above).
+                Some(len) => buf.reserve(4 + len - buf.len()),
+                None => buf.reserve(READ_CHUNK_BYTES),
+            }
+            let filled = buf.len();
+            let spare_end = buf.capacity();
+            let (result, slice): (_, SliceMut<BytesMut>) = self.stream.read(buf.slice_mut(filled..spare_end)).await;
+            buf = slice.into_inner();
+            match result {
+                Ok(0) if buf.is_empty() => return Ok(None),
+                Ok(0) => {
+                    return Err(NetError::Io(format!(
+                        "{} closed the connection inside a frame ({} bytes unread)",
+                        self.peer,
+                        buf.len()
+                    )))
+                }
+                Ok(_) => {}
+                Err(e) => return Err(io_error("receive", e)),
+            }
+        }
+    }
+
+    fn peer(&self) -> String {
+        self.peer.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runtime() -> (tempfile::TempDir, RealRuntime) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let disk = FsDisk::open(dir.path()).expect("open disk");
+        (dir, RealRuntime::new(Rc::new(RefCell::new(disk)), 7))
+    }
+
+    /// A listener on a free loopback port and a raw client socket connected to it.
+    async fn pair(rt: &RealRuntime) -> (RealConn, TcpStream) {
+        let mut listener = rt.listen("127.0.0.1:0").await.expect("listen");
+        let addr = listener.local_addr().expect("local addr");
+        let client = TcpStream::connect(addr).await.expect("connect");
+        let server = listener.accept().await.expect("accept");
+        (server, client)
+    }
+
+    async fn write_raw(stream: &mut TcpStream, bytes: Vec<u8>) {
+        let (result, _) = stream.write_all(bytes).await;
+        result.expect("write");
+    }
+
+    #[test]
+    fn frames_round_trip_in_order_whatever_their_size() {
+        let (_dir, rt) = runtime();
+        block_on(async move {
+            let (mut server, client) = pair(&rt).await;
+            let mut client = RealConn::new(client, FRAME_BYTES_MAX_DEFAULT).expect("client conn");
+            let sizes = [
+                1usize,
+                3,
+                4,
+                5,
+                1000,
+                COALESCE_BYTES_MAX,
+                COALESCE_BYTES_MAX + 1,
+                3 * READ_CHUNK_BYTES + 7,
+            ];
+            let frames: Vec<Bytes> = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| Bytes::from((0..n).map(|b| (b * 31 + i) as u8).collect::<Vec<u8>>()))
+                .collect();
+            let sent = frames.clone();
+            monoio::spawn(async move {
+                for f in sent {
+                    client.send(f).await.expect("send");
+                }
+            });
+            for f in &frames {
+                assert_eq!(server.recv().await.expect("recv").as_ref(), Some(f));
+            }
+            assert_eq!(server.recv().await.expect("clean close"), None);
+        })
+        .expect("runtime");
+    }
+
+    #[test]
+    fn frames_round_trip_on_the_epoll_fallback_driver_too() {
+        let (_dir, rt) = runtime();
+        let mut legacy = monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
+            .enable_timer()
+            .build()
+            .expect("legacy runtime");
+        legacy.block_on(async move {
+            let (mut server, client) = pair(&rt).await;
+            let mut client = RealConn::new(client, FRAME_BYTES_MAX_DEFAULT).expect("client conn");
+            let big = Bytes::from(vec![7u8; COALESCE_BYTES_MAX * 2]);
+            client.send(Bytes::from_static(b"hello")).await.expect("send");
+            client.send(big.clone()).await.expect("send");
+            assert_eq!(server.recv().await.expect("recv"), Some(Bytes::from_static(b"hello")));
+            assert_eq!(server.recv().await.expect("recv"), Some(big));
+            rt.sleep(Duration::from_millis(1)).await;
+        });
+    }
+
+    #[test]
+    fn frames_split_across_reads_and_packed_into_one_read_both_parse() {
+        let (_dir, rt) = runtime();
+        block_on(async move {
+            let (mut server, mut client) = pair(&rt).await;
+            // Two whole frames in one write, then a third dribbled out a byte at a time.
+            write_raw(&mut client, vec![0, 0, 0, 2, b'a', b'b', 0, 0, 0, 1, b'c']).await;
+            assert_eq!(server.recv().await.expect("recv"), Some(Bytes::from_static(b"ab")));
+            assert_eq!(server.recv().await.expect("recv"), Some(Bytes::from_static(b"c")));
+            let slow = monoio::spawn(async move {
+                for b in [0u8, 0, 0, 3, b'x', b'y', b'z'] {
+                    write_raw(&mut client, vec![b]).await;
+                    monoio::time::sleep(Duration::from_millis(1)).await;
+                }
+                client
+            });
+            assert_eq!(server.recv().await.expect("recv"), Some(Bytes::from_static(b"xyz")));
+            drop(slow.await);
+        })
+        .expect("runtime");
+    }
+
+    #[test]
+    fn oversized_frame_is_refused_before_its_body_arrives() {
+        let (_dir, rt) = runtime();
+        let rt = rt.with_frame_bytes_max(1024);
+        block_on(async move {
+            let (mut server, mut client) = pair(&rt).await;
+            // Only the prefix is sent: recv must fail on it alone, not wait for 1025 bytes.
+            write_raw(&mut client, 1025i32.to_be_bytes().to_vec()).await;
+            assert_eq!(
+                server.recv().await,
+                Err(NetError::FrameTooLarge { len: 1025, max: 1024 })
+            );
+            assert!(server.recv().await.is_err(), "a failed connection stays failed");
+        })
+        .expect("runtime");
+    }
+
+    #[test]
+    fn zero_and_negative_lengths_are_errors() {
+        let (_dir, rt) = runtime();
+        block_on(async move {
+            for prefix in [0i32, -1, i32::MIN] {
+                let (mut server, mut client) = pair(&rt).await;
+                write_raw(&mut client, prefix.to_be_bytes().to_vec()).await;
+                assert!(matches!(server.recv().await, Err(NetError::Io(_))), "prefix {prefix}");
+            }
+        })
+        .expect("runtime");
+    }
+
+    #[test]
+    fn close_inside_a_frame_is_an_error_and_between_frames_is_none() {
+        let (_dir, rt) = runtime();
+        block_on(async move {
+            let (mut server, mut client) = pair(&rt).await;
+            write_raw(&mut client, vec![0, 0, 0, 5, 1, 2]).await;
+            drop(client);
+            assert!(matches!(server.recv().await, Err(NetError::Io(_))));
+        })
+        .expect("runtime");
+    }
+
+    #[test]
+    fn second_listener_on_a_bound_port_fails_clearly() {
+        let (_dir, rt) = runtime();
+        block_on(async move {
+            let listener = rt.listen("127.0.0.1:0").await.expect("listen");
+            let addr = listener.local_addr().expect("addr").to_string();
+            match rt.listen(&addr).await {
+                Err(NetError::Io(message)) => assert!(message.contains("already in use"), "{message}"),
+                Err(e) => panic!("unexpected error {e}"),
+                Ok(_) => panic!("a second listener bound {addr}"),
+            }
+        })
+        .expect("runtime");
+    }
+
+    #[test]
+    fn clocks_and_random_stream_behave() {
+        let (_dir, rt) = runtime();
+        block_on(async move {
+            let t0 = rt.monotonic_ms();
+            rt.sleep(Duration::from_millis(20)).await;
+            assert!(rt.monotonic_ms() >= t0 + 20);
+            assert!(rt.now_ms() > 1_600_000_000_000);
+            let (_dir2, other) = runtime();
+            let a: Vec<u64> = (0..4).map(|_| rt.random_u64()).collect();
+            let b: Vec<u64> = (0..4).map(|_| other.random_u64()).collect();
+            assert_eq!(a, b, "same seed, same stream");
+            let spawned = Rc::new(RefCell::new(false));
+            let flag = spawned.clone();
+            rt.spawn(async move { *flag.borrow_mut() = true });
+            rt.sleep(Duration::from_millis(1)).await;
+            assert!(*spawned.borrow());
+        })
+        .expect("runtime");
+    }
+}

@@ -1,0 +1,623 @@
+//! `gregor dev` as a user runs it: the real binary, a temporary data directory, a free loopback
+//! port, and real clients: a raw socket speaking the Kafka protocol through an independent
+//! codec (`kafka-protocol`'s client side), and kcat (librdkafka).
+//!
+//! Lives in realnet rather than gregor-tests because cargo builds and hands over the binary
+//! (`CARGO_BIN_EXE_gregor`) only to its own package's integration tests: no nested cargo, no
+//! stale binary.
+//!
+//! Every wait is bounded (a hang fails the test, never stalls CI); only loopback addresses are
+//! used. When kcat is missing the kcat test is skipped, except under CI=true, where `.ci/run`
+//! installs it and a missing kcat fails the run.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages as kp;
+use kafka_protocol::messages::{RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+const IO_TIMEOUT: Duration = Duration::from_secs(20);
+const KCAT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One `gregor dev` process; killed if the test ends without stopping it.
+struct Broker {
+    child: Option<Child>,
+    port: u16,
+    data_dir: PathBuf,
+    log: PathBuf,
+}
+
+/// A port nobody listens on right now (the broker must advertise its port, so it cannot take 0).
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    listener.local_addr().expect("local addr").port()
+}
+
+impl Broker {
+    fn start(data_dir: &Path, port: u16) -> Broker {
+        let log = data_dir.with_extension(format!("{port}.log"));
+        let child = Command::new(env!("CARGO_BIN_EXE_gregor"))
+            .args(["dev", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+            .arg(data_dir)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(File::create(&log).expect("broker log file"))
+            .spawn()
+            .expect("start gregor dev");
+        let mut broker = Broker {
+            child: Some(child),
+            port,
+            data_dir: data_dir.to_path_buf(),
+            log,
+        };
+        let stdout = broker
+            .child
+            .as_mut()
+            .and_then(|c| c.stdout.take())
+            .expect("stdout piped");
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        match rx.recv_timeout(START_TIMEOUT) {
+            Ok(line) if line.starts_with(&format!("gregor dev: listening on 127.0.0.1:{port}")) => broker,
+            Ok(line) => panic!("unexpected first line {line:?}; log:\n{}", broker.log_text()),
+            Err(_) => panic!(
+                "gregor dev did not listen within {START_TIMEOUT:?}; log:\n{}",
+                broker.log_text()
+            ),
+        }
+    }
+
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM, then the exit status, within STOP_TIMEOUT.
+    fn stop(mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let pid = rustix::process::Pid::from_child(&child);
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("send SIGTERM");
+        let status = wait_bounded(&mut child, STOP_TIMEOUT).unwrap_or_else(|| {
+            panic!(
+                "gregor dev ignored SIGTERM for {STOP_TIMEOUT:?}; log:\n{}",
+                self.log_text()
+            )
+        });
+        status
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn wait_bounded(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return Some(status);
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+/// Runs `cmd` with `stdin`, failing if it runs longer than `timeout`.
+fn run_bounded(mut cmd: Command, stdin: Vec<u8>, timeout: Duration) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut input = child.stdin.take().expect("stdin piped");
+    let writer = thread::spawn(move || input.write_all(&stdin));
+    let mut stdout = child.stdout.take().expect("stdout piped");
+    let out = thread::spawn(move || {
+        let mut v = Vec::new();
+        stdout.read_to_end(&mut v).map(|_| v)
+    });
+    let mut stderr = child.stderr.take().expect("stderr piped");
+    let err = thread::spawn(move || {
+        let mut v = Vec::new();
+        stderr.read_to_end(&mut v).map(|_| v)
+    });
+    let Some(status) = wait_bounded(&mut child, timeout) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("{cmd:?} ran longer than {timeout:?}");
+    };
+    writer.join().expect("stdin writer").expect("write stdin");
+    Output {
+        status,
+        stdout: out.join().expect("stdout reader").expect("read stdout"),
+        stderr: err.join().expect("stderr reader").expect("read stderr"),
+    }
+}
+
+/// A blocking Kafka client connection: one request, one response.
+struct Client {
+    stream: TcpStream,
+    correlation_id: i32,
+}
+
+impl Client {
+    fn connect(addr: &str) -> Client {
+        let stream = TcpStream::connect(addr).expect("connect to the broker");
+        stream.set_read_timeout(Some(IO_TIMEOUT)).expect("read timeout");
+        stream.set_write_timeout(Some(IO_TIMEOUT)).expect("write timeout");
+        stream.set_nodelay(true).expect("TCP_NODELAY");
+        Client {
+            stream,
+            correlation_id: 100,
+        }
+    }
+
+    /// Sends `body` as API `api_key` version `version` and decodes the response with the
+    /// reference decoder, which must consume every byte.
+    fn call<Req, Resp>(&mut self, api_key: i16, version: i16, body: &Req) -> Resp
+    where
+        Req: Encodable + HeaderVersion,
+        Resp: Decodable + HeaderVersion,
+    {
+        self.correlation_id += 1;
+        let mut frame = BytesMut::new();
+        RequestHeader::default()
+            .with_request_api_key(api_key)
+            .with_request_api_version(version)
+            .with_correlation_id(self.correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str("gregor-dev-test")))
+            .encode(&mut frame, Req::header_version(version))
+            .expect("encode header");
+        body.encode(&mut frame, version).expect("encode request");
+        let len = u32::try_from(frame.len()).expect("small request");
+        // One write: prefix and body in two would meet Nagle and the peer's delayed ACK (40 ms).
+        let mut out = len.to_be_bytes().to_vec();
+        out.extend_from_slice(&frame);
+        self.stream.write_all(&out).expect("send request");
+
+        let mut prefix = [0u8; 4];
+        self.stream.read_exact(&mut prefix).expect("response length");
+        let len = u32::from_be_bytes(prefix) as usize;
+        assert!(len < 64 << 20, "response of {len} bytes");
+        let mut buf = vec![0u8; len];
+        self.stream.read_exact(&mut buf).expect("response body");
+        let mut buf = Bytes::from(buf);
+        let header = ResponseHeader::decode(&mut buf, Resp::header_version(version)).expect("response header");
+        assert_eq!(
+            header.correlation_id, self.correlation_id,
+            "responses come back in order"
+        );
+        let resp = Resp::decode(&mut buf, version).expect("reference decoder accepts the response");
+        assert!(
+            buf.is_empty(),
+            "{} bytes left after api {api_key} v{version}",
+            buf.len()
+        );
+        resp
+    }
+}
+
+/// One record set of `values` with current CreateTime timestamps (core's log rolls a segment on
+/// every append whose first timestamp is older than `segment.ms` before now).
+fn batch(values: &[&str]) -> Bytes {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis() as i64;
+    let records: Vec<Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: -1,
+            timestamp: now_ms + i as i64,
+            key: Some(Bytes::from(format!("key-{i}"))),
+            value: Some(Bytes::copy_from_slice(v.as_bytes())),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .expect("encode batch");
+    buf.freeze()
+}
+
+/// Each batch's base offset, next offset and byte range in a record set.
+fn batches(set: &[u8]) -> Vec<(i64, i64, std::ops::Range<usize>)> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while pos < set.len() {
+        let field = |at: usize, n: usize| &set[pos + at..pos + at + n];
+        let base = i64::from_be_bytes(field(0, 8).try_into().expect("8 bytes"));
+        let len = i32::from_be_bytes(field(8, 4).try_into().expect("4 bytes"));
+        let last_offset_delta = i32::from_be_bytes(field(23, 4).try_into().expect("4 bytes"));
+        let end = pos + 12 + usize::try_from(len).expect("positive batch length");
+        out.push((base, base + i64::from(last_offset_delta) + 1, pos..end));
+        pos = end;
+    }
+    out
+}
+
+fn name(s: &'static str) -> kp::TopicName {
+    kp::TopicName(StrBytes::from_static_str(s))
+}
+
+/// Creates `topic` with `partitions` partitions; returns its id.
+fn create_topic(client: &mut Client, topic: &'static str, partitions: i32) -> uuid::Uuid {
+    let mut t = kp::create_topics_request::CreatableTopic::default();
+    t.name = name(topic);
+    t.num_partitions = partitions;
+    t.replication_factor = 1;
+    let mut req = kp::CreateTopicsRequest::default();
+    req.topics = vec![t];
+    req.timeout_ms = 5_000;
+    let resp: kp::CreateTopicsResponse = client.call(19, 7, &req);
+    assert_eq!(resp.topics[0].error_code, 0, "{:?}", resp.topics[0]);
+    resp.topics[0].topic_id
+}
+
+fn produce(client: &mut Client, topic: &'static str, partition: i32, records: Bytes) -> i64 {
+    let mut p = kp::produce_request::PartitionProduceData::default();
+    p.index = partition;
+    p.records = Some(records);
+    let mut t = kp::produce_request::TopicProduceData::default();
+    t.name = name(topic);
+    t.partition_data = vec![p];
+    let mut req = kp::ProduceRequest::default();
+    req.acks = -1;
+    req.timeout_ms = 5_000;
+    req.topic_data = vec![t];
+    let resp: kp::ProduceResponse = client.call(0, 9, &req);
+    let p = &resp.responses[0].partition_responses[0];
+    assert_eq!((p.index, p.error_code), (partition, 0), "produce: {p:?}");
+    p.base_offset
+}
+
+fn fetch(
+    client: &mut Client,
+    version: i16,
+    topic: &'static str,
+    id: uuid::Uuid,
+    partition: i32,
+    offset: i64,
+) -> kp::fetch_response::PartitionData {
+    let mut p = kp::fetch_request::FetchPartition::default();
+    p.partition = partition;
+    p.fetch_offset = offset;
+    p.partition_max_bytes = 1 << 20;
+    let mut t = kp::fetch_request::FetchTopic::default();
+    if version >= 13 {
+        t.topic_id = id;
+    } else {
+        t.topic = name(topic);
+    }
+    t.partitions = vec![p];
+    let mut req = kp::FetchRequest::default();
+    req.replica_id = kp::BrokerId(-1);
+    req.max_wait_ms = 100;
+    req.min_bytes = 1;
+    req.max_bytes = 4 << 20;
+    req.topics = vec![t];
+    let resp: kp::FetchResponse = client.call(1, version, &req);
+    assert_eq!(resp.error_code, 0);
+    let p = resp.responses[0].partitions[0].clone();
+    assert_eq!(p.error_code, 0, "fetch v{version}: {p:?}");
+    p
+}
+
+#[test]
+fn raw_client_round_trips_every_served_api_byte_for_byte() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let broker = Broker::start(&dir.path().join("data"), free_port());
+    let mut client = Client::connect(&broker.addr());
+
+    // ApiVersions v3 (flexible, as librdkafka opens), then v0.
+    let mut req = kp::ApiVersionsRequest::default();
+    req.client_software_name = StrBytes::from_static_str("gregor-dev-test");
+    req.client_software_version = StrBytes::from_static_str("1");
+    for version in [3, 0] {
+        let resp: kp::ApiVersionsResponse = client.call(18, version, &req);
+        assert_eq!(resp.error_code, 0);
+        let keys: Vec<i16> = resp.api_keys.iter().map(|k| k.api_key).collect();
+        for key in [0, 1, 2, 3, 18, 19] {
+            assert!(keys.contains(&key), "v{version} lacks api {key}: {keys:?}");
+        }
+    }
+
+    // CreateTopics, then Metadata sees it led by this broker at the advertised address.
+    let topic_id = create_topic(&mut client, "raw", 2);
+
+    let mut asked = kp::metadata_request::MetadataRequestTopic::default();
+    asked.name = Some(name("raw"));
+    let mut req = kp::MetadataRequest::default();
+    req.topics = Some(vec![asked]);
+    for version in [12, 1] {
+        let resp: kp::MetadataResponse = client.call(3, version, &req);
+        assert_eq!(resp.brokers.len(), 1);
+        assert_eq!(&*resp.brokers[0].host, "127.0.0.1");
+        assert_eq!(resp.brokers[0].port, i32::from(broker.port));
+        let t = &resp.topics[0];
+        assert_eq!((t.error_code, t.partitions.len()), (0, 2), "v{version}: {t:?}");
+        if version >= 10 {
+            assert_eq!(t.topic_id, topic_id);
+        }
+    }
+
+    // Produce two record sets to partition 1 (kafka-protocol's encoder writes one batch per
+    // record here, so each set holds several batches). Fetch returns them byte for byte, except
+    // the base offset (bytes 0..8) and partition leader epoch (12..16) the broker assigns outside
+    // the CRC. A fetch answers from one segment, so read until the high watermark.
+    let first = batch(&["alpha", "beta", "gamma"]);
+    let second = batch(&["delta", "\u{1F980} binary \0 bytes"]);
+    assert_eq!(produce(&mut client, "raw", 1, first.clone()), 0);
+    assert_eq!(produce(&mut client, "raw", 1, second.clone()), 3);
+    let sent = [first, second].concat();
+    for version in [4, 12, 13] {
+        let mut got = Vec::new();
+        let mut offset = 0i64;
+        while offset < 5 {
+            let p = fetch(&mut client, version, "raw", topic_id, 1, offset);
+            assert_eq!(p.high_watermark, 5);
+            let records = p.records.expect("records");
+            assert!(!records.is_empty(), "fetch v{version} at {offset} returned nothing");
+            for (base, next, _) in batches(&records) {
+                assert_eq!(base, offset, "batches are contiguous");
+                offset = next;
+            }
+            got.extend_from_slice(&records);
+        }
+        assert_eq!(got.len(), sent.len(), "fetch v{version}");
+        let mut expected_base = 0;
+        for ((base, next, range), (_, _, sent_range)) in batches(&got).into_iter().zip(batches(&sent)) {
+            assert_eq!(base, expected_base, "base offset");
+            assert_eq!(range, sent_range, "same batch boundaries");
+            assert_eq!(
+                &got[range.start + 8..range.start + 12],
+                &sent[range.start + 8..range.start + 12],
+                "length"
+            );
+            assert_eq!(
+                &got[range.start + 16..range.end],
+                &sent[range.start + 16..range.end],
+                "bytes under the CRC"
+            );
+            expected_base = next;
+        }
+        let mut buf = Bytes::from(got);
+        let values: Vec<Bytes> = RecordBatchDecoder::decode_all(&mut buf)
+            .expect("reference decoder reads our log")
+            .into_iter()
+            .flat_map(|set| set.records)
+            .map(|r| r.value.expect("value"))
+            .collect();
+        assert_eq!(values.len(), 5);
+        assert_eq!(&values[4][..], "\u{1F980} binary \0 bytes".as_bytes());
+    }
+    // The other partition is empty.
+    assert_eq!(fetch(&mut client, 13, "raw", topic_id, 0, 0).high_watermark, 0);
+
+    drop(client);
+    let status = broker.stop();
+    assert!(status.success(), "gregor dev exited with {status}");
+}
+
+fn kcat_available() -> bool {
+    Command::new("kcat")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn kcat(broker: &Broker, args: &[&str], stdin: Vec<u8>) -> Vec<u8> {
+    let mut cmd = Command::new("kcat");
+    cmd.args(["-b", &broker.addr()]).args(args);
+    let out = run_bounded(cmd, stdin, KCAT_TIMEOUT);
+    assert!(
+        out.status.success(),
+        "kcat {args:?} failed ({}): {}\nbroker log:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        broker.log_text()
+    );
+    out.stdout
+}
+
+#[test]
+fn kcat_produces_and_consumes_ten_thousand_messages_across_a_restart() {
+    if !kcat_available() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "kcat is missing under CI=true: .ci/run should have installed it"
+        );
+        eprintln!("SKIPPED: kcat is not installed (apt-get install kcat)");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data_dir = dir.path().join("data");
+    let port = free_port();
+    let broker = Broker::start(&data_dir, port);
+
+    let mut input = Vec::new();
+    for i in 0..10_000 {
+        writeln!(input, "message-{i:05}-{}", "x".repeat(i % 97)).expect("build input");
+    }
+    // One message per line; kcat exits once librdkafka has every delivery report.
+    kcat(&broker, &["-P", "-t", "t1"], input.clone());
+    let consume = ["-C", "-t", "t1", "-o", "beginning", "-e", "-c", "10000"];
+    let output = kcat(&broker, &consume, Vec::new());
+    assert!(
+        output == input,
+        "consumed {} bytes, produced {}",
+        output.len(),
+        input.len()
+    );
+
+    let status = broker.stop();
+    assert!(status.success(), "gregor dev exited with {status}");
+
+    // The same data directory after a clean stop: same messages, same order.
+    let broker = Broker::start(&data_dir, port);
+    assert_eq!(broker.data_dir, data_dir);
+    let output = kcat(&broker, &consume, Vec::new());
+    assert!(
+        output == input,
+        "after restart: consumed {} bytes, produced {}",
+        output.len(),
+        input.len()
+    );
+    let status = broker.stop();
+    assert!(status.success(), "gregor dev exited with {status}");
+}
+
+#[test]
+fn second_instance_on_the_same_data_dir_fails_clearly() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data_dir = dir.path().join("data");
+    let broker = Broker::start(&data_dir, free_port());
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gregor"));
+    cmd.args(["dev", "--listen", &format!("127.0.0.1:{}", free_port()), "--data-dir"])
+        .arg(&data_dir);
+    let out = run_bounded(cmd, Vec::new(), START_TIMEOUT);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("in use by another process"), "{stderr}");
+
+    // A port in use: a clear error, exit 1, no panic.
+    let other = tempfile::tempdir().expect("temp dir");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gregor"));
+    cmd.args(["dev", "--listen", &broker.addr(), "--data-dir"])
+        .arg(other.path().join("data"));
+    let out = run_bounded(cmd, Vec::new(), START_TIMEOUT);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("address already in use"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+
+    assert!(broker.stop().success());
+}
+
+/// Expects the broker to close the connection (EOF or reset) within IO_TIMEOUT, without a reply.
+fn assert_closed_by_broker(stream: &mut TcpStream) {
+    let mut buf = [0u8; 64];
+    match stream.read(&mut buf) {
+        Ok(0) => {}
+        Ok(n) => panic!("the broker answered a hostile frame with {n} bytes"),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("connection not closed by the broker: {e}"),
+    }
+}
+
+#[test]
+fn hostile_frames_close_only_their_own_connection() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let broker = Broker::start(&dir.path().join("data"), free_port());
+    let hostile: [&[u8]; 4] = [
+        // 2 GiB declared: refused on the prefix alone, nothing allocated, no body awaited.
+        &[0x7f, 0xff, 0xff, 0xff],
+        // Zero and negative lengths.
+        &[0, 0, 0, 0],
+        &[0xff, 0xff, 0xff, 0xfe],
+        // Metadata v1 claiming 2^31-1 topics in a 4-byte body (kafka-protocol's own decoder
+        // would pre-allocate for them and abort): undecodable, so its connection closes.
+        &[0, 0, 0, 14, 0, 3, 0, 1, 0, 0, 0, 1, 0xff, 0xff, 0x7f, 0xff, 0xff, 0xff],
+    ];
+    for bytes in hostile {
+        let mut client = Client::connect(&broker.addr());
+        client.stream.write_all(bytes).expect("send hostile bytes");
+        assert_closed_by_broker(&mut client.stream);
+    }
+    // The broker still serves everyone else.
+    let mut client = Client::connect(&broker.addr());
+    let resp: kp::ApiVersionsResponse = client.call(18, 3, &kp::ApiVersionsRequest::default());
+    assert_eq!(resp.error_code, 0);
+    drop(client);
+    assert!(broker.stop().success());
+}
+
+#[test]
+fn killed_broker_restarts_with_every_acknowledged_batch_and_no_stale_lock() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data_dir = dir.path().join("data");
+    let port = free_port();
+    let mut broker = Broker::start(&data_dir, port);
+    let mut client = Client::connect(&broker.addr());
+    create_topic(&mut client, "crash", 1);
+    let values: Vec<String> = (0..200).map(|i| format!("acked-{i}")).collect();
+    for (i, v) in values.iter().enumerate() {
+        let base = produce(&mut client, "crash", 0, batch(&[v.as_str()]));
+        assert_eq!(base, i as i64);
+    }
+    drop(client);
+    // SIGKILL: no flush at exit. A process crash keeps the page cache, so every acknowledged
+    // batch must come back; the kernel releases the flock with the process.
+    let mut child = broker.child.take().expect("running");
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reap");
+
+    let broker = Broker::start(&data_dir, port);
+    let mut client = Client::connect(&broker.addr());
+    let mut got = Vec::new();
+    let mut offset = 0;
+    while offset < 200 {
+        let p = fetch(&mut client, 12, "crash", uuid::Uuid::nil(), 0, offset);
+        assert_eq!(p.high_watermark, 200, "every acknowledged batch is back");
+        let mut records = p.records.expect("records");
+        offset = batches(&records).last().expect("a batch").1;
+        got.extend(
+            RecordBatchDecoder::decode_all(&mut records)
+                .expect("decode")
+                .into_iter()
+                .flat_map(|set| set.records)
+                .map(|r| String::from_utf8(r.value.expect("value").to_vec()).expect("utf-8")),
+        );
+    }
+    assert_eq!(got, values);
+    drop(client);
+    assert!(broker.stop().success());
+}
