@@ -392,7 +392,13 @@ impl Log {
                 segment_bytes: self.config.segment_bytes,
             });
         }
-        if self.should_roll(total, now_ms) {
+        let mut incoming_max_timestamp = -1;
+        let mut at = 0;
+        while let Ok(h) = BatchHeader::parse(&records[at.min(records.len())..]) {
+            incoming_max_timestamp = incoming_max_timestamp.max(h.max_timestamp);
+            at += h.total_bytes();
+        }
+        if self.should_roll(total, incoming_max_timestamp) {
             self.roll(disk, now_ms)?;
         }
         let interval = self.config.index_interval_bytes;
@@ -440,13 +446,17 @@ impl Log {
         })
     }
 
-    fn should_roll(&self, incoming: u64, now_ms: i64) -> bool {
+    /// Kafka's rule: roll by size, or when the incoming records are `segment.ms` newer than the
+    /// segment's first batch (record time, not the clock: a replay of old records must not roll
+    /// a segment per append).
+    fn should_roll(&self, incoming: u64, incoming_max_timestamp: i64) -> bool {
         let seg = self.active();
         !seg.is_empty()
             && (seg.size + incoming > self.config.segment_bytes
                 || seg
                     .first_timestamp
-                    .is_some_and(|t| now_ms.saturating_sub(t) >= self.config.segment_ms))
+                    .filter(|&t| t >= 0)
+                    .is_some_and(|t| incoming_max_timestamp.saturating_sub(t) >= self.config.segment_ms))
     }
 
     /// Whether the flush policy wants a sync now.

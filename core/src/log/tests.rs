@@ -128,12 +128,20 @@ fn segments_roll_by_size_and_by_age() {
             .expect("append");
     }
     assert_eq!(log.segment_bases(), vec![Offset(0), Offset(2), Offset(4)], "size roll");
-    // The active segment's first batch has timestamp 0: at now=1000 it is a segment.ms old.
-    log.append_as_leader(&mut disk, &mut batch(1, 999, 1), LeaderEpoch(0), 1_000)
+    // Records 999 ms newer than the active segment's first (timestamp 0) stay, whatever the
+    // clock says; records a full segment.ms newer roll.
+    log.append_as_leader(&mut disk, &mut batch(1, 999, 1), LeaderEpoch(0), 1_000_000)
         .expect("append");
     assert_eq!(
         log.segment_bases(),
-        vec![Offset(0), Offset(2), Offset(4), Offset(5)],
+        vec![Offset(0), Offset(2), Offset(4)],
+        "rolled on the clock, not record time"
+    );
+    log.append_as_leader(&mut disk, &mut batch(1, 1_000, 1), LeaderEpoch(0), 5)
+        .expect("append");
+    assert_eq!(
+        log.segment_bases(),
+        vec![Offset(0), Offset(2), Offset(4), Offset(6)],
         "age roll"
     );
 }
