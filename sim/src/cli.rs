@@ -1,0 +1,63 @@
+//! What the `gregor-sim` command line computes, apart from its arguments and terminal output
+//! (those live in `src/bin/gregor-sim.rs`): seed lists ([`seeds`]), running scenario × seed jobs
+//! in parallel ([`exec`]), and judging each scenario by its `[expect]` ([`verdict`]).
+//!
+//! Contract: the CLI reaches the simulator only through [`Runner`], one call per (scenario,
+//! seed); anything implementing it (the real `run::run_scenario`, or a fake in tests) can be
+//! judged the same way.
+//!
+//! Until `sim/src/run.rs` lands, [`RunOptions`] and [`RunResult`] below mirror its types field
+//! for field. When it does, replace the two definitions with
+//! `pub use crate::run::{RunOptions, RunResult};` — nothing else in the CLI changes.
+
+pub mod exec;
+pub mod seeds;
+pub mod verdict;
+
+use crate::checker::Report;
+use crate::nemesis::FaultEvent;
+use crate::scenario::Scenario;
+
+/// How to run one seed (mirror of `run::RunOptions`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunOptions {
+    pub seed: u64,
+    pub print_trace: bool,
+    pub trace_filter: Option<String>,
+}
+
+/// What one seed's run produced (mirror of `run::RunResult`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunResult {
+    pub scenario: String,
+    pub seed: u64,
+    pub report: Report,
+    /// Hash of every trace event of the run.
+    pub trace_hash: u64,
+    pub simulated_ms: u64,
+    pub wall_ms: u64,
+    /// What the nemesis did.
+    pub faults: Vec<FaultEvent>,
+    /// The run itself failed (panic, time limit): counts as a failure.
+    pub error: Option<String>,
+}
+
+/// Runs one seed of one scenario. `Sync`: the CLI calls it from several worker threads at once.
+pub trait Runner: Sync {
+    fn run(&self, scenario: &Scenario, options: &RunOptions) -> RunResult;
+}
+
+/// Any function with `run_scenario`'s signature is a runner (so is a test's closure).
+impl<F> Runner for F
+where
+    F: Fn(&Scenario, &RunOptions) -> RunResult + Sync,
+{
+    fn run(&self, scenario: &Scenario, options: &RunOptions) -> RunResult {
+        self(scenario, options)
+    }
+}
+
+/// The one line that replays a failing seed.
+pub fn replay_line(scenario_path: &str, seed: u64, commit: &str) -> String {
+    format!("gregor-sim replay {scenario_path} --seed {seed}  # commit {commit}")
+}
