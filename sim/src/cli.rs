@@ -57,7 +57,38 @@ where
     }
 }
 
+/// How two runs of one seed differ (empty: they do not): trace hash, report, faults, error.
+pub fn differences(a: &RunResult, b: &RunResult) -> Vec<String> {
+    let mut diffs = Vec::new();
+    if a.trace_hash != b.trace_hash {
+        diffs.push(format!("trace hash {:016x} vs {:016x}", a.trace_hash, b.trace_hash));
+    }
+    if a.report != b.report {
+        diffs.push(format!(
+            "reports differ:\n{}\n  vs\n{}",
+            a.report.summary(),
+            b.report.summary()
+        ));
+    }
+    if a.faults != b.faults {
+        let first = a.faults.iter().zip(&b.faults).position(|(x, y)| x != y);
+        diffs.push(format!(
+            "fault timelines differ ({} vs {} events, first difference at event {})",
+            a.faults.len(),
+            b.faults.len(),
+            first.unwrap_or(a.faults.len().min(b.faults.len()))
+        ));
+    }
+    if a.error != b.error {
+        diffs.push(format!("errors differ: {:?} vs {:?}", a.error, b.error));
+    }
+    diffs
+}
+
 /// The one line that replays a failing seed.
 pub fn replay_line(scenario_path: &str, seed: u64, commit: &str) -> String {
     format!("gregor-sim replay {scenario_path} --seed {seed}  # commit {commit}")
 }
+
+#[cfg(test)]
+mod tests;
