@@ -2,6 +2,12 @@
 //! and checks that a seed replays identically. Arguments and terminal output only; what is
 //! computed lives in `gregor_sim::cli`.
 //!
+//! ```text
+//! gregor-sim run scenarios/*.toml --seeds 0..100 --jobs 2
+//! gregor-sim replay scenarios/acks_all_leader_crash.toml --seed 17 --filter nemesis=info,gregor_core=debug
+//! gregor-sim check-determinism scenarios/*.toml --seeds 0..10
+//! ```
+//!
 //! Exit status: 0 when every verdict passes, 1 when one fails (or a determinism check finds a
 //! difference), 2 when the command cannot run (a scenario does not parse, a bad filter).
 
