@@ -51,8 +51,59 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    pub const ALL: [ErrorCode; 43] = [
+        ErrorCode::UnknownServerError,
+        ErrorCode::None,
+        ErrorCode::OffsetOutOfRange,
+        ErrorCode::CorruptMessage,
+        ErrorCode::UnknownTopicOrPartition,
+        ErrorCode::InvalidFetchSize,
+        ErrorCode::LeaderNotAvailable,
+        ErrorCode::NotLeaderOrFollower,
+        ErrorCode::RequestTimedOut,
+        ErrorCode::MessageTooLarge,
+        ErrorCode::CoordinatorNotAvailable,
+        ErrorCode::NotCoordinator,
+        ErrorCode::InvalidTopicException,
+        ErrorCode::RecordListTooLarge,
+        ErrorCode::NotEnoughReplicas,
+        ErrorCode::NotEnoughReplicasAfterAppend,
+        ErrorCode::InvalidRequiredAcks,
+        ErrorCode::IllegalGeneration,
+        ErrorCode::UnknownMemberId,
+        ErrorCode::InvalidSessionTimeout,
+        ErrorCode::RebalanceInProgress,
+        ErrorCode::TopicAuthorizationFailed,
+        ErrorCode::GroupAuthorizationFailed,
+        ErrorCode::ClusterAuthorizationFailed,
+        ErrorCode::UnsupportedVersion,
+        ErrorCode::TopicAlreadyExists,
+        ErrorCode::InvalidPartitions,
+        ErrorCode::InvalidReplicationFactor,
+        ErrorCode::InvalidReplicaAssignment,
+        ErrorCode::InvalidConfig,
+        ErrorCode::InvalidRequest,
+        ErrorCode::UnsupportedForMessageFormat,
+        ErrorCode::OutOfOrderSequenceNumber,
+        ErrorCode::DuplicateSequenceNumber,
+        ErrorCode::InvalidProducerEpoch,
+        ErrorCode::KafkaStorageError,
+        ErrorCode::SaslAuthenticationFailed,
+        ErrorCode::UnknownProducerId,
+        ErrorCode::FencedLeaderEpoch,
+        ErrorCode::UnknownLeaderEpoch,
+        ErrorCode::MemberIdRequired,
+        ErrorCode::InvalidRecord,
+        ErrorCode::UnknownTopicId,
+    ];
+
     pub fn code(self) -> i16 {
         self as i16
+    }
+
+    /// The enum for a code read off the wire; `None` for codes Gregor does not name.
+    pub fn from_code(raw: i16) -> Option<ErrorCode> {
+        ErrorCode::ALL.iter().copied().find(|c| c.code() == raw)
     }
 
     /// Whether a client should retry the same request (Kafka's RetriableException).

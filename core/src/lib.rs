@@ -7,6 +7,7 @@
 //! `.ci/run` enforce the boundary.
 
 pub mod broker;
+pub mod client;
 pub mod disk;
 pub mod error_code;
 pub mod ids;

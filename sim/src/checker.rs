@@ -201,6 +201,12 @@ pub fn check(h: &History) -> Report {
         .flat_map(|(&p, r)| r.records.iter().map(move |&(o, v)| ((p, o), v)))
         .collect();
     let polled: BTreeSet<Value> = h.polls.iter().map(|p| p.value).collect();
+    // Where the final read holds each value: a write is lost when the log no longer has it,
+    // whatever a consumer saw before a crash.
+    let mut in_final: BTreeMap<Value, BTreeSet<(Partition, i64)>> = BTreeMap::new();
+    for (&(p, o), &v) in &final_at {
+        in_final.entry(v).or_default().insert((p, o));
+    }
     for s in &h.sends {
         let SendOutcome::Acked { offset } = s.outcome else {
             continue;
@@ -233,7 +239,7 @@ pub fn check(h: &History) -> Report {
                     ),
                 );
             }
-        } else if !positions_of.get(&v).is_some_and(|at| at.iter().any(|&(pp, _)| pp == p)) {
+        } else if !in_final.get(&v).is_some_and(|at| at.iter().any(|&(pp, _)| pp == p)) {
             let there = final_at
                 .get(&(p, offset))
                 .map_or("nothing".to_string(), |x| format!("{}/{}", x.producer(), x.seq()));

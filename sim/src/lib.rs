@@ -16,6 +16,7 @@ pub mod cli;
 pub mod disk;
 pub mod history;
 pub mod nemesis;
+pub mod run;
 pub mod runtime;
 pub mod scenario;
 pub mod seed;

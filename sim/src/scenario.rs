@@ -43,6 +43,7 @@
 //! commit = "after-processing"   # "before-processing" | "auto" | "none"
 //! "auto.commit.interval.ms" = 5000
 //! "auto.offset.reset" = "earliest"
+//! start_after_s = 0        # a consumer that starts late lags behind retention
 //!
 //! [faults]
 //! profile = "none"         # or a named random profile (see `FaultProfile`)
@@ -242,6 +243,9 @@ pub struct Consumer {
     pub auto_commit_interval_ms: u64,
     #[serde(rename = "auto.offset.reset", default = "defaults::earliest")]
     pub auto_offset_reset: String,
+    /// Seconds after the workload starts before consumers start (a lagging consumer).
+    #[serde(default)]
+    pub start_after_s: u64,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]

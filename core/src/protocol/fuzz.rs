@@ -2,11 +2,12 @@
 //! frames with arbitrary bodies, and valid frames (from the reference client encoder) mutated
 //! by overwrites, truncation and insertion. The property is the decoder's contract: it returns
 //! (Ok or a `DecodeError`) and never panics, and a forged count never reaches an allocation.
+//! The client's response decoder gets the same treatment: a server's bytes are as hostile.
 
 use proptest::prelude::*;
 
 use super::api;
-use super::{decode_request, supported_versions, DecodeError, Limits};
+use super::{decode_request, decode_response, supported_versions, DecodeError, Limits};
 
 /// Every sample frame of every API, each a valid request at one supported version.
 fn corpus() -> Vec<Vec<u8>> {
@@ -171,5 +172,73 @@ proptest! {
             apply(&mut frame, m);
         }
         let _ = decode_request(&frame, Limits::default());
+    }
+}
+
+/// Every response frame (with header) of every API and version, and what it answers.
+fn response_corpus() -> Vec<(i16, i16, Vec<u8>)> {
+    super::client::tests::response_frames()
+}
+
+/// Huge counts at every position of every response: each must fail or decode without
+/// allocating for the count.
+#[test]
+fn forged_response_counts_fail_before_allocating() {
+    for (api_key, v, f) in response_corpus() {
+        for at in 4..f.len().saturating_sub(4) {
+            let mut g = f.clone();
+            g[at..at + 4].copy_from_slice(&i32::MAX.to_be_bytes());
+            let _ = decode_response(api_key, v, &g, Limits::default());
+            let mut g = f.clone();
+            g[at..at + 5].copy_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]);
+            let _ = decode_response(api_key, v, &g, Limits::default());
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn arbitrary_response_bytes_never_panic(
+        api in 0usize..64,
+        version in any::<i16>(),
+        bytes in proptest::collection::vec(any::<u8>(), 0..256),
+    ) {
+        let s = supported_versions();
+        let support = &s[api % s.len()];
+        let v = if version >= 0 {
+            support.version_min + version % (support.version_max - support.version_min + 1)
+        } else {
+            version
+        };
+        let _ = decode_response(support.api_key, v, &bytes, Limits::default());
+    }
+
+    #[test]
+    fn mutated_valid_responses_never_panic(
+        pick in any::<usize>(),
+        mutations in proptest::collection::vec(mutation(), 1..8),
+    ) {
+        let frames = response_corpus();
+        let (api_key, v, frame) = &frames[pick % frames.len()];
+        let mut frame = frame.clone();
+        for m in &mutations {
+            apply(&mut frame, m);
+        }
+        let _ = decode_response(*api_key, *v, &frame, Limits::default());
+    }
+
+    /// A response decoded under a tight element budget still never panics, and a decode that
+    /// succeeds stayed within it.
+    #[test]
+    fn responses_respect_a_tight_element_budget(pick in any::<usize>(), elements in 0usize..8) {
+        let frames = response_corpus();
+        let (api_key, v, frame) = &frames[pick % frames.len()];
+        let limits = Limits { request_elements_max: elements, ..Limits::default() };
+        match decode_response(*api_key, *v, frame, limits) {
+            Ok(_) | Err(DecodeError::TooManyElements { .. }) => {}
+            Err(e) => prop_assert!(false, "key {api_key} v{v}: {e}"),
+        }
     }
 }

@@ -1,4 +1,6 @@
-//! The Kafka wire codec for the broker side: requests in, responses out.
+//! The Kafka wire codec. Broker side (here): requests in, responses out. Client side
+//! (`client.rs`, and each API's `Request::encode` / `Response::decode`): requests out,
+//! responses in, with the same bounds, because a server's bytes are untrusted too.
 //!
 //! Owns: decoding request frames (untrusted bytes) into our own structs, and encoding our
 //! response structs. A frame here is what follows the 4-byte length prefix; the transport owns
@@ -20,6 +22,7 @@
 //! section, string bytes; each checked before anything is allocated for it.
 
 pub mod api;
+pub mod client;
 pub mod header;
 pub mod reader;
 pub mod writer;
@@ -32,6 +35,7 @@ mod fuzz;
 
 use bytes::Bytes;
 
+pub use client::{decode_response, decode_response_bytes, encode_request, request_frame};
 pub use header::{encode_response_header, request_header_version, RequestHeader};
 pub use reader::{
     DecodeError, Limits, Reader, ARRAY_LEN_MAX, REQUEST_BYTES_MAX, REQUEST_ELEMENTS_MAX, TAGGED_FIELDS_MAX,
@@ -129,6 +133,44 @@ pub enum Request {
     SyncGroup(sync_group::SyncGroupRequest),
     InitProducerId(init_producer_id::InitProducerIdRequest),
 }
+
+macro_rules! request_dispatch {
+    ($($variant:ident($m:ident)),* $(,)?) => {
+        impl Request {
+            pub fn api_key(&self) -> i16 {
+                match self {
+                    $(Request::$variant(_) => $m::API_KEY,)*
+                }
+            }
+
+            /// The body at `version` (client side), which must be one Gregor supports.
+            pub fn encode(&self, version: i16) -> Bytes {
+                match self {
+                    $(Request::$variant(r) => r.encode(version),)*
+                }
+            }
+        }
+    };
+}
+
+request_dispatch!(
+    Produce(produce),
+    Fetch(fetch),
+    ListOffsets(list_offsets),
+    Metadata(metadata),
+    ApiVersions(api_versions),
+    CreateTopics(create_topics),
+    OffsetCommit(offset_commit),
+    OffsetFetch(offset_fetch),
+    DeleteTopics(delete_topics),
+    DescribeConfigs(describe_configs),
+    FindCoordinator(find_coordinator),
+    JoinGroup(join_group),
+    Heartbeat(heartbeat),
+    LeaveGroup(leave_group),
+    SyncGroup(sync_group),
+    InitProducerId(init_producer_id),
+);
 
 /// Decodes one request frame (without its length prefix). Record sets are copied out of
 /// `frame`; use [`decode_request_bytes`] to share the frame's allocation instead.
@@ -235,6 +277,23 @@ macro_rules! responses {
             pub fn encode(&self, version: i16) -> Bytes {
                 match self {
                     $(Response::$variant(r) => r.encode(version),)*
+                }
+            }
+
+            /// Client side: the body of `api_key`'s response at `version`, from untrusted bytes.
+            /// `decode_response` checks the version first; an unknown key is an error here too.
+            pub fn decode(api_key: i16, version: i16, r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+                match api_key {
+                    $($m::API_KEY => Ok(Response::$variant($m::$ty::decode(version, r)?)),)*
+                    _ => Err(DecodeError::UnknownApiKey {
+                        api_key,
+                        header: RequestHeader {
+                            api_key,
+                            api_version: version,
+                            correlation_id: 0,
+                            client_id: None,
+                        },
+                    }),
                 }
             }
         }

@@ -41,7 +41,7 @@ pub enum DecodeError {
     #[error("array of {count} elements at offset {offset} exceeds array_len_max {max}")]
     ArrayTooLong { offset: usize, count: usize, max: usize },
     #[error(
-        "array of {count} elements at offset {offset} brings the request to {total} elements, \
+        "array of {count} elements at offset {offset} brings the frame to {total} elements, \
          over request_elements_max {max}"
     )]
     TooManyElements {
@@ -69,18 +69,19 @@ pub enum DecodeError {
     },
     #[error("api key {} does not support version {}", header.api_key, header.api_version)]
     UnsupportedVersion { header: super::header::RequestHeader },
-    #[error("{remaining} bytes left over after the request body")]
+    #[error("{remaining} bytes left over after the body")]
     TrailingBytes { remaining: usize },
 }
 
 /// Input limits. Each caps memory or work that a single frame can cause.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Largest frame accepted (Kafka's `socket.request.max.bytes`).
+    /// Largest frame accepted (Kafka's `socket.request.max.bytes`). A client decoding
+    /// responses sets it from what it asked for (a fetch's `max_bytes` plus slack).
     pub request_bytes_max: usize,
     /// Most elements one array may hold, whatever the bytes allow.
     pub array_len_max: usize,
-    /// Most array elements in one request, all arrays together. A decoded element takes more
+    /// Most array elements in one frame (request or response), all arrays together. A decoded element takes more
     /// memory than its smallest encoding (a 3-byte partition entry becomes a 40-byte struct), so
     /// this, not the frame size, bounds the memory one request can make us allocate.
     pub request_elements_max: usize,
@@ -144,7 +145,9 @@ pub mod min_bytes {
     }
 }
 
-/// A bounded cursor over one frame. See the module comment for the contract.
+/// A bounded cursor over one frame. See the module comment for the contract. Cloning it keeps
+/// a position to read again from (a client re-reads a KIP-511 ApiVersions answer as v0).
+#[derive(Clone)]
 pub struct Reader<'a> {
     buf: &'a [u8],
     /// When the frame is held in a `Bytes`, record sets are sliced from it without copying.

@@ -6,7 +6,7 @@ use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::RequestHeader as KpHeader;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 
-use super::{decode_request, Limits, Request, RequestHeader};
+use super::{decode_request, Limits, Reader, Request, RequestHeader};
 
 /// A request frame (no length prefix) as a Kafka client would send it.
 pub fn request_frame<R: Encodable + HeaderVersion>(api_key: i16, version: i16, body: &R) -> Vec<u8> {
@@ -54,4 +54,54 @@ pub fn s(v: &'static str) -> StrBytes {
 /// A tagged field no schema defines: flexible decoders must skip it.
 pub fn unknown_tags() -> std::collections::BTreeMap<i32, Bytes> {
     std::collections::BTreeMap::from([(90, Bytes::from_static(b"future"))])
+}
+
+/// The client side at `version`, for a request or a response body `ours` encoded to `body`:
+/// our decoder must give `ours` back and consume every byte; kafka-protocol's decoder (its
+/// broker side for requests, client side for responses) must consume every byte too, and its
+/// encoder must write exactly `body` again, which our decoder then reads as well. Returns the
+/// reference's view for field-by-field checks.
+pub fn client_round_trip<T, K>(
+    version: i16,
+    ours: &T,
+    body: Bytes,
+    decode: impl Fn(i16, &mut Reader<'_>) -> super::reader::Result<T>,
+) -> K
+where
+    T: PartialEq + std::fmt::Debug,
+    K: Decodable + Encodable,
+{
+    let ours_again = |bytes: &[u8]| {
+        let mut r = Reader::new(bytes, Limits::default());
+        let back = decode(version, &mut r).unwrap_or_else(|e| panic!("v{version}: our decoder refuses: {e}"));
+        assert_eq!(r.remaining(), 0, "v{version}: our decoder left bytes");
+        back
+    };
+    assert_eq!(&ours_again(&body), ours, "v{version}: our round trip");
+    let mut buf = body.clone();
+    let theirs = K::decode(&mut buf, version).unwrap_or_else(|e| panic!("v{version}: reference refuses: {e}"));
+    assert!(buf.is_empty(), "v{version}: {} bytes left by the reference", buf.len());
+    let mut again = BytesMut::new();
+    theirs
+        .encode(&mut again, version)
+        .unwrap_or_else(|e| panic!("v{version}: reference cannot re-encode: {e}"));
+    assert_eq!(&again[..], &body[..], "v{version}: reference re-encodes other bytes");
+    assert_eq!(&ours_again(&again), ours, "v{version}: the reference's bytes");
+    theirs
+}
+
+/// A body as kafka-protocol encodes it (its broker side for responses).
+pub fn reference_body<K: Encodable>(k: &K, version: i16) -> Bytes {
+    let mut buf = BytesMut::new();
+    k.encode(&mut buf, version)
+        .unwrap_or_else(|e| panic!("v{version}: reference encoder refuses: {e}"));
+    buf.freeze()
+}
+
+/// Decodes a body with one of our decoders, which must consume every byte.
+pub fn ours<T>(version: i16, body: &[u8], decode: impl Fn(i16, &mut Reader<'_>) -> super::reader::Result<T>) -> T {
+    let mut r = Reader::new(body, Limits::default());
+    let out = decode(version, &mut r).unwrap_or_else(|e| panic!("v{version}: our decoder refuses: {e}"));
+    assert_eq!(r.remaining(), 0, "v{version}: our decoder left bytes");
+    out
 }

@@ -97,6 +97,17 @@ fn lost_write_when_the_final_read_lacks_an_acked_record() {
 }
 
 #[test]
+fn a_write_polled_before_a_crash_and_gone_after_is_lost() {
+    let mut h = clean();
+    let read = h.final_reads.get_mut(&0).expect("read");
+    read.records.truncate(2);
+    read.high_watermark = 2;
+    // The consumer saw offset 2 before the crash; the final read no longer has it.
+    let report = check(&h);
+    assert!(report.has(AnomalyKind::LostWrite), "{}", report.summary());
+}
+
+#[test]
 fn unseen_when_retention_deletes_before_anyone_reads_or_consumers_miss_it() {
     let mut h = clean();
     h.polls.clear();

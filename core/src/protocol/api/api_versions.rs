@@ -8,7 +8,7 @@
 
 use bytes::Bytes;
 
-use crate::protocol::reader::{Reader, Result};
+use crate::protocol::reader::{min_bytes, Reader, Result};
 use crate::protocol::supported_versions;
 use crate::protocol::writer::Writer;
 
@@ -97,6 +97,49 @@ impl ApiVersionsResponse {
     }
 }
 
+// Client side: the request we send and the response we read from an untrusted server, each the
+// mirror image of the broker side above.
+
+impl ApiVersionsRequest {
+    pub fn encode(&self, version: i16) -> Bytes {
+        assert!((VERSION_MIN..=VERSION_MAX).contains(&version));
+        let flex = version >= FLEXIBLE_MIN;
+        let mut w = Writer::new();
+        if version >= 3 {
+            w.string(flex, &self.client_software_name);
+            w.string(flex, &self.client_software_version);
+        }
+        w.no_tagged_fields(flex);
+        w.finish()
+    }
+}
+
+impl ApiVersionsResponse {
+    pub fn decode(version: i16, r: &mut Reader<'_>) -> Result<Self> {
+        let flex = version >= FLEXIBLE_MIN;
+        let error_code = r.i16()?;
+        let api_keys = r.array(flex, 6 + min_bytes::tags(flex), |r| {
+            let api_key = r.i16()?;
+            let min_version = r.i16()?;
+            let max_version = r.i16()?;
+            r.skip_tagged_fields(flex)?;
+            Ok(ApiVersion {
+                api_key,
+                min_version,
+                max_version,
+            })
+        })?;
+        let throttle_time_ms = if version >= 1 { r.i32()? } else { 0 };
+        // v3+'s tagged features (KIP-584) mean nothing to Gregor's clients: skipped as unknown.
+        r.skip_tagged_fields(flex)?;
+        Ok(ApiVersionsResponse {
+            error_code,
+            api_keys,
+            throttle_time_ms,
+        })
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -172,5 +215,77 @@ pub(crate) mod tests {
             .api_keys
             .iter()
             .any(|k| k.api_key == API_KEY && k.max_version == VERSION_MAX));
+    }
+
+    pub(crate) fn client_request(v: i16) -> ApiVersionsRequest {
+        if v >= 3 {
+            ApiVersionsRequest {
+                client_software_name: "gregor".into(),
+                client_software_version: "0.1".into(),
+            }
+        } else {
+            ApiVersionsRequest::default()
+        }
+    }
+
+    pub(crate) fn client_response(v: i16) -> ApiVersionsResponse {
+        ApiVersionsResponse {
+            throttle_time_ms: if v >= 1 { 7 } else { 0 },
+            ..ApiVersionsResponse::supported()
+        }
+    }
+
+    #[test]
+    fn client_codec_round_trips_every_version() {
+        use crate::protocol::testing::client_round_trip;
+        for v in VERSION_MIN..=VERSION_MAX {
+            let req = client_request(v);
+            let theirs: kp::ApiVersionsRequest = client_round_trip(v, &req, req.encode(v), ApiVersionsRequest::decode);
+            assert_eq!(&*theirs.client_software_name, req.client_software_name);
+            let resp = client_response(v);
+            let theirs: kp::ApiVersionsResponse =
+                client_round_trip(v, &resp, resp.encode(v), ApiVersionsResponse::decode);
+            assert_eq!(theirs.throttle_time_ms, resp.throttle_time_ms);
+        }
+    }
+
+    /// A real broker's v3+ answer carries KIP-584 features as tagged fields, and may carry tags
+    /// no schema defines yet: our client skips them and reads the rest.
+    #[test]
+    fn client_reads_a_reference_answer_with_features_and_unknown_tags() {
+        use crate::protocol::testing::{ours, reference_body, s, unknown_tags};
+        use kp::api_versions_response as kav;
+        for v in FLEXIBLE_MIN..=VERSION_MAX {
+            let mut theirs = kp::ApiVersionsResponse::default();
+            let mut key = kav::ApiVersion::default()
+                .with_api_key(3)
+                .with_min_version(0)
+                .with_max_version(12);
+            key.unknown_tagged_fields = unknown_tags();
+            theirs.api_keys = vec![key];
+            theirs.throttle_time_ms = 2;
+            theirs.supported_features = vec![kav::SupportedFeatureKey::default()
+                .with_name(s("metadata.version"))
+                .with_min_version(1)
+                .with_max_version(20)];
+            theirs.finalized_features_epoch = 9;
+            theirs.finalized_features = vec![kav::FinalizedFeatureKey::default()
+                .with_name(s("metadata.version"))
+                .with_max_version_level(20)
+                .with_min_version_level(20)];
+            theirs.zk_migration_ready = true;
+            theirs.unknown_tagged_fields = unknown_tags();
+            let got = ours(v, &reference_body(&theirs, v), ApiVersionsResponse::decode);
+            let want = ApiVersionsResponse {
+                error_code: 0,
+                api_keys: vec![ApiVersion {
+                    api_key: 3,
+                    min_version: 0,
+                    max_version: 12,
+                }],
+                throttle_time_ms: 2,
+            };
+            assert_eq!(got, want, "v{v}");
+        }
     }
 }

@@ -158,6 +158,107 @@ impl CreateTopicsResponse {
     }
 }
 
+// Client side: the request we send and the response we read from an untrusted server, each the
+// mirror image of the broker side above.
+
+impl CreateTopicsRequest {
+    pub fn encode(&self, version: i16) -> Bytes {
+        assert!((VERSION_MIN..=VERSION_MAX).contains(&version));
+        let flex = version >= FLEXIBLE_MIN;
+        let mut w = Writer::new();
+        w.array(flex, &self.topics, |w, t| {
+            w.string(flex, &t.name);
+            w.i32(t.num_partitions);
+            w.i16(t.replication_factor);
+            w.array(flex, &t.assignments, |w, a| {
+                w.i32(a.partition_index);
+                w.array(flex, &a.broker_ids, |w, id| w.i32(*id));
+                w.no_tagged_fields(flex);
+            });
+            w.array(flex, &t.configs, |w, c| {
+                w.string(flex, &c.name);
+                w.nullable_string(flex, c.value.as_deref());
+                w.no_tagged_fields(flex);
+            });
+            w.no_tagged_fields(flex);
+        });
+        w.i32(self.timeout_ms);
+        w.bool(self.validate_only);
+        w.no_tagged_fields(flex);
+        w.finish()
+    }
+}
+
+impl CreateTopicsResponse {
+    /// Fields a version lacks take Kafka's defaults (partitions and replication factor -1, no
+    /// configs).
+    pub fn decode(version: i16, r: &mut Reader<'_>) -> Result<Self> {
+        let flex = version >= FLEXIBLE_MIN;
+        let string = min_bytes::string(flex);
+        let tags = min_bytes::tags(flex);
+        let throttle_time_ms = r.i32()?;
+        let mut topic_min = string + 2 + string + tags;
+        if version >= 7 {
+            topic_min += 16;
+        }
+        if version >= 5 {
+            topic_min += 4 + 2 + min_bytes::array(flex);
+        }
+        let config_min = string + string + 3 + tags;
+        let topics = r.array(flex, topic_min, |r| {
+            let name = r.string(flex, "topics.name")?;
+            let topic_id = if version >= 7 { r.uuid()? } else { Uuid::ZERO };
+            let error_code = r.i16()?;
+            let error_message = r.nullable_string(flex)?;
+            let (num_partitions, replication_factor, configs) = if version >= 5 {
+                let num_partitions = r.i32()?;
+                let replication_factor = r.i16()?;
+                let configs = r.nullable_array(flex, config_min, |r| {
+                    let name = r.string(flex, "configs.name")?;
+                    let value = r.nullable_string(flex)?;
+                    let read_only = r.bool()?;
+                    let config_source = r.i8()?;
+                    let is_sensitive = r.bool()?;
+                    r.skip_tagged_fields(flex)?;
+                    Ok(CreatableTopicConfigs {
+                        name,
+                        value,
+                        read_only,
+                        config_source,
+                        is_sensitive,
+                    })
+                })?;
+                (num_partitions, replication_factor, configs)
+            } else {
+                (-1, -1, None)
+            };
+            let mut topic_config_error_code = 0;
+            r.tagged_fields(flex, |tag, r| match tag {
+                0 => {
+                    topic_config_error_code = r.i16()?;
+                    Ok(true)
+                }
+                _ => Ok(false),
+            })?;
+            Ok(CreatableTopicResult {
+                name,
+                topic_id,
+                error_code,
+                error_message,
+                topic_config_error_code,
+                num_partitions,
+                replication_factor,
+                configs,
+            })
+        })?;
+        r.skip_tagged_fields(flex)?;
+        Ok(CreateTopicsResponse {
+            throttle_time_ms,
+            topics,
+        })
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -264,6 +365,98 @@ pub(crate) mod tests {
                     ("retention.ms", Some("1000"), 1)
                 );
             }
+        }
+    }
+
+    pub(crate) fn client_request(_v: i16) -> CreateTopicsRequest {
+        CreateTopicsRequest {
+            topics: vec![
+                CreatableTopic {
+                    name: "t".into(),
+                    num_partitions: 3,
+                    replication_factor: 2,
+                    assignments: vec![],
+                    configs: vec![
+                        TopicConfig {
+                            name: "cleanup.policy".into(),
+                            value: Some("compact".into()),
+                        },
+                        TopicConfig {
+                            name: "retention.ms".into(),
+                            value: None,
+                        },
+                    ],
+                },
+                CreatableTopic {
+                    name: "u".into(),
+                    num_partitions: -1,
+                    replication_factor: -1,
+                    assignments: vec![ReplicaAssignment {
+                        partition_index: 0,
+                        broker_ids: vec![1, 2],
+                    }],
+                    configs: vec![],
+                },
+            ],
+            timeout_ms: 5000,
+            validate_only: true,
+        }
+    }
+
+    pub(crate) fn client_response(v: i16) -> CreateTopicsResponse {
+        let described = v >= 5;
+        CreateTopicsResponse {
+            throttle_time_ms: 1,
+            topics: vec![
+                CreatableTopicResult {
+                    name: "t".into(),
+                    topic_id: if v >= 7 { Uuid([5; 16]) } else { Uuid::ZERO },
+                    error_code: 0,
+                    error_message: None,
+                    topic_config_error_code: if described {
+                        crate::ErrorCode::TopicAuthorizationFailed.code()
+                    } else {
+                        0
+                    },
+                    num_partitions: if described { 3 } else { -1 },
+                    replication_factor: if described { 2 } else { -1 },
+                    configs: described.then(|| {
+                        vec![CreatableTopicConfigs {
+                            name: "cleanup.policy".into(),
+                            value: Some("compact".into()),
+                            read_only: false,
+                            config_source: 1,
+                            is_sensitive: true,
+                        }]
+                    }),
+                },
+                CreatableTopicResult {
+                    name: "u".into(),
+                    error_code: crate::ErrorCode::TopicAlreadyExists.code(),
+                    error_message: Some("exists".into()),
+                    num_partitions: -1,
+                    replication_factor: -1,
+                    ..CreatableTopicResult::default()
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn client_codec_round_trips_every_version() {
+        for v in VERSION_MIN..=VERSION_MAX {
+            let req = client_request(v);
+            let theirs: kp::CreateTopicsRequest =
+                client_round_trip(v, &req, req.encode(v), CreateTopicsRequest::decode);
+            assert_eq!(
+                (theirs.topics[0].num_partitions, theirs.topics[0].replication_factor),
+                (3, 2)
+            );
+            assert_eq!((theirs.timeout_ms, theirs.validate_only), (5000, true));
+            let resp = client_response(v);
+            let theirs: kp::CreateTopicsResponse =
+                client_round_trip(v, &resp, resp.encode(v), CreateTopicsResponse::decode);
+            assert_eq!(theirs.topics[1].error_code, 36);
         }
     }
 }

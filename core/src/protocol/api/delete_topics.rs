@@ -94,6 +94,68 @@ impl DeleteTopicsResponse {
     }
 }
 
+// Client side: the request we send and the response we read from an untrusted server, each the
+// mirror image of the broker side above.
+
+impl DeleteTopicsRequest {
+    /// Before v6 topics are named: a `None` name is sent as "" (no topic has that name).
+    pub fn encode(&self, version: i16) -> Bytes {
+        assert!((VERSION_MIN..=VERSION_MAX).contains(&version));
+        let flex = version >= FLEXIBLE_MIN;
+        let mut w = Writer::new();
+        if version >= TOPIC_ID_MIN {
+            w.array(flex, &self.topics, |w, t| {
+                w.nullable_string(flex, t.name.as_deref());
+                w.uuid(t.topic_id);
+                w.no_tagged_fields(flex);
+            });
+        } else {
+            w.array(flex, &self.topics, |w, t| {
+                w.string(flex, t.name.as_deref().unwrap_or_default());
+            });
+        }
+        w.i32(self.timeout_ms);
+        w.no_tagged_fields(flex);
+        w.finish()
+    }
+}
+
+impl DeleteTopicsResponse {
+    pub fn decode(version: i16, r: &mut Reader<'_>) -> Result<Self> {
+        let flex = version >= FLEXIBLE_MIN;
+        let string = min_bytes::string(flex);
+        let throttle_time_ms = r.i32()?;
+        let mut result_min = string + 2 + min_bytes::tags(flex);
+        if version >= TOPIC_ID_MIN {
+            result_min += 16;
+        }
+        if version >= 5 {
+            result_min += string;
+        }
+        let responses = r.array(flex, result_min, |r| {
+            let (name, topic_id) = if version >= TOPIC_ID_MIN {
+                (r.nullable_string(flex)?, r.uuid()?)
+            } else {
+                (Some(r.string(flex, "responses.name")?), Uuid::ZERO)
+            };
+            let error_code = r.i16()?;
+            let error_message = if version >= 5 { r.nullable_string(flex)? } else { None };
+            r.skip_tagged_fields(flex)?;
+            Ok(DeletableTopicResult {
+                name,
+                topic_id,
+                error_code,
+                error_message,
+            })
+        })?;
+        r.skip_tagged_fields(flex)?;
+        Ok(DeleteTopicsResponse {
+            throttle_time_ms,
+            responses,
+        })
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -178,6 +240,58 @@ pub(crate) mod tests {
             assert_eq!(our_uuid(t.topic_id), id);
             let msg = if v >= 5 { Some("unknown") } else { None };
             assert_eq!(t.error_message.as_deref(), msg);
+        }
+    }
+
+    pub(crate) fn client_request(v: i16) -> DeleteTopicsRequest {
+        let by_name = |name: &str| DeleteTopic {
+            name: Some(name.into()),
+            topic_id: Uuid::ZERO,
+        };
+        let second = if v >= TOPIC_ID_MIN {
+            DeleteTopic {
+                name: None,
+                topic_id: Uuid([4; 16]),
+            }
+        } else {
+            by_name("u")
+        };
+        DeleteTopicsRequest {
+            topics: vec![by_name("t"), second],
+            timeout_ms: 3000,
+        }
+    }
+
+    pub(crate) fn client_response(v: i16) -> DeleteTopicsResponse {
+        let mut responses = vec![DeletableTopicResult {
+            name: Some("t".into()),
+            topic_id: if v >= TOPIC_ID_MIN { Uuid([4; 16]) } else { Uuid::ZERO },
+            error_code: 0,
+            error_message: if v >= 5 { Some("m".into()) } else { None },
+        }];
+        if v >= TOPIC_ID_MIN {
+            responses.push(DeletableTopicResult {
+                name: None,
+                topic_id: Uuid([5; 16]),
+                error_code: crate::ErrorCode::UnknownTopicId.code(),
+                error_message: None,
+            });
+        }
+        DeleteTopicsResponse {
+            throttle_time_ms: 1,
+            responses,
+        }
+    }
+
+    #[test]
+    fn client_codec_round_trips_every_version() {
+        for v in VERSION_MIN..=VERSION_MAX {
+            let req = client_request(v);
+            let theirs: kp::DeleteTopicsRequest =
+                client_round_trip(v, &req, req.encode(v), DeleteTopicsRequest::decode);
+            assert_eq!(theirs.timeout_ms, 3000);
+            let resp = client_response(v);
+            let _: kp::DeleteTopicsResponse = client_round_trip(v, &resp, resp.encode(v), DeleteTopicsResponse::decode);
         }
     }
 }

@@ -180,6 +180,127 @@ impl MetadataResponse {
     }
 }
 
+// Client side: the request we send and the response we read from an untrusted server, each the
+// mirror image of the broker side above.
+
+impl MetadataRequest {
+    /// v0 cannot ask for no topics: `Some(vec![])` is sent as v0's empty array, which means all.
+    /// Before v10 topics are named: a `None` name is sent as "" (no topic has that name).
+    pub fn encode(&self, version: i16) -> Bytes {
+        assert!((VERSION_MIN..=VERSION_MAX).contains(&version));
+        let flex = version >= FLEXIBLE_MIN;
+        let mut w = Writer::new();
+        let topic = |w: &mut Writer, t: &MetadataRequestTopic| {
+            if version >= 10 {
+                w.uuid(t.topic_id);
+                w.nullable_string(flex, t.name.as_deref());
+            } else {
+                w.string(flex, t.name.as_deref().unwrap_or_default());
+            }
+            w.no_tagged_fields(flex);
+        };
+        match (&self.topics, version) {
+            (None, 0) => w.array(flex, &[], topic),
+            (topics, _) => w.nullable_array(flex, topics.as_deref(), topic),
+        }
+        if version >= 4 {
+            w.bool(self.allow_auto_topic_creation);
+        }
+        if (8..=10).contains(&version) {
+            w.bool(self.include_cluster_authorized_operations);
+        }
+        if version >= 8 {
+            w.bool(self.include_topic_authorized_operations);
+        }
+        w.no_tagged_fields(flex);
+        w.finish()
+    }
+}
+
+impl MetadataResponse {
+    /// Fields a version lacks take Kafka's defaults: controller -1, leader epoch -1,
+    /// authorized operations i32::MIN ("omitted").
+    pub fn decode(version: i16, r: &mut Reader<'_>) -> Result<Self> {
+        let flex = version >= FLEXIBLE_MIN;
+        let string = min_bytes::string(flex);
+        let array = min_bytes::array(flex);
+        let tags = min_bytes::tags(flex);
+        let throttle_time_ms = if version >= 3 { r.i32()? } else { 0 };
+        let broker_min = 4 + string + 4 + if version >= 1 { string } else { 0 } + tags;
+        let brokers = r.array(flex, broker_min, |r| {
+            let node_id = r.i32()?;
+            let host = r.string(flex, "brokers.host")?;
+            let port = r.i32()?;
+            let rack = if version >= 1 { r.nullable_string(flex)? } else { None };
+            r.skip_tagged_fields(flex)?;
+            Ok(MetadataBroker {
+                node_id,
+                host,
+                port,
+                rack,
+            })
+        })?;
+        let cluster_id = if version >= 2 { r.nullable_string(flex)? } else { None };
+        let controller_id = if version >= 1 { r.i32()? } else { -1 };
+        let part_min = 2 + 4 + 4 + array * 2 + tags;
+        let topic_min = 2 + string + array + tags;
+        let topics = r.array(flex, topic_min, |r| {
+            let error_code = r.i16()?;
+            let name = if version >= 12 {
+                r.nullable_string(flex)?
+            } else {
+                Some(r.string(flex, "topics.name")?)
+            };
+            let topic_id = if version >= 10 { r.uuid()? } else { Uuid::ZERO };
+            let is_internal = if version >= 1 { r.bool()? } else { false };
+            let partitions = r.array(flex, part_min, |r| {
+                let error_code = r.i16()?;
+                let partition_index = r.i32()?;
+                let leader_id = r.i32()?;
+                let leader_epoch = if version >= 7 { r.i32()? } else { -1 };
+                let ids = |r: &mut Reader<'_>| r.array(flex, min_bytes::I32, |r| r.i32());
+                let replica_nodes = ids(r)?;
+                let isr_nodes = ids(r)?;
+                let offline_replicas = if version >= 5 { ids(r)? } else { Vec::new() };
+                r.skip_tagged_fields(flex)?;
+                Ok(MetadataPartition {
+                    error_code,
+                    partition_index,
+                    leader_id,
+                    leader_epoch,
+                    replica_nodes,
+                    isr_nodes,
+                    offline_replicas,
+                })
+            })?;
+            let topic_authorized_operations = if version >= 8 { r.i32()? } else { i32::MIN };
+            r.skip_tagged_fields(flex)?;
+            Ok(MetadataTopic {
+                error_code,
+                name,
+                topic_id,
+                is_internal,
+                partitions,
+                topic_authorized_operations,
+            })
+        })?;
+        let cluster_authorized_operations = if (8..=10).contains(&version) {
+            r.i32()?
+        } else {
+            i32::MIN
+        };
+        r.skip_tagged_fields(flex)?;
+        Ok(MetadataResponse {
+            throttle_time_ms,
+            brokers,
+            cluster_id,
+            controller_id,
+            topics,
+            cluster_authorized_operations,
+        })
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -335,5 +456,86 @@ pub(crate) mod tests {
             matches!(err, DecodeError::ArrayOverrun { count: 999_999, .. }),
             "{err:?}"
         );
+    }
+
+    pub(crate) fn client_request(v: i16) -> MetadataRequest {
+        let mut topics = vec![MetadataRequestTopic {
+            topic_id: if v >= 10 { Uuid([7; 16]) } else { Uuid::ZERO },
+            name: Some("orders".into()),
+        }];
+        if v >= 10 {
+            topics.push(MetadataRequestTopic {
+                topic_id: Uuid([8; 16]),
+                name: None,
+            });
+        }
+        MetadataRequest {
+            topics: Some(topics),
+            allow_auto_topic_creation: v < 4,
+            include_cluster_authorized_operations: (8..=10).contains(&v),
+            include_topic_authorized_operations: v >= 8,
+        }
+    }
+
+    /// `sample_response` as version `v` carries it: absent fields at their decoded defaults.
+    pub(crate) fn client_response(v: i16) -> MetadataResponse {
+        let mut resp = sample_response();
+        resp.throttle_time_ms = if v >= 3 { 3 } else { 0 };
+        resp.brokers[0].rack = if v >= 1 { Some("r1".into()) } else { None };
+        resp.cluster_id = if v >= 2 { Some("c".into()) } else { None };
+        resp.controller_id = if v >= 1 { 1 } else { -1 };
+        let t = &mut resp.topics[0];
+        t.topic_id = if v >= 10 { Uuid([9; 16]) } else { Uuid::ZERO };
+        t.is_internal = v >= 1;
+        t.topic_authorized_operations = if v >= 8 { 8 } else { i32::MIN };
+        let p = &mut t.partitions[0];
+        p.leader_epoch = if v >= 7 { 5 } else { -1 };
+        if v < 5 {
+            p.offline_replicas.clear();
+        }
+        resp.cluster_authorized_operations = if (8..=10).contains(&v) { 4 } else { i32::MIN };
+        if v >= 12 {
+            resp.topics.push(MetadataTopic {
+                error_code: crate::ErrorCode::UnknownTopicId.code(),
+                name: None,
+                topic_id: Uuid([8; 16]),
+                topic_authorized_operations: i32::MIN,
+                ..MetadataTopic::default()
+            });
+        }
+        resp
+    }
+
+    #[test]
+    fn client_codec_round_trips_every_version() {
+        for v in VERSION_MIN..=VERSION_MAX {
+            let req = client_request(v);
+            let theirs: kp::MetadataRequest = client_round_trip(v, &req, req.encode(v), MetadataRequest::decode);
+            let t = &theirs.topics.as_ref().expect("topics asked for")[0];
+            assert_eq!(t.name.as_ref().map(|n| &*n.0), Some("orders"));
+            assert_eq!(theirs.allow_auto_topic_creation, v < 4);
+            let resp = client_response(v);
+            let theirs: kp::MetadataResponse = client_round_trip(v, &resp, resp.encode(v), MetadataResponse::decode);
+            assert_eq!(theirs.topics[0].partitions[0].isr_nodes.len(), 2);
+        }
+    }
+
+    /// v0 has no null array: "all topics" and "no topics" both travel as the empty array,
+    /// which means all; v1+ keeps the two apart.
+    #[test]
+    fn client_request_all_topics_and_none() {
+        for v in VERSION_MIN..=VERSION_MAX {
+            for topics in [None, Some(vec![])] {
+                let req = MetadataRequest {
+                    topics: topics.clone(),
+                    allow_auto_topic_creation: true,
+                    include_cluster_authorized_operations: false,
+                    include_topic_authorized_operations: false,
+                };
+                let body = req.encode(v);
+                let back = MetadataRequest::decode(v, &mut Reader::new(&body, Limits::default())).expect("ours");
+                assert_eq!(back.topics, if v == 0 { None } else { topics }, "v{v}");
+            }
+        }
     }
 }

@@ -1,0 +1,126 @@
+//! One client connection to one broker: frames requests with correlation ids, waits for the
+//! matching response within a timeout, decodes it with the bounded client codec.
+//!
+//! Fault model: the peer may be gone, slow, or send garbage. A timeout or a decode error poisons
+//! the connection (a late reply would otherwise be taken for the next request's): the caller
+//! drops it and connects again.
+
+use std::future::Future;
+use std::pin::pin;
+use std::task::Poll;
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::protocol::client::{decode_response_bytes, request_frame};
+use crate::protocol::{DecodeError, Limits, Request, RequestHeader, Response};
+use crate::runtime::{Connection, NetError, Runtime};
+use crate::ErrorCode;
+
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ClientError {
+    #[error("network: {0}")]
+    Net(#[from] NetError),
+    #[error("undecodable response: {0}")]
+    Decode(#[from] DecodeError),
+    #[error("no response within {0} ms")]
+    Timeout(u64),
+    #[error("broker answered {0:?}")]
+    Broker(ErrorCode),
+    #[error("{0}")]
+    Protocol(String),
+}
+
+impl ClientError {
+    /// Whether a retry (after reconnecting and refreshing metadata) may succeed.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            ClientError::Net(_) | ClientError::Timeout(_) | ClientError::Decode(_) => true,
+            ClientError::Broker(code) => code.is_retriable(),
+            ClientError::Protocol(_) => false,
+        }
+    }
+}
+
+/// Runs `f` for at most `ms` of the runtime's time; `None` if it did not finish.
+pub async fn with_timeout<R: Runtime, T>(rt: &R, ms: u64, f: impl Future<Output = T>) -> Option<T> {
+    let mut f = pin!(f);
+    let mut sleep = pin!(rt.sleep(Duration::from_millis(ms)));
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(v) = f.as_mut().poll(cx) {
+            return Poll::Ready(Some(v));
+        }
+        if sleep.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+pub struct KafkaConn<R: Runtime> {
+    rt: R,
+    conn: R::Conn,
+    client_id: String,
+    next_correlation_id: i32,
+    limits: Limits,
+    timeout_ms: u64,
+    pub addr: String,
+}
+
+impl<R: Runtime> KafkaConn<R> {
+    pub async fn connect(rt: &R, addr: &str, client_id: &str, timeout_ms: u64) -> Result<Self, ClientError> {
+        let conn = with_timeout(rt, timeout_ms, rt.connect(addr))
+            .await
+            .ok_or(ClientError::Timeout(timeout_ms))??;
+        Ok(KafkaConn {
+            rt: rt.clone(),
+            conn,
+            client_id: client_id.to_string(),
+            next_correlation_id: 0,
+            limits: Limits::default(),
+            timeout_ms,
+            addr: addr.to_string(),
+        })
+    }
+
+    fn frame(&mut self, request: &Request, version: i16) -> (i32, bytes::Bytes) {
+        let correlation_id = self.next_correlation_id;
+        self.next_correlation_id = self.next_correlation_id.wrapping_add(1);
+        let header = RequestHeader {
+            api_key: request.api_key(),
+            api_version: version,
+            correlation_id,
+            client_id: Some(self.client_id.clone()),
+        };
+        (correlation_id, request_frame(&header, request))
+    }
+
+    /// Sends a request that gets no response (Produce with acks=0).
+    pub async fn send_only(&mut self, request: &Request, version: i16) -> Result<(), ClientError> {
+        let (_, frame) = self.frame(request, version);
+        Ok(self.conn.send(frame).await?)
+    }
+
+    /// Sends `request` at `version` and waits for its response.
+    pub async fn call(&mut self, request: &Request, version: i16) -> Result<Response, ClientError> {
+        let (correlation_id, frame) = self.frame(request, version);
+        let api_key = request.api_key();
+        let (limits, timeout_ms) = (self.limits, self.timeout_ms);
+        let exchange = async {
+            self.conn.send(frame).await?;
+            let reply = self.conn.recv().await?.ok_or(ClientError::Net(NetError::Closed))?;
+            let (got, response) = decode_response_bytes(api_key, version, &reply, limits)?;
+            if got != correlation_id {
+                return Err(ClientError::Protocol(format!(
+                    "response for correlation id {got}, expected {correlation_id}"
+                )));
+            }
+            Ok(response)
+        };
+        let rt = self.rt.clone();
+        with_timeout(&rt, timeout_ms, exchange)
+            .await
+            .ok_or(ClientError::Timeout(timeout_ms))?
+    }
+}

@@ -1,0 +1,246 @@
+//! The consumer: polls assigned partitions of one topic from a position, returning records in
+//! offset order. When a position is out of range (retention passed it, or it is beyond the log
+//! end), it resets per `auto.offset.reset` (`earliest` / `latest`) and says so: the records it
+//! jumped over are the ones an unsafe retention setting loses.
+//!
+//! Group membership and offset commits arrive with issue #5; until then positions are the
+//! application's (manual assignment).
+
+use std::collections::BTreeMap;
+
+use crate::protocol::api::fetch::{FetchPartition, FetchRequest, FetchTopic};
+use crate::protocol::api::list_offsets::{ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic};
+use crate::protocol::{Request, Response};
+use crate::record::{self, BatchHeader};
+use crate::runtime::Runtime;
+use crate::ErrorCode;
+
+use super::{code, ClientError, Cluster, FETCH_VERSION, LIST_OFFSETS_VERSION};
+
+#[derive(Clone, Debug)]
+pub struct ConsumerConfig {
+    /// `auto.offset.reset`: true for earliest, false for latest.
+    pub reset_to_earliest: bool,
+    /// `fetch.max.wait.ms`
+    pub fetch_max_wait_ms: i32,
+    /// `fetch.max.bytes`
+    pub fetch_max_bytes: i32,
+    /// `max.partition.fetch.bytes`
+    pub partition_max_bytes: i32,
+}
+
+impl Default for ConsumerConfig {
+    fn default() -> Self {
+        ConsumerConfig {
+            reset_to_earliest: true,
+            fetch_max_wait_ms: 500,
+            fetch_max_bytes: 52_428_800,
+            partition_max_bytes: 1_048_576,
+        }
+    }
+}
+
+/// One record as the application sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsumerRecord {
+    pub partition: i32,
+    pub offset: i64,
+    pub timestamp: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+}
+
+/// What a poll returned.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Polled {
+    pub records: Vec<ConsumerRecord>,
+    /// Partitions whose position was reset: (partition, from, to).
+    pub resets: Vec<(i32, i64, i64)>,
+}
+
+pub struct Consumer<R: Runtime> {
+    pub cluster: Cluster<R>,
+    pub config: ConsumerConfig,
+    topic: String,
+    /// partition → next offset to read; `None` until reset by `auto.offset.reset`.
+    positions: BTreeMap<i32, Option<i64>>,
+}
+
+impl<R: Runtime> Consumer<R> {
+    pub fn new(cluster: Cluster<R>, config: ConsumerConfig, topic: &str) -> Self {
+        Consumer {
+            cluster,
+            config,
+            topic: topic.to_string(),
+            positions: BTreeMap::new(),
+        }
+    }
+
+    /// Reads `partition` from `position` on (`None`: per `auto.offset.reset`).
+    pub fn assign(&mut self, partition: i32, position: Option<i64>) {
+        self.positions.insert(partition, position);
+    }
+
+    pub fn position(&self, partition: i32) -> Option<i64> {
+        self.positions.get(&partition).copied().flatten()
+    }
+
+    /// One fetch from each assigned partition's leader. A partition that fails does not cost the
+    /// others their records (their positions have moved past them): the poll returns what it
+    /// read, and fails only when every partition failed.
+    pub async fn poll(&mut self) -> Result<Polled, ClientError> {
+        let mut polled = Polled::default();
+        let mut first_error = None;
+        let partitions: Vec<i32> = self.positions.keys().copied().collect();
+        let count = partitions.len();
+        let mut failed = 0;
+        for partition in partitions {
+            if let Err(e) = self.poll_partition(partition, &mut polled).await {
+                failed += 1;
+                first_error.get_or_insert(e);
+            }
+        }
+        match first_error {
+            Some(e) if failed == count => Err(e),
+            _ => Ok(polled),
+        }
+    }
+
+    async fn poll_partition(&mut self, partition: i32, polled: &mut Polled) -> Result<(), ClientError> {
+        {
+            let position = match self.position(partition) {
+                Some(p) => p,
+                None => {
+                    let reset = self.reset(partition).await?;
+                    self.positions.insert(partition, Some(reset));
+                    reset
+                }
+            };
+            let (addr, epoch) = self.cluster.leader(&self.topic, partition).await?;
+            let request = Request::Fetch(FetchRequest {
+                replica_id: -1,
+                max_wait_ms: self.config.fetch_max_wait_ms,
+                min_bytes: 1,
+                max_bytes: self.config.fetch_max_bytes,
+                isolation_level: 1,
+                session_id: 0,
+                session_epoch: -1,
+                topics: vec![FetchTopic {
+                    topic: self.topic.clone(),
+                    partitions: vec![FetchPartition {
+                        partition,
+                        current_leader_epoch: epoch,
+                        fetch_offset: position,
+                        last_fetched_epoch: -1,
+                        log_start_offset: -1,
+                        partition_max_bytes: self.config.partition_max_bytes,
+                    }],
+                    ..FetchTopic::default()
+                }],
+                ..FetchRequest::default()
+            });
+            let response = match self.cluster.conn(&addr).await {
+                Ok(conn) => conn.call(&request, FETCH_VERSION).await,
+                Err(e) => Err(e),
+            };
+            let response = match response {
+                Ok(r) => r,
+                Err(e) => {
+                    self.cluster.drop_conn(&addr);
+                    self.cluster.invalidate(&self.topic);
+                    return Err(e);
+                }
+            };
+            let Response::Fetch(resp) = response else {
+                return Err(ClientError::Protocol("Fetch answered with another API".into()));
+            };
+            let Some(p) = resp
+                .topics
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .find(|p| p.partition_index == partition)
+            else {
+                return Ok(());
+            };
+            match code(p.error_code) {
+                ErrorCode::None => {}
+                ErrorCode::OffsetOutOfRange => {
+                    let to = self.reset(partition).await?;
+                    tracing::info!(topic = %self.topic, partition, from = position, to, "position out of range; reset");
+                    polled.resets.push((partition, position, to));
+                    self.positions.insert(partition, Some(to));
+                    return Ok(());
+                }
+                c => {
+                    if c.is_retriable() {
+                        self.cluster.invalidate(&self.topic);
+                    }
+                    return Err(ClientError::Broker(c));
+                }
+            }
+            let bytes = p.records.clone().unwrap_or_default();
+            let mut at = 0;
+            let mut next = position;
+            while at < bytes.len() {
+                let Ok(h) = BatchHeader::parse(&bytes[at..]) else { break };
+                let end = at + h.total_bytes();
+                if end > bytes.len() || h.total_bytes() < record::HEADER_BYTES {
+                    break; // a partial batch at the end of a fetch: read it next time
+                }
+                let recs = record::records(&bytes[at..end]).ok_or_else(|| {
+                    ClientError::Protocol("compressed or malformed batch: not supported by this client yet".into())
+                })?;
+                for r in recs.into_iter().filter(|r| r.offset.0 >= position) {
+                    next = r.offset.0 + 1;
+                    polled.records.push(ConsumerRecord {
+                        partition,
+                        offset: r.offset.0,
+                        timestamp: r.timestamp,
+                        key: r.key.map(<[u8]>::to_vec),
+                        value: r.value.map(<[u8]>::to_vec),
+                    });
+                }
+                next = next.max(h.next_offset().0);
+                at = end;
+            }
+            self.positions.insert(partition, Some(next));
+        }
+        Ok(())
+    }
+
+    /// The offset `auto.offset.reset` points at now.
+    async fn reset(&mut self, partition: i32) -> Result<i64, ClientError> {
+        let (addr, _) = self.cluster.leader(&self.topic, partition).await?;
+        let timestamp = if self.config.reset_to_earliest { -2 } else { -1 };
+        let request = Request::ListOffsets(ListOffsetsRequest {
+            replica_id: -1,
+            isolation_level: 1,
+            topics: vec![ListOffsetsTopic {
+                name: self.topic.clone(),
+                partitions: vec![ListOffsetsPartition {
+                    partition_index: partition,
+                    current_leader_epoch: -1,
+                    timestamp,
+                }],
+            }],
+        });
+        let response = match self.cluster.conn(&addr).await {
+            Ok(conn) => conn.call(&request, LIST_OFFSETS_VERSION).await,
+            Err(e) => Err(e),
+        };
+        let response = response.inspect_err(|_| self.cluster.drop_conn(&addr))?;
+        let Response::ListOffsets(resp) = response else {
+            return Err(ClientError::Protocol("ListOffsets answered with another API".into()));
+        };
+        let p = resp
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .find(|p| p.partition_index == partition)
+            .ok_or_else(|| ClientError::Protocol("ListOffsets response lacks the partition".into()))?;
+        match code(p.error_code) {
+            ErrorCode::None => Ok(p.offset),
+            c => Err(ClientError::Broker(c)),
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! Gregor's own Kafka client, generic over [`Runtime`]: the simulator's workload runs it, and so
+//! will the `gregor` CLI. It speaks only the wire protocol, so it works against any Kafka-protocol
+//! broker at the versions it picks.
+//!
+//! - [`conn`]: one connection, correlation ids, timeouts.
+//! - [`Cluster`]: bootstrap, metadata cache, a connection per broker.
+//! - [`producer`]: sends with acks, retries and a delivery timeout; reports each send as acked,
+//!   failed (certainly not written) or unknown (maybe written).
+//! - [`consumer`]: polls assigned partitions from a position, resetting per
+//!   `auto.offset.reset` when the position is out of range.
+
+pub mod conn;
+pub mod consumer;
+pub mod producer;
+
+use std::collections::BTreeMap;
+
+use crate::protocol::api::create_topics::{CreatableTopic, CreateTopicsRequest, TopicConfig};
+use crate::protocol::api::metadata::{MetadataRequest, MetadataRequestTopic};
+use crate::protocol::{Request, Response, Uuid};
+use crate::runtime::Runtime;
+use crate::ErrorCode;
+pub use conn::{ClientError, KafkaConn};
+
+/// Versions this client speaks (Gregor's broker supports them; so does Kafka 2.8+).
+pub const METADATA_VERSION: i16 = 12;
+pub const PRODUCE_VERSION: i16 = 9;
+pub const FETCH_VERSION: i16 = 12;
+pub const LIST_OFFSETS_VERSION: i16 = 7;
+pub const CREATE_TOPICS_VERSION: i16 = 7;
+
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    pub client_id: String,
+    /// `request.timeout.ms`
+    pub request_timeout_ms: u64,
+    /// `retry.backoff.ms`
+    pub retry_backoff_ms: u64,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            client_id: "gregor-client".into(),
+            request_timeout_ms: 30_000,
+            retry_backoff_ms: 100,
+        }
+    }
+}
+
+/// Where each partition of a topic is led, as the last Metadata said.
+#[derive(Clone, Debug, Default)]
+pub struct TopicLayout {
+    /// partition → (leader broker id, leader epoch)
+    pub leaders: BTreeMap<i32, (i32, i32)>,
+}
+
+/// Bootstrap addresses, the metadata cache and one connection per broker.
+pub struct Cluster<R: Runtime> {
+    pub rt: R,
+    pub config: ClientConfig,
+    bootstrap: Vec<String>,
+    brokers: BTreeMap<i32, String>,
+    topics: BTreeMap<String, TopicLayout>,
+    conns: BTreeMap<String, KafkaConn<R>>,
+    next_bootstrap: usize,
+}
+
+impl<R: Runtime> Cluster<R> {
+    pub fn new(rt: R, bootstrap: Vec<String>, config: ClientConfig) -> Self {
+        assert!(!bootstrap.is_empty(), "a client needs at least one bootstrap address");
+        Cluster {
+            rt,
+            config,
+            bootstrap,
+            brokers: BTreeMap::new(),
+            topics: BTreeMap::new(),
+            conns: BTreeMap::new(),
+            next_bootstrap: 0,
+        }
+    }
+
+    /// A connection to `addr`, reused while it works.
+    pub async fn conn(&mut self, addr: &str) -> Result<&mut KafkaConn<R>, ClientError> {
+        if !self.conns.contains_key(addr) {
+            let conn =
+                KafkaConn::connect(&self.rt, addr, &self.config.client_id, self.config.request_timeout_ms).await?;
+            self.conns.insert(addr.to_string(), conn);
+        }
+        Ok(self.conns.get_mut(addr).expect("inserted above"))
+    }
+
+    /// Forgets a connection after an error (a late reply must not answer the next request).
+    pub fn drop_conn(&mut self, addr: &str) {
+        self.conns.remove(addr);
+    }
+
+    /// Calls any broker (bootstrap addresses first, in turn).
+    pub async fn call_any(&mut self, request: &Request, version: i16) -> Result<Response, ClientError> {
+        let mut addrs: Vec<String> = self.bootstrap.clone();
+        addrs.extend(self.brokers.values().cloned());
+        let start = self.next_bootstrap;
+        self.next_bootstrap = self.next_bootstrap.wrapping_add(1);
+        let mut last = ClientError::Protocol("no broker to ask".into());
+        for i in 0..addrs.len() {
+            let addr = addrs[(start + i) % addrs.len()].clone();
+            let result = match self.conn(&addr).await {
+                Ok(conn) => conn.call(request, version).await,
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(response) => return Ok(response),
+                Err(e) => {
+                    self.drop_conn(&addr);
+                    last = e;
+                }
+            }
+        }
+        Err(last)
+    }
+
+    /// Refreshes metadata for `topic`, auto-creating it if the broker allows.
+    pub async fn refresh(&mut self, topic: &str) -> Result<&TopicLayout, ClientError> {
+        let request = Request::Metadata(MetadataRequest {
+            topics: Some(vec![MetadataRequestTopic {
+                topic_id: Uuid::ZERO,
+                name: Some(topic.to_string()),
+            }]),
+            allow_auto_topic_creation: true,
+            include_cluster_authorized_operations: false,
+            include_topic_authorized_operations: false,
+        });
+        let Response::Metadata(meta) = self.call_any(&request, METADATA_VERSION).await? else {
+            return Err(ClientError::Protocol("Metadata answered with another API".into()));
+        };
+        for b in &meta.brokers {
+            self.brokers.insert(b.node_id, format!("{}:{}", b.host, b.port));
+        }
+        let t = meta
+            .topics
+            .iter()
+            .find(|t| t.name.as_deref() == Some(topic))
+            .ok_or_else(|| ClientError::Protocol(format!("metadata lacks topic {topic}")))?;
+        if t.error_code != 0 {
+            return Err(ClientError::Broker(code(t.error_code)));
+        }
+        let layout = TopicLayout {
+            leaders: t
+                .partitions
+                .iter()
+                .map(|p| (p.partition_index, (p.leader_id, p.leader_epoch)))
+                .collect(),
+        };
+        self.topics.insert(topic.to_string(), layout);
+        Ok(self.topics.get(topic).expect("inserted above"))
+    }
+
+    /// The address of the leader of `topic`/`partition`, from the cache or a refresh.
+    pub async fn leader(&mut self, topic: &str, partition: i32) -> Result<(String, i32), ClientError> {
+        let cached = self.topics.get(topic).and_then(|t| t.leaders.get(&partition)).copied();
+        let (leader, epoch) = match cached {
+            Some(l) => l,
+            None => *self
+                .refresh(topic)
+                .await?
+                .leaders
+                .get(&partition)
+                .ok_or(ClientError::Broker(ErrorCode::UnknownTopicOrPartition))?,
+        };
+        let addr = self
+            .brokers
+            .get(&leader)
+            .cloned()
+            .ok_or(ClientError::Broker(ErrorCode::LeaderNotAvailable))?;
+        Ok((addr, epoch))
+    }
+
+    /// Forgets what is known of `topic` (after NOT_LEADER and the like).
+    pub fn invalidate(&mut self, topic: &str) {
+        self.topics.remove(topic);
+    }
+
+    /// Creates a topic; `Ok` also when it already exists.
+    pub async fn create_topic(
+        &mut self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        configs: &[(&str, &str)],
+    ) -> Result<(), ClientError> {
+        let request = Request::CreateTopics(CreateTopicsRequest {
+            topics: vec![CreatableTopic {
+                name: name.to_string(),
+                num_partitions: partitions,
+                replication_factor,
+                assignments: vec![],
+                configs: configs
+                    .iter()
+                    .map(|(k, v)| TopicConfig {
+                        name: k.to_string(),
+                        value: Some(v.to_string()),
+                    })
+                    .collect(),
+            }],
+            timeout_ms: 30_000,
+            validate_only: false,
+        });
+        let Response::CreateTopics(resp) = self.call_any(&request, CREATE_TOPICS_VERSION).await? else {
+            return Err(ClientError::Protocol("CreateTopics answered with another API".into()));
+        };
+        match resp.topics.first().map(|t| (t.error_code, t.error_message.clone())) {
+            Some((0, _)) => Ok(()),
+            Some((c, _)) if c == ErrorCode::TopicAlreadyExists.code() => Ok(()),
+            Some((c, message)) => Err(ClientError::Protocol(format!(
+                "CreateTopics {name}: error {c}: {}",
+                message.unwrap_or_default()
+            ))),
+            None => Err(ClientError::Protocol("CreateTopics answered for no topic".into())),
+        }
+    }
+}
+
+/// An error code off the wire as [`ErrorCode`] (unknown codes become UNKNOWN_SERVER_ERROR).
+pub fn code(raw: i16) -> ErrorCode {
+    ErrorCode::from_code(raw).unwrap_or(ErrorCode::UnknownServerError)
+}

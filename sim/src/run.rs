@@ -1,0 +1,486 @@
+//! One run of a scenario under one seed: broker nodes running the real node driver on
+//! [`SimRuntime`], producer and consumer nodes running Gregor's real client, the nemesis playing
+//! the scenario's faults, a heal phase, a final read of every partition, and the checker.
+//!
+//! Phases, in virtual time: setup (topic created) → `duration_s` of workload and faults → faults
+//! healed, producers stopped → `heal_s` for consumers to drain → final read → check. A run is a
+//! pure function of (scenario, seed): every random choice comes from `crate::seed` streams and
+//! madsim's seeded scheduler.
+//!
+//! Limits of this first version (stated, not hidden): one broker per cluster (replication and the
+//! coordinator come with issue #4); sends are one record per batch; async producers pipeline
+//! sends but do not linger or batch yet (issue #5); consumers read every partition by manual
+//! assignment and do not commit (groups come with issue #5).
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, VecDeque};
+use std::panic::AssertUnwindSafe;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use gregor_core::client::consumer::{Consumer, ConsumerConfig};
+use gregor_core::client::producer::{Producer, ProducerConfig, SendError};
+use gregor_core::client::{ClientConfig, Cluster};
+use gregor_core::node::{start_broker, NodeConfig};
+use gregor_core::record::NewRecord;
+use gregor_core::runtime::Runtime;
+use gregor_core::BrokerId;
+
+use crate::checker::{self, Report};
+use crate::history::{FinalRead, History, Poll, Processed, Send, SendOutcome, Value};
+use crate::nemesis::{FaultEvent, Nemesis};
+use crate::runtime::SimRuntime;
+use crate::scenario::{Scenario, SendMode};
+use crate::world::{node_ip, run_seed_with, NodeIndex, World, WorldConfig};
+
+/// Kafka's port on every simulated broker.
+pub const KAFKA_PORT: u16 = 9092;
+
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    pub seed: u64,
+    pub print_trace: bool,
+    pub trace_filter: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct RunResult {
+    pub scenario: String,
+    pub seed: u64,
+    pub report: Report,
+    /// Hash of every trace event of the run: equal for equal (scenario, seed).
+    pub trace_hash: u64,
+    pub simulated_ms: u64,
+    pub wall_ms: u64,
+    pub faults: Vec<FaultEvent>,
+    /// What the workload did (for replay output and timelines).
+    pub history: History,
+    /// The run itself failed (a panic, the time limit): counts as a failure.
+    pub error: Option<String>,
+}
+
+struct Simulated {
+    history: History,
+    faults: Vec<FaultEvent>,
+    simulated_ms: u64,
+}
+
+type Shared<T> = Arc<Mutex<T>>;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic elsewhere in the run already fails it; the history is still worth reading.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+pub fn run_scenario(scenario: &Scenario, options: &RunOptions) -> RunResult {
+    let wall = std::time::Instant::now();
+    let limit_s = scenario.duration_s + scenario.heal_s + 600;
+    let config = WorldConfig {
+        time_limit: Duration::from_secs(limit_s),
+        ..WorldConfig::default()
+    };
+    let (seed, owned) = (options.seed, scenario.clone());
+    let captured = crate::trace::capture(options.print_trace, options.trace_filter.as_deref(), || {
+        std::panic::catch_unwind(AssertUnwindSafe(|| {
+            run_seed_with(seed, config, move |world| simulate(world, owned))
+        }))
+    });
+    let (outcome, trace_hash) = match captured {
+        Ok((outcome, summary)) => (outcome.map_err(panic_message), summary.hash),
+        Err(e) => (Err(e.to_string()), 0),
+    };
+    let wall_ms = wall.elapsed().as_millis() as u64;
+    match outcome {
+        Ok(sim) => RunResult {
+            scenario: scenario.name.clone(),
+            seed,
+            report: checker::check(&sim.history),
+            history: sim.history,
+            trace_hash,
+            simulated_ms: sim.simulated_ms,
+            wall_ms,
+            faults: sim.faults,
+            error: None,
+        },
+        Err(why) => RunResult {
+            scenario: scenario.name.clone(),
+            seed,
+            report: Report::default(),
+            trace_hash: 0,
+            simulated_ms: 0,
+            wall_ms,
+            faults: Vec::new(),
+            history: History::default(),
+            error: Some(why),
+        },
+    }
+}
+
+fn panic_message(panic: Box<dyn std::any::Any + std::marker::Send>) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "the run panicked".into())
+}
+
+fn broker_addr(i: usize) -> String {
+    format!("{}:{KAFKA_PORT}", node_ip(NodeIndex(i)))
+}
+
+async fn broker_main(rt: SimRuntime, index: usize) {
+    let ip = node_ip(NodeIndex(index)).to_string();
+    let mut config = NodeConfig::single_node(&broker_addr(index), &ip, i32::from(KAFKA_PORT), "gregor-sim");
+    config.broker.broker_id = BrokerId(index as i32);
+    config.broker.auto_create_topics = false;
+    // Scenarios run minutes, not days: look for expired segments every second.
+    config.broker.retention_check_interval_ms = 1_000;
+    match start_broker(rt, config).await {
+        Ok((_broker, accept_loop)) => accept_loop.await,
+        Err(e) => tracing::error!(target: "broker", error = %e, "broker failed to start"),
+    }
+}
+
+fn client(rt: &SimRuntime, name: String, brokers: usize) -> Cluster<SimRuntime> {
+    let config = ClientConfig {
+        client_id: name,
+        request_timeout_ms: 5_000,
+        retry_backoff_ms: 100,
+    };
+    Cluster::new(rt.clone(), (0..brokers).map(broker_addr).collect(), config)
+}
+
+struct Workload {
+    scenario: Scenario,
+    brokers: usize,
+    history: Shared<History>,
+    /// Values handed to a producer, with their partition, until an outcome is recorded.
+    pending: Shared<BTreeMap<Value, i32>>,
+    /// Virtual ms (since the run started) when producers stop and consumers must have drained.
+    produce_until_ms: u64,
+    consume_until_ms: u64,
+}
+
+async fn producer_main(rt: SimRuntime, w: Arc<Workload>, p: u32, next_seq: Arc<AtomicU32>) {
+    let spec = &w.scenario.producer;
+    let config = ProducerConfig {
+        acks: spec.acks_value(),
+        retries: spec.retries,
+        delivery_timeout_ms: spec.delivery_timeout_ms,
+    };
+    let mut producer = Producer::new(client(&rt, format!("producer-{p}"), w.brokers), config);
+    let interval = Duration::from_millis(u64::from(1_000 / spec.rate_per_s.max(1)).max(1));
+    let partitions = w.scenario.topic.get_ref().partitions;
+    let next = || {
+        let seq = next_seq.fetch_add(1, Ordering::Relaxed);
+        let value = Value::new(p, seq);
+        let partition = (seq % partitions) as i32;
+        lock(&w.pending).insert(value, partition);
+        (value, partition)
+    };
+    match spec.mode {
+        SendMode::Sync => {
+            while rt.monotonic_ms() < w.produce_until_ms {
+                let (value, partition) = next();
+                send_one(&rt, &w, &mut producer, p, value, partition).await;
+                rt.sleep(interval).await;
+            }
+        }
+        SendMode::Async => {
+            // send() returns at once: records wait in this process's memory for the sender task,
+            // and die with the process if it crashes first (never acknowledged).
+            let queue: Rc<RefCell<VecDeque<(Value, i32)>>> = Rc::default();
+            let done = Rc::new(Cell::new(false));
+            let finished = Rc::new(Cell::new(false));
+            let linger = Duration::from_millis(spec.linger_ms.max(1));
+            {
+                let (rt, w, queue, done, finished) =
+                    (rt.clone(), w.clone(), queue.clone(), done.clone(), finished.clone());
+                rt.clone().spawn(async move {
+                    loop {
+                        let item = queue.borrow_mut().pop_front();
+                        match item {
+                            Some((value, partition)) => send_one(&rt, &w, &mut producer, p, value, partition).await,
+                            None if done.get() => break,
+                            None => rt.sleep(linger).await,
+                        }
+                    }
+                    finished.set(true);
+                });
+            }
+            while rt.monotonic_ms() < w.produce_until_ms {
+                queue.borrow_mut().push_back(next());
+                rt.sleep(interval).await;
+            }
+            done.set(true);
+            // close(): wait for what is buffered, as Kafka's producer does, within the run.
+            while !finished.get() && rt.monotonic_ms() < w.consume_until_ms {
+                rt.sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+async fn send_one(
+    rt: &SimRuntime,
+    w: &Workload,
+    producer: &mut Producer<SimRuntime>,
+    p: u32,
+    value: Value,
+    partition: i32,
+) {
+    let topic = &w.scenario.topic.get_ref().name;
+    let record = NewRecord {
+        timestamp: rt.now_ms(),
+        key: None,
+        value: Some(value.to_bytes().to_vec()),
+    };
+    let outcome = match producer.send(topic, partition, &[record]).await {
+        Ok(Some(offset)) => SendOutcome::Acked { offset },
+        Ok(None) | Err(SendError::Unknown(_)) => SendOutcome::Unknown,
+        Err(SendError::Failed(_)) => SendOutcome::Failed,
+    };
+    lock(&w.pending).remove(&value);
+    let at_ms = rt.monotonic_ms();
+    lock(&w.history).sends.push(Send {
+        producer: p,
+        partition,
+        value,
+        outcome,
+        at_ms,
+    });
+}
+
+async fn consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions: Arc<AtomicU32>) {
+    let Some(spec) = &w.scenario.consumer else { return };
+    let topic = &w.scenario.topic.get_ref().name;
+    let start_ms = w.produce_until_ms - w.scenario.duration_s * 1_000 + spec.start_after_s * 1_000;
+    rt.sleep(Duration::from_millis(start_ms.saturating_sub(rt.monotonic_ms())))
+        .await;
+    let session = sessions.fetch_add(1, Ordering::Relaxed);
+    let config = ConsumerConfig {
+        reset_to_earliest: spec.auto_offset_reset == "earliest",
+        ..ConsumerConfig::default()
+    };
+    let mut consumer = Consumer::new(client(&rt, format!("consumer-{c}"), w.brokers), config, topic);
+    for p in 0..w.scenario.topic.get_ref().partitions {
+        consumer.assign(p as i32, None);
+    }
+    while rt.monotonic_ms() < w.consume_until_ms {
+        match consumer.poll().await {
+            Ok(polled) => {
+                let at_ms = rt.monotonic_ms();
+                let mut h = lock(&w.history);
+                for r in polled.records {
+                    let Some(value) = r.value.as_deref().and_then(Value::from_bytes) else {
+                        continue;
+                    };
+                    h.polls.push(Poll {
+                        consumer: c,
+                        session,
+                        partition: r.partition,
+                        offset: r.offset,
+                        value,
+                        at_ms,
+                    });
+                    h.processed.push(Processed { consumer: c, value });
+                }
+            }
+            Err(e) => {
+                tracing::debug!(target: "workload", consumer = c, error = %e, "poll failed");
+                rt.sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// Creates the topic with the scenario's configs, retrying until the cluster answers.
+async fn setup(rt: SimRuntime, w: Arc<Workload>) {
+    let t = w.scenario.topic.get_ref();
+    let mut cluster = client(&rt, "admin".into(), w.brokers);
+    let configs: Vec<(String, String)> = [
+        ("min.insync.replicas", i64::from(t.min_insync_replicas)),
+        ("retention.ms", t.retention_ms),
+        ("retention.bytes", t.retention_bytes),
+        ("segment.bytes", t.segment_bytes),
+        ("flush.messages", t.flush_messages),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let configs: Vec<(&str, &str)> = configs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    for attempt in 0..600 {
+        match cluster
+            .create_topic(&t.name, t.partitions as i32, t.replication_factor as i16, &configs)
+            .await
+        {
+            Ok(()) => return,
+            Err(e) => {
+                tracing::debug!(target: "workload", attempt, error = %e, "create topic failed; retrying");
+                rt.sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    panic!("the topic could not be created in 60 s of virtual time");
+}
+
+/// Reads every partition from its log start to its high watermark.
+async fn final_read(rt: SimRuntime, w: Arc<Workload>) -> BTreeMap<i32, FinalRead> {
+    let t = w.scenario.topic.get_ref();
+    let mut reads = BTreeMap::new();
+    for p in 0..t.partitions as i32 {
+        for _attempt in 0..100 {
+            match read_partition(&rt, &w, p).await {
+                Ok(read) => {
+                    reads.insert(p, read);
+                    break;
+                }
+                Err(e) => {
+                    tracing::info!(target: "workload", partition = p, error = %e, "final read failed; retrying");
+                    rt.sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    }
+    reads
+}
+
+async fn read_partition(rt: &SimRuntime, w: &Workload, p: i32) -> Result<FinalRead, String> {
+    let topic = &w.scenario.topic.get_ref().name;
+    let earliest = ConsumerConfig {
+        reset_to_earliest: true,
+        fetch_max_wait_ms: 0,
+        ..ConsumerConfig::default()
+    };
+    let mut consumer = Consumer::new(client(rt, "final-read".into(), w.brokers), earliest, topic);
+    consumer.assign(p, None);
+    let mut read = FinalRead {
+        log_start_offset: -1,
+        high_watermark: -1,
+        records: Vec::new(),
+    };
+    let mut quiet_polls = 0;
+    // Bounded: a partition of N records takes about N / (records per fetch) polls.
+    for _ in 0..100_000 {
+        let polled = consumer.poll().await.map_err(|e| e.to_string())?;
+        if read.log_start_offset < 0 {
+            read.log_start_offset = polled
+                .records
+                .first()
+                .map_or(consumer.position(p).unwrap_or(0), |r| r.offset);
+        }
+        if !polled.resets.is_empty() {
+            return Err("the log start moved during the final read".into());
+        }
+        if polled.records.is_empty() {
+            quiet_polls += 1;
+            if quiet_polls >= 3 {
+                read.high_watermark = consumer.position(p).unwrap_or(0);
+                return Ok(read);
+            }
+            continue;
+        }
+        quiet_polls = 0;
+        for r in polled.records {
+            if let Some(v) = r.value.as_deref().and_then(Value::from_bytes) {
+                read.records.push((r.offset, v));
+            }
+        }
+    }
+    Err("the final read did not finish".into())
+}
+
+async fn simulate(world: World, scenario: Scenario) -> Simulated {
+    let s = &scenario;
+    assert!(
+        s.cluster.brokers == 1,
+        "this version runs one broker per cluster; replication comes with issue #4"
+    );
+    let brokers: Vec<NodeIndex> = (0..s.cluster.brokers as usize)
+        .map(|i| world.add_node(&format!("broker-{i}"), move |rt| broker_main(rt, i)))
+        .collect();
+    let setup_ms = 2_000;
+    let w = Arc::new(Workload {
+        scenario: scenario.clone(),
+        brokers: brokers.len(),
+        history: Arc::new(Mutex::new(History::default())),
+        pending: Arc::new(Mutex::new(BTreeMap::new())),
+        produce_until_ms: setup_ms + s.duration_s * 1_000,
+        consume_until_ms: setup_ms + (s.duration_s + s.heal_s) * 1_000,
+    });
+    // A node lives while its main runs: the admin node only hosts tasks spawned on it.
+    let admin = world.add_node("admin", |_rt| std::future::pending::<()>());
+    {
+        let w = w.clone();
+        world
+            .spawn_on(admin, move |rt| setup(rt, w))
+            .await
+            .expect("the admin node is never killed");
+    }
+    madsim::time::sleep(Duration::from_millis(setup_ms.saturating_sub(monotonic_ms()))).await;
+
+    for p in 0..s.producer.count {
+        let (w, next_seq) = (w.clone(), Arc::new(AtomicU32::new(0)));
+        world.add_node(&format!("producer-{p}"), move |rt| {
+            producer_main(rt, w.clone(), p, next_seq.clone())
+        });
+    }
+    if let Some(consumer) = &s.consumer {
+        for c in 0..consumer.count {
+            let (w, sessions) = (w.clone(), Arc::new(AtomicU32::new(0)));
+            world.add_node(&format!("consumer-{c}"), move |rt| {
+                consumer_main(rt, w.clone(), c, sessions.clone())
+            });
+        }
+    }
+
+    let resolve = |name: &str| -> Option<NodeIndex> {
+        match name {
+            "leader" | "controller" => brokers.first().copied(),
+            _ => name
+                .strip_prefix("broker-")
+                .and_then(|n| n.parse::<usize>().ok())
+                .and_then(|n| brokers.get(n).copied()),
+        }
+    };
+    let mut nemesis = Nemesis::new(s, world.seed());
+    nemesis.play(&world, &resolve).await;
+    nemesis.heal(&world);
+    let faults = nemesis.events().to_vec();
+
+    let drain = Duration::from_millis(w.consume_until_ms).saturating_sub(Duration::from_millis(monotonic_ms()));
+    madsim::time::sleep(drain + Duration::from_millis(500)).await;
+    let reads = {
+        let w = w.clone();
+        world
+            .spawn_on(admin, move |rt| final_read(rt, w))
+            .await
+            .expect("the admin node is never killed")
+    };
+    let mut history = std::mem::take(&mut *lock(&w.history));
+    for (value, partition) in std::mem::take(&mut *lock(&w.pending)) {
+        // Handed to a producer that died (or never answered) before an outcome: never acked.
+        history.sends.push(Send {
+            producer: value.producer(),
+            partition,
+            value,
+            outcome: SendOutcome::Unknown,
+            at_ms: monotonic_ms(),
+        });
+    }
+    history.final_reads = reads;
+    history.tracks_processing = s.consumer.is_some();
+    history.consumers_drained = s.consumer.is_some();
+    Simulated {
+        history,
+        faults,
+        simulated_ms: monotonic_ms(),
+    }
+}
+
+/// Virtual ms since the simulation started (as `SimRuntime::monotonic_ms`).
+fn monotonic_ms() -> u64 {
+    madsim::time::TimeHandle::current().elapsed().as_millis() as u64
+}
