@@ -5,41 +5,29 @@
 //! Contract: the CLI reaches the simulator only through [`Runner`], one call per (scenario,
 //! seed); anything implementing it (the real `run::run_scenario`, or a fake in tests) can be
 //! judged the same way.
-//!
-//! Until `sim/src/run.rs` lands, [`RunOptions`] and [`RunResult`] below mirror its types field
-//! for field. When it does, replace the two definitions with
-//! `pub use crate::run::{RunOptions, RunResult};` — nothing else in the CLI changes.
 
 pub mod exec;
 pub mod seeds;
 pub mod verdict;
 
 use crate::checker::Report;
-use crate::nemesis::FaultEvent;
 use crate::scenario::Scenario;
 
-/// How to run one seed (mirror of `run::RunOptions`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RunOptions {
-    pub seed: u64,
-    pub print_trace: bool,
-    pub trace_filter: Option<String>,
-}
+pub use crate::run::{RunOptions, RunResult};
 
-/// What one seed's run produced (mirror of `run::RunResult`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RunResult {
-    pub scenario: String,
-    pub seed: u64,
-    pub report: Report,
-    /// Hash of every trace event of the run.
-    pub trace_hash: u64,
-    pub simulated_ms: u64,
-    pub wall_ms: u64,
-    /// What the nemesis did.
-    pub faults: Vec<FaultEvent>,
-    /// The run itself failed (panic, time limit): counts as a failure.
-    pub error: Option<String>,
+/// The result of a run that failed before it produced anything (e.g. its runner panicked).
+pub fn failed_run(scenario: &Scenario, seed: u64, error: String) -> RunResult {
+    RunResult {
+        scenario: scenario.name.clone(),
+        seed,
+        report: Report::default(),
+        trace_hash: 0,
+        simulated_ms: 0,
+        wall_ms: 0,
+        faults: Vec::new(),
+        history: crate::history::History::default(),
+        error: Some(error),
+    }
 }
 
 /// Runs one seed of one scenario. `Sync`: the CLI calls it from several worker threads at once.

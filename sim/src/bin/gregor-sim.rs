@@ -67,23 +67,10 @@ enum Command {
     },
 }
 
-// ===== The connection to the simulator ==========================================================
-// LEAD: when sim/src/run.rs lands, make `runner()` return `&gregor_sim::run::run_scenario` (a fn
-// with the `Runner` signature) and turn `gregor_sim::cli::{RunOptions, RunResult}` into a
-// re-export of run.rs's types (see sim/src/cli.rs). Nothing else here changes.
+/// What runs a seed: the real simulator.
 fn runner() -> &'static dyn Runner {
-    &not_connected
+    &gregor_sim::run::run_scenario
 }
-
-fn not_connected(scenario: &Scenario, options: &RunOptions) -> RunResult {
-    RunResult {
-        scenario: scenario.name.clone(),
-        seed: options.seed,
-        error: Some("gregor-sim is not connected to run::run_scenario yet".into()),
-        ..RunResult::default()
-    }
-}
-// ================================================================================================
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -256,7 +243,10 @@ fn replay(path: &std::path::Path, seed: u64, filter: Option<String>) -> anyhow::
     let expect = scenario.expect.get_ref();
     match seed_status(expect, &result) {
         SeedStatus::Pass => {
-            println!("seed {seed}: pass");
+            match &expect.anomaly {
+                Some(anomaly) => println!("seed {seed}: pass ({anomaly} caught, as this negative control expects)"),
+                None => println!("seed {seed}: pass"),
+            }
             Ok(ExitCode::SUCCESS)
         }
         SeedStatus::Missed => {

@@ -11,7 +11,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 
-use super::{RunOptions, RunResult, Runner};
+use super::{failed_run, RunOptions, RunResult, Runner};
 use crate::scenario::Scenario;
 
 /// One run to make: which scenario (index into the list), which seed.
@@ -34,11 +34,12 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 
 /// Runs one job, turning a panic into a failed run.
 pub fn run_one(runner: &dyn Runner, scenario: &Scenario, options: &RunOptions) -> RunResult {
-    catch_unwind(AssertUnwindSafe(|| runner.run(scenario, options))).unwrap_or_else(|panic| RunResult {
-        scenario: scenario.name.clone(),
-        seed: options.seed,
-        error: Some(format!("panicked: {}", panic_message(panic.as_ref()))),
-        ..RunResult::default()
+    catch_unwind(AssertUnwindSafe(|| runner.run(scenario, options))).unwrap_or_else(|panic| {
+        failed_run(
+            scenario,
+            options.seed,
+            format!("panicked: {}", panic_message(panic.as_ref())),
+        )
     })
 }
 
@@ -119,10 +120,9 @@ mod tests {
             // Later seeds finish first, so arrival order differs from job order.
             std::thread::sleep(std::time::Duration::from_millis(20 - o.seed));
             RunResult {
-                scenario: s.name.clone(),
-                seed: o.seed,
                 trace_hash: o.seed * 7,
-                ..RunResult::default()
+                error: None,
+                ..failed_run(s, o.seed, String::new())
             }
         };
         let mut done = Vec::new();
@@ -142,9 +142,8 @@ mod tests {
         let runner = |s: &Scenario, o: &RunOptions| {
             assert!(o.seed != 3, "seed three breaks");
             RunResult {
-                scenario: s.name.clone(),
-                seed: o.seed,
-                ..RunResult::default()
+                error: None,
+                ..failed_run(s, o.seed, String::new())
             }
         };
         let jobs: Vec<Job> = (0..5).map(|seed| Job { scenario: 0, seed }).collect();

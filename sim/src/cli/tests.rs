@@ -36,13 +36,12 @@ fn idle_cluster_runner(scenario: &Scenario, options: &RunOptions) -> RunResult {
         })
         .expect("the test's filter parses");
     RunResult {
-        scenario: scenario.name.clone(),
-        seed,
         trace_hash: trace.hash,
         simulated_ms,
         wall_ms: wall.elapsed().as_millis() as u64,
         faults,
-        ..RunResult::default()
+        error: None,
+        ..failed_run(scenario, seed, String::new())
     }
 }
 

@@ -184,6 +184,7 @@ pub fn table(summaries: &[ScenarioSummary]) -> String {
 mod tests {
     use super::*;
     use crate::checker::{Compared, Finding, Report};
+    use crate::cli::failed_run;
 
     fn scenario(expect: &str) -> Scenario {
         let source = format!("description = \"t\"\n[topic]\n[producer]\nmode = \"sync\"\n[expect]\n{expect}\n");
@@ -203,8 +204,6 @@ mod tests {
     /// A run that compared 10 acknowledged writes and found `anomalies`.
     fn run(seed: u64, anomalies: &[AnomalyKind]) -> RunResult {
         RunResult {
-            scenario: "t".into(),
-            seed,
             report: Report {
                 compared: Compared {
                     sends: 10,
@@ -223,7 +222,8 @@ mod tests {
             },
             simulated_ms: 30_000,
             wall_ms: 100,
-            ..RunResult::default()
+            error: None,
+            ..failed_run(&no_anomalies(), seed, String::new())
         }
     }
 
