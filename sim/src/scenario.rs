@@ -46,7 +46,7 @@
 //! start_after_s = 0        # a consumer that starts late lags behind retention
 //!
 //! [faults]
-//! profile = "none"         # or a named random profile (see `FaultProfile`)
+//! profile = "none"         # or crashes | partitions | disk | mixed (`crate::nemesis::PROFILES`)
 //! [[faults.schedule]]
 //! at_s = 20
 //! fault = "crash"          # crash | kill | pause | isolate | disk-full | sync-fail | clock-skew

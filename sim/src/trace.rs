@@ -11,8 +11,8 @@
 //!   declared order, formatted with `Debug` (strings as written). It is 64-bit FNV-1a over those
 //!   bytes: no `RandomState`, no addresses, nothing that differs between two runs of one seed.
 //!   So "same seed, same trace hash" holds exactly when the runs emitted the same events.
-//!   One exception: madsim's `task` spans carry an `id` from a process-wide counter, which
-//!   differs between two runs of one seed in one process; it is not hashed.
+//!   One exception: madsim's task ids come from a process-wide counter, so they differ between
+//!   two runs of one seed in one process (or runs in parallel); they are not hashed.
 //! - Every event is hashed, whatever the print filter says; the filter only chooses what is
 //!   printed (`RUST_LOG` syntax, e.g. `nemesis=info,gregor_core=debug`).
 //! - Per thread: [`capture`] uses `tracing::subscriber::with_default`, so parallel runs on their
@@ -93,6 +93,9 @@ struct HashLayer {
     state: Arc<Mutex<Fnv>>,
 }
 
+/// The target of madsim's task module, whose events carry process-wide task ids.
+const MADSIM_TASK_TARGET: &str = "madsim::sim::task";
+
 /// A span's fields as formatted at creation (and on `record`), kept in its extensions.
 struct SpanFields(String);
 
@@ -104,17 +107,23 @@ struct FieldWriter<'a> {
 }
 
 impl<'a> FieldWriter<'a> {
-    fn all(out: &'a mut String) -> Self {
-        FieldWriter { out, skip: None }
-    }
-
     /// madsim numbers tasks from one process-wide counter, so a task's `id` depends on every run
     /// the process made before: it is left out of the hash (the printed trace still shows it).
-    fn for_span(out: &'a mut String, meta: &tracing::Metadata<'_>) -> Self {
-        let madsim_task = meta.name() == "task" && meta.target().starts_with("madsim");
+    /// Task ids appear as `id` in madsim's `task` spans and in the events of its task module
+    /// (`spawn task`), whose node ids are named `node` instead.
+    fn for_event(out: &'a mut String, meta: &tracing::Metadata<'_>) -> Self {
+        let task_ids = meta.target() == MADSIM_TASK_TARGET;
         FieldWriter {
             out,
-            skip: madsim_task.then_some("id"),
+            skip: task_ids.then_some("id"),
+        }
+    }
+
+    fn for_span(out: &'a mut String, meta: &tracing::Metadata<'_>) -> Self {
+        let task_ids = meta.name() == "task" && meta.target().starts_with("madsim");
+        FieldWriter {
+            out,
+            skip: task_ids.then_some("id"),
         }
     }
 
@@ -182,7 +191,7 @@ where
                 line.push(':');
             }
         }
-        event.record(&mut FieldWriter::all(&mut line));
+        event.record(&mut FieldWriter::for_event(&mut line, meta));
         line.push('\n');
         self.state
             .lock()

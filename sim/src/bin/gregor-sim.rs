@@ -1,1 +1,316 @@
-fn main() {}
+//! `gregor-sim`: runs scenarios over many seeds and judges them, replays one seed with its trace,
+//! and checks that a seed replays identically. Arguments and terminal output only; what is
+//! computed lives in `gregor_sim::cli`.
+//!
+//! ```text
+//! gregor-sim run scenarios/*.toml --seeds 0..100 --jobs 2
+//! gregor-sim replay scenarios/acks_all_leader_crash.toml --seed 17 --filter nemesis=info,gregor_core=debug
+//! gregor-sim check-determinism scenarios/*.toml --seeds 0..10
+//! ```
+//!
+//! Exit status: 0 when every verdict passes, 1 when one fails (or a determinism check finds a
+//! difference), 2 when the command cannot run (a scenario does not parse, a bad filter).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use gregor_sim::cli::exec::{run_jobs, run_one, Job};
+use gregor_sim::cli::seeds::Seeds;
+use gregor_sim::cli::verdict::{seed_status, summarize, table, SeedStatus};
+use gregor_sim::cli::{differences, replay_line, RunOptions, RunResult, Runner};
+use gregor_sim::scenario::Scenario;
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// Runs Gregor clusters in a deterministic simulation, with faults, and checks what clients saw.
+#[derive(Parser, Debug)]
+#[command(name = "gregor-sim", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Runs every scenario with every seed and judges each scenario by its [expect].
+    Run {
+        /// Scenario files (*.toml).
+        #[arg(required = true)]
+        scenarios: Vec<PathBuf>,
+        /// Seeds: a range `0..100` (end excluded), one seed `5`, or a list `1,2,3`.
+        #[arg(long, default_value = "0..100")]
+        seeds: Seeds,
+        /// Runs at once (default: the number of CPUs).
+        #[arg(long, short)]
+        jobs: Option<usize>,
+    },
+    /// Runs one seed of one scenario, printing its trace, fault timeline and checker summary.
+    Replay {
+        /// The scenario file.
+        scenario: PathBuf,
+        #[arg(long)]
+        seed: u64,
+        /// Which trace events to print, in RUST_LOG syntax (e.g. `nemesis=info,gregor_core=debug`).
+        #[arg(long)]
+        filter: Option<String>,
+    },
+    /// Runs every seed twice and fails if the two runs' trace hashes or reports differ.
+    CheckDeterminism {
+        #[arg(required = true)]
+        scenarios: Vec<PathBuf>,
+        #[arg(long, default_value = "0..10")]
+        seeds: Seeds,
+        #[arg(long, short)]
+        jobs: Option<usize>,
+    },
+}
+
+/// What runs a seed: the real simulator.
+fn runner() -> &'static dyn Runner {
+    &gregor_sim::run::run_scenario
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Run { scenarios, seeds, jobs } => run(&scenarios, &seeds, jobs),
+        Command::Replay { scenario, seed, filter } => replay(&scenario, seed, filter),
+        Command::CheckDeterminism { scenarios, seeds, jobs } => check_determinism(&scenarios, &seeds, jobs),
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("gregor-sim: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// The scenarios, or every parse error (file:line: key: why) and exit status 2.
+fn load(paths: &[PathBuf]) -> Result<Vec<Scenario>, ExitCode> {
+    let mut scenarios = Vec::new();
+    let mut bad = false;
+    for path in paths {
+        match Scenario::load(path) {
+            Ok(s) => scenarios.push(s),
+            Err(e) => {
+                eprintln!("{e}");
+                bad = true;
+            }
+        }
+    }
+    if bad {
+        eprintln!("gregor-sim: nothing ran: fix the scenario(s) above");
+        return Err(ExitCode::from(2));
+    }
+    Ok(scenarios)
+}
+
+/// The commit the binary's sources are at (`+dirty` with uncommitted changes), or `unknown`.
+fn commit() -> String {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(env!("CARGO_MANIFEST_DIR"))
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    match git(&["rev-parse", "--short", "HEAD"]) {
+        Some(hash) if !hash.is_empty() => {
+            let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+            if dirty {
+                format!("{hash}+dirty")
+            } else {
+                hash
+            }
+        }
+        _ => "unknown".to_string(),
+    }
+}
+
+fn parallelism(jobs: Option<usize>) -> usize {
+    jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+fn progress(total: usize, what: &str) -> ProgressBar {
+    let bar = ProgressBar::new(total as u64);
+    let style = ProgressStyle::with_template(&format!(
+        "{{elapsed_precise}} [{{bar:40}}] {{pos}}/{{len}} {what} {{msg}} (eta {{eta}})"
+    ))
+    .expect("the template is valid")
+    .progress_chars("=> ");
+    bar.set_style(style);
+    bar.enable_steady_tick(Duration::from_millis(500));
+    bar
+}
+
+fn all_jobs(scenarios: &[Scenario], seeds: &Seeds, times: usize) -> Vec<Job> {
+    (0..scenarios.len())
+        .flat_map(|scenario| {
+            seeds
+                .0
+                .iter()
+                .flat_map(move |&seed| std::iter::repeat_n(Job { scenario, seed }, times))
+        })
+        .collect()
+}
+
+fn run(paths: &[PathBuf], seeds: &Seeds, jobs: Option<usize>) -> anyhow::Result<ExitCode> {
+    let scenarios = match load(paths) {
+        Ok(s) => s,
+        Err(code) => return Ok(code),
+    };
+    let jobs_list = all_jobs(&scenarios, seeds, 1);
+    let bar = progress(jobs_list.len(), "runs");
+    let mut failing = 0;
+    let results = run_jobs(&scenarios, &jobs_list, parallelism(jobs), runner(), &mut |i, result| {
+        let expect = scenarios[jobs_list[i].scenario].expect.get_ref();
+        if matches!(seed_status(expect, result), SeedStatus::Fail(_)) {
+            failing += 1;
+            bar.set_message(format!("({failing} failing)"));
+        }
+        bar.inc(1);
+    });
+    bar.finish_and_clear();
+
+    let commit = commit();
+    let mut summaries = Vec::new();
+    for (index, scenario) in scenarios.iter().enumerate() {
+        let mine: Vec<RunResult> = jobs_list
+            .iter()
+            .zip(&results)
+            .filter(|(job, _)| job.scenario == index)
+            .map(|(_, r)| r.clone())
+            .collect();
+        let summary = summarize(scenario, &mine);
+        let path = paths[index].display().to_string();
+        for (seed, why) in &summary.failed {
+            println!("{}: seed {seed}: {why}", scenario.name);
+            println!("{}", replay_line(&path, *seed, &commit));
+        }
+        summaries.push(summary);
+    }
+    println!("\n{}", table(&summaries));
+    let failed = summaries.iter().filter(|s| !s.pass).count();
+    if failed > 0 {
+        println!("{failed} of {} scenario(s) failed", summaries.len());
+        return Ok(ExitCode::from(1));
+    }
+    println!("all {} scenario(s) passed", summaries.len());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn replay(path: &std::path::Path, seed: u64, filter: Option<String>) -> anyhow::Result<ExitCode> {
+    let scenario = match load(&[path.to_path_buf()]) {
+        Ok(mut s) => s.remove(0),
+        Err(code) => return Ok(code),
+    };
+    if let Some(filter) = &filter {
+        gregor_sim::trace::parse_filter(filter).context("--filter")?;
+    }
+    eprintln!("replaying {} seed {seed}", scenario.name);
+    let options = RunOptions {
+        seed,
+        print_trace: true,
+        trace_filter: filter,
+    };
+    let result = run_one(runner(), &scenario, &options);
+    println!("\nfaults:");
+    if result.faults.is_empty() {
+        println!("  none");
+    }
+    for f in &result.faults {
+        println!(
+            "  {:>6}.{:03}s  {:<24} {}",
+            f.at_ms / 1000,
+            f.at_ms % 1000,
+            f.node,
+            f.what
+        );
+    }
+    println!("\n{}", result.report.summary());
+    println!(
+        "\ntrace hash {:016x}; {:.1} simulated s in {:.3} wall s",
+        result.trace_hash,
+        result.simulated_ms as f64 / 1000.0,
+        result.wall_ms as f64 / 1000.0
+    );
+    let expect = scenario.expect.get_ref();
+    match seed_status(expect, &result) {
+        SeedStatus::Pass => {
+            match &expect.anomaly {
+                Some(anomaly) => println!("seed {seed}: pass ({anomaly} caught, as this negative control expects)"),
+                None => println!("seed {seed}: pass"),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        SeedStatus::Missed => {
+            println!("seed {seed}: the negative control's anomaly did not show on this seed");
+            Ok(ExitCode::SUCCESS)
+        }
+        SeedStatus::Fail(why) => {
+            println!("seed {seed}: FAIL: {why}");
+            println!("{}", replay_line(&path.display().to_string(), seed, &commit()));
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+fn check_determinism(paths: &[PathBuf], seeds: &Seeds, jobs: Option<usize>) -> anyhow::Result<ExitCode> {
+    let scenarios = match load(paths) {
+        Ok(s) => s,
+        Err(code) => return Ok(code),
+    };
+    let jobs_list = all_jobs(&scenarios, seeds, 2);
+    let bar = progress(jobs_list.len(), "runs");
+    let results = run_jobs(&scenarios, &jobs_list, parallelism(jobs), runner(), &mut |_, _| {
+        bar.inc(1)
+    });
+    bar.finish_and_clear();
+    let commit = commit();
+    let mut differ = 0;
+    for (pair, runs) in jobs_list.chunks(2).zip(results.chunks(2)) {
+        let (job, a, b) = (pair[0], &runs[0], &runs[1]);
+        let diffs = differences(a, b);
+        if !diffs.is_empty() {
+            differ += 1;
+            let path = paths[job.scenario].display().to_string();
+            println!(
+                "{}: seed {}: NOT deterministic: {}",
+                scenarios[job.scenario].name,
+                job.seed,
+                diffs.join("; ")
+            );
+            println!("{}", replay_line(&path, job.seed, &commit));
+        }
+    }
+    let pairs = jobs_list.len() / 2;
+    let errors = results.iter().filter(|r| r.error.is_some()).count();
+    if errors > 0 {
+        println!("note: {errors} run(s) errored (identically in both runs unless reported above)");
+    }
+    if errors == results.len() {
+        println!("every run errored: nothing was compared");
+        return Ok(ExitCode::from(1));
+    }
+    // A hash of 0 is no hash: FNV-1a over no events is its offset basis, not 0.
+    let unhashed = results
+        .iter()
+        .filter(|r| r.error.is_none() && r.trace_hash == 0)
+        .count();
+    if unhashed > 0 {
+        println!("{unhashed} run(s) have no trace hash: the trace was not captured, nothing was compared");
+        return Ok(ExitCode::from(1));
+    }
+    if differ > 0 {
+        println!("{differ} of {pairs} seed(s) replayed differently");
+        return Ok(ExitCode::from(1));
+    }
+    println!("all {pairs} seed(s) replayed identically (same trace hash, report and faults)");
+    Ok(ExitCode::SUCCESS)
+}
