@@ -617,3 +617,6 @@ impl Broker {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod idempotence_tests;
