@@ -225,3 +225,6 @@ impl<R: Runtime> Cluster<R> {
 pub fn code(raw: i16) -> ErrorCode {
     ErrorCode::from_code(raw).unwrap_or(ErrorCode::UnknownServerError)
 }
+
+#[cfg(test)]
+mod loopback_tests;
