@@ -121,6 +121,18 @@ fn an_older_epoch_is_fenced_and_a_newer_one_starts_at_sequence_zero() {
 }
 
 #[test]
+fn a_new_epoch_forgets_the_old_epochs_batches() {
+    let mut disk = MemDisk::new();
+    let mut b = setup(&mut disk, &[]);
+    produce(&mut b, &mut disk, pbatch(7, 0, 0, 2)).expect("epoch 0");
+    produce(&mut b, &mut disk, pbatch(7, 0, 2, 2)).expect("epoch 0");
+    assert_eq!(produce(&mut b, &mut disk, pbatch(7, 1, 0, 2)), Ok(Offset(4)));
+    // Same sequences as an epoch-0 batch, but new data: written, not answered as a duplicate.
+    assert_eq!(produce(&mut b, &mut disk, pbatch(7, 1, 2, 2)), Ok(Offset(6)));
+    assert_eq!(end(&b), Offset(8));
+}
+
+#[test]
 fn an_unknown_producer_must_start_at_sequence_zero() {
     let mut disk = MemDisk::new();
     let mut b = setup(&mut disk, &[]);
