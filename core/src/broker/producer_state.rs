@@ -28,6 +28,11 @@
 //!   any sequence here (state lost to retention); Gregor refuses, because the other way this
 //!   happens is acknowledged-but-unsynced batches lost in a crash (acks=1, `flush.messages`
 //!   unset), and accepting would hide that gap from the producer and from the checker.
+//!
+//! Not yet here: expiry of idle producers (Kafka's `producer.id.expiration.ms`, a day), so the
+//! table grows with every producer id a partition has seen until the next restart; snapshots
+//! (Kafka writes `.snapshot` files at rolls), so startup reads one header per batch of the whole
+//! log; and a rebuild after follower truncation, which replication will need.
 
 use std::collections::{BTreeMap, VecDeque};
 
