@@ -42,3 +42,13 @@ pub struct BrokerId(pub i32);
 /// A partition's index within its topic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct PartitionId(pub i32);
+
+/// An idempotent producer's id (KIP-98), handed out by InitProducerId; `-1` in a batch means
+/// "no producer". Unique for the broker's lifetime, across restarts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct ProducerId(pub i64);
+
+/// The epoch of a producer id: a batch with an older epoch than the partition has seen is a
+/// zombie's and is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct ProducerEpoch(pub i16);

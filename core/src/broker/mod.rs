@@ -12,9 +12,16 @@
 //! half-deleted partition: its files are removed at startup, so old data never reappears in a
 //! new topic of the same name.
 //!
+//! Idempotent producers (KIP-98, no transactions): [`Broker::allocate_producer_id`] answers
+//! InitProducerId from [`producer_ids`]; each partition keeps a [`ProducerStateTable`], rebuilt
+//! from its log's batch headers at [`Broker::open`], and [`Broker::produce`] checks every batch
+//! that names a producer against it before appending (see [`producer_state`] for the rules).
+//!
 //! Replication is not here yet: every partition is led by this broker with an ISR of itself, so
 //! the high watermark follows the log end.
 
+pub mod producer_ids;
+pub mod producer_state;
 pub mod topic;
 
 use std::collections::BTreeMap;
@@ -23,9 +30,12 @@ use thiserror::Error;
 
 use crate::disk::{Disk, DiskError};
 use crate::error_code::ErrorCode;
-use crate::ids::{BrokerId, LeaderEpoch, Offset};
+use crate::ids::{BrokerId, LeaderEpoch, Offset, ProducerEpoch, ProducerId};
 use crate::log::{Log, LogConfig, LogError, ReadSlice};
-use crate::record::BatchError;
+use crate::record::{self, BatchError, BatchHeader};
+use producer_ids::ProducerIdAllocator;
+pub use producer_state::ProducerStateTable;
+use producer_state::Verdict;
 pub use topic::TopicId;
 
 /// Broker-wide settings, with Kafka's server.properties names.
@@ -70,6 +80,8 @@ pub enum BrokerError {
     Disk(#[from] DiskError),
     #[error("partition {dir}: {source}")]
     Log { dir: String, source: LogError },
+    #[error("producer ids: {0}")]
+    ProducerIds(String),
 }
 
 /// A topic as this broker knows it.
@@ -88,6 +100,7 @@ struct PartitionState {
     log: Log,
     leader_epoch: LeaderEpoch,
     high_watermark: Offset,
+    producers: ProducerStateTable,
 }
 
 /// A successful produce to one partition.
@@ -116,6 +129,7 @@ pub struct Broker {
     config: BrokerConfig,
     topics: BTreeMap<String, TopicMeta>,
     partitions: BTreeMap<(String, i32), PartitionState>,
+    producer_ids: ProducerIdAllocator,
     next_retention_check_ms: i64,
     /// Things found at startup that an operator should hear about.
     pub startup_warnings: Vec<String>,
@@ -152,6 +166,7 @@ impl Broker {
             config,
             topics: BTreeMap::new(),
             partitions: BTreeMap::new(),
+            producer_ids: ProducerIdAllocator::open(disk).map_err(BrokerError::ProducerIds)?,
             startup_warnings: Vec::new(),
         };
         for dir in disk.list("")? {
@@ -177,6 +192,10 @@ impl Broker {
             })?;
             let high_watermark = log.log_end_offset();
             let leader_epoch = log.latest_epoch().unwrap_or_default();
+            let producers = ProducerStateTable::rebuild(disk, &log).map_err(|source| BrokerError::Log {
+                dir: dir.clone(),
+                source,
+            })?;
             broker.topics.entry(name.clone()).or_insert(meta);
             broker.partitions.insert(
                 (name, partition),
@@ -184,6 +203,7 @@ impl Broker {
                     log,
                     leader_epoch,
                     high_watermark,
+                    producers,
                 },
             );
         }
@@ -364,6 +384,7 @@ impl Broker {
                 log,
                 leader_epoch: LeaderEpoch(0),
                 high_watermark: Offset(0),
+                producers: ProducerStateTable::default(),
             },
         );
         Ok(())
@@ -421,10 +442,33 @@ impl Broker {
         if acks == -1 && isr_size < min_isr {
             return Err(ErrorCode::NotEnoughReplicas);
         }
+        // Only sets naming a producer pay for the producer checks, and for validating the set
+        // here first: a corrupt batch must be refused as corrupt, not judged by its sequence.
+        let idempotent = producer_state::claims_producer(records);
+        if idempotent {
+            let headers = record::validate_record_set(records, state.log.config().max_message_bytes)
+                .map_err(|e| log_error_code(&LogError::Batch(e)))?;
+            if let Verdict::Duplicate { base_offset } = state.producers.check(&headers)? {
+                // Kafka's answer to a retry of a batch already written: success, original offset.
+                return Ok(ProduceOk {
+                    base_offset,
+                    log_start_offset: state.log.log_start_offset(),
+                });
+            }
+        }
         let info = state
             .log
             .append_as_leader(disk, records, state.leader_epoch, now_ms)
             .map_err(|e| log_error_code(&e))?;
+        if idempotent {
+            // The log rewrote the offsets in place; record each batch where it landed.
+            let mut at = 0;
+            while at < records.len() {
+                let h = BatchHeader::parse(&records[at..]).expect("the log validated and wrote this set");
+                state.producers.record(&h);
+                at += h.total_bytes();
+            }
+        }
         if info.flush_due {
             state.log.flush(disk).map_err(|e| log_error_code(&e))?;
         }
@@ -433,6 +477,24 @@ impl Broker {
             base_offset: info.base_offset,
             log_start_offset: state.log.log_start_offset(),
         })
+    }
+
+    /// InitProducerId for an idempotent producer: a producer id never handed out before by this
+    /// broker (across restarts and crashes), at epoch 0, as Kafka answers a request without a
+    /// transactional id (a fresh id every time, even when the producer passes its old one).
+    pub fn allocate_producer_id<D: Disk>(&mut self, disk: &mut D) -> Result<(ProducerId, ProducerEpoch), ErrorCode> {
+        match self.producer_ids.allocate(disk) {
+            Ok(id) => Ok((id, ProducerEpoch(0))),
+            Err(e) => {
+                tracing::warn!(error = %e, "claiming a producer id block failed");
+                Err(ErrorCode::KafkaStorageError)
+            }
+        }
+    }
+
+    /// The idempotent producers known to a partition.
+    pub fn producer_state(&self, topic: &str, partition: i32) -> Result<&ProducerStateTable, ErrorCode> {
+        Ok(&self.partition(topic, partition)?.producers)
     }
 
     /// Reads whole batches from `offset`, up to the high watermark.
@@ -555,3 +617,6 @@ impl Broker {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod idempotence_tests;

@@ -28,6 +28,7 @@ pub const PRODUCE_VERSION: i16 = 9;
 pub const FETCH_VERSION: i16 = 12;
 pub const LIST_OFFSETS_VERSION: i16 = 7;
 pub const CREATE_TOPICS_VERSION: i16 = 7;
+pub const INIT_PRODUCER_ID_VERSION: i16 = 4;
 
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
@@ -224,3 +225,6 @@ impl<R: Runtime> Cluster<R> {
 pub fn code(raw: i16) -> ErrorCode {
     ErrorCode::from_code(raw).unwrap_or(ErrorCode::UnknownServerError)
 }
+
+#[cfg(test)]
+mod loopback_tests;

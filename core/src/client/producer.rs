@@ -3,11 +3,33 @@
 //! said so), `Failed` (certainly not written: refused before any attempt could have landed), or
 //! `Unknown` (an attempt may have been written: a timeout, a lost connection).
 //!
-//! Not yet here (issue #5): idempotence (producer ids and sequence numbers), `linger.ms` /
-//! `batch.size` accumulation and the bounded `buffer.memory`. Without idempotence a retry after
-//! an attempt that was written duplicates the record, which the checker reports.
+//! With `enable.idempotence` (KIP-98, no transactions) the producer asks once for a producer id
+//! (InitProducerId), numbers each partition's records from sequence 0, builds each batch once
+//! with its id, epoch and first sequence, and resends those exact bytes on every retry: a
+//! broker that already wrote an attempt answers the retry with the original offset instead of
+//! writing it twice. Without idempotence a retry after an attempt that was written duplicates the
+//! record, which the checker reports.
+//!
+//! After any failed send the producer drops its id and asks for a new one before the next send:
+//! sequences on the broker and here may disagree after a failure (an attempt may have been
+//! written, or the broker refused the sequence with OUT_OF_ORDER_SEQUENCE_NUMBER or
+//! UNKNOWN_PRODUCER_ID), and every later batch would then be refused. Those two codes end the
+//! send at once (they are not retriable), reported as `Failed` only when no attempt may have
+//! been written, else `Unknown`. Kafka's Java producer (2.5+, KIP-360) does much the same: for
+//! an idempotent producer it bumps the epoch and resets sequences after such an error or an
+//! expired batch, failing the batches concerned with OutOfOrderSequenceException; on
+//! UNKNOWN_PRODUCER_ID whose cause is retention it resets the sequence and retries instead. A
+//! fresh id is Gregor's stand-in for the epoch bump (the broker hands out fresh ids only).
+//!
+//! Not yet here (issue #5): `linger.ms` / `batch.size` accumulation, several requests in
+//! flight, and the bounded `buffer.memory`.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
+
+use crate::broker::producer_state::{last_sequence, next_sequence};
+use crate::ids::{ProducerEpoch, ProducerId};
+use crate::protocol::api::init_producer_id::InitProducerIdRequest;
 
 use crate::protocol::api::produce::{ProducePartition, ProduceRequest, ProduceTopic};
 use crate::protocol::{Request, Response};
@@ -15,7 +37,7 @@ use crate::record::{build_batch, NewRecord, ProducerFields};
 use crate::runtime::Runtime;
 use crate::ErrorCode;
 
-use super::{code, ClientError, Cluster, PRODUCE_VERSION};
+use super::{code, ClientError, Cluster, INIT_PRODUCER_ID_VERSION, PRODUCE_VERSION};
 
 #[derive(Clone, Debug)]
 pub struct ProducerConfig {
@@ -25,6 +47,10 @@ pub struct ProducerConfig {
     pub retries: u32,
     /// `delivery.timeout.ms`
     pub delivery_timeout_ms: u64,
+    /// `enable.idempotence`: needs `acks` -1, as Kafka requires. Off by default here (Kafka 3.0+
+    /// turns it on) so that workloads opt in and the checker's negative controls keep their
+    /// duplicates.
+    pub enable_idempotence: bool,
 }
 
 impl Default for ProducerConfig {
@@ -33,6 +59,7 @@ impl Default for ProducerConfig {
             acks: -1,
             retries: i32::MAX as u32,
             delivery_timeout_ms: 120_000,
+            enable_idempotence: false,
         }
     }
 }
@@ -48,11 +75,67 @@ pub enum SendError {
 pub struct Producer<R: Runtime> {
     pub cluster: Cluster<R>,
     pub config: ProducerConfig,
+    /// With idempotence: the id and epoch InitProducerId gave, until a send fails.
+    identity: Option<(ProducerId, ProducerEpoch)>,
+    /// With idempotence: the sequence of the next record per (topic, partition), for `identity`.
+    next_sequences: BTreeMap<(String, i32), i32>,
 }
 
 impl<R: Runtime> Producer<R> {
     pub fn new(cluster: Cluster<R>, config: ProducerConfig) -> Self {
-        Producer { cluster, config }
+        Producer {
+            cluster,
+            config,
+            identity: None,
+            next_sequences: BTreeMap::new(),
+        }
+    }
+
+    /// The producer id and epoch in use (idempotence on, and asked for since the last failure).
+    pub fn identity(&self) -> Option<(ProducerId, ProducerEpoch)> {
+        self.identity
+    }
+
+    /// The producer id to use, asking a broker for one if there is none, retrying retriable
+    /// errors until `deadline_ms` (monotonic).
+    async fn ensure_identity(&mut self, deadline_ms: u64) -> Result<(ProducerId, ProducerEpoch), ClientError> {
+        if let Some(identity) = self.identity {
+            return Ok(identity);
+        }
+        let rt = self.cluster.rt.clone();
+        let request = Request::InitProducerId(InitProducerIdRequest {
+            transactional_id: None,
+            transaction_timeout_ms: 60_000,
+            producer_id: -1,
+            producer_epoch: -1,
+        });
+        loop {
+            let result = match self.cluster.call_any(&request, INIT_PRODUCER_ID_VERSION).await {
+                Ok(Response::InitProducerId(r)) if r.error_code == 0 && r.producer_id >= 0 && r.producer_epoch >= 0 => {
+                    Ok((ProducerId(r.producer_id), ProducerEpoch(r.producer_epoch)))
+                }
+                Ok(Response::InitProducerId(r)) if r.error_code != 0 => Err(ClientError::Broker(code(r.error_code))),
+                Ok(Response::InitProducerId(r)) => Err(ClientError::Protocol(format!(
+                    "InitProducerId gave no id: {} / {}",
+                    r.producer_id, r.producer_epoch
+                ))),
+                Ok(_) => Err(ClientError::Protocol("InitProducerId answered with another API".into())),
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(identity) => {
+                    self.identity = Some(identity);
+                    self.next_sequences.clear();
+                    return Ok(identity);
+                }
+                Err(e) if e.is_retriable() && rt.monotonic_ms() < deadline_ms => {
+                    tracing::debug!(error = %e, "InitProducerId retry");
+                    rt.sleep(Duration::from_millis(self.cluster.config.retry_backoff_ms))
+                        .await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Sends `records` as one batch to `topic`/`partition` and waits for the outcome. Returns the
@@ -60,7 +143,36 @@ impl<R: Runtime> Producer<R> {
     pub async fn send(&mut self, topic: &str, partition: i32, records: &[NewRecord]) -> Result<Option<i64>, SendError> {
         let rt = self.cluster.rt.clone();
         let deadline = rt.monotonic_ms().saturating_add(self.config.delivery_timeout_ms);
-        let batch = bytes::Bytes::from(build_batch(records, ProducerFields::none()));
+        let idempotent = self.config.enable_idempotence;
+        if idempotent && self.config.acks != -1 {
+            return Err(SendError::Failed(
+                "enable.idempotence needs acks=-1 (all), as Kafka requires".into(),
+            ));
+        }
+        if records.is_empty() {
+            return Err(SendError::Failed("a batch needs at least one record".into()));
+        }
+        let key = (topic.to_string(), partition);
+        let mut fields = ProducerFields::none();
+        // The sequence after this batch, to remember once it is acknowledged.
+        let mut after = None;
+        if idempotent {
+            let (id, epoch) = self
+                .ensure_identity(deadline)
+                .await
+                .map_err(|e| SendError::Failed(format!("no producer id: {e}")))?;
+            let base_sequence = self.next_sequences.get(&key).copied().unwrap_or(0);
+            let last_delta = i32::try_from(records.len() - 1)
+                .map_err(|_| SendError::Failed(format!("{} records do not fit in one batch", records.len())))?;
+            fields = ProducerFields {
+                producer_id: id.0,
+                producer_epoch: epoch.0,
+                base_sequence,
+            };
+            after = Some(next_sequence(last_sequence(base_sequence, last_delta)));
+        }
+        // Built once: every retry resends these bytes, so the broker can recognise a duplicate.
+        let batch = bytes::Bytes::from(build_batch(records, fields));
         let request = Request::Produce(ProduceRequest {
             transactional_id: None,
             acks: self.config.acks,
@@ -79,11 +191,21 @@ impl<R: Runtime> Producer<R> {
             attempts += 1;
             let result = self.attempt(topic, partition, &request, &mut maybe_written).await;
             let error = match result {
-                Ok(offset) => return Ok(offset),
+                Ok(offset) => {
+                    if let Some(next) = after {
+                        self.next_sequences.insert(key, next);
+                    }
+                    return Ok(offset);
+                }
                 Err(e) => e,
             };
             let out_of_time = rt.monotonic_ms() >= deadline;
             if !error.is_retriable() || attempts > self.config.retries || out_of_time {
+                if idempotent {
+                    // Broker and producer may now disagree on this partition's sequence.
+                    self.identity = None;
+                    self.next_sequences.clear();
+                }
                 let why = format!("after {attempts} attempt(s): {error}");
                 return Err(if maybe_written {
                     SendError::Unknown(why)

@@ -253,6 +253,20 @@ impl Log {
         Ok(cache)
     }
 
+    /// Calls `f` with the header of every batch in the log, oldest first, offsets as written.
+    /// Read-only: for state kept beside the log and derived from it, such as the idempotent
+    /// producers' sequence numbers, rebuilt at startup. Reads one header per batch.
+    pub fn for_each_batch_header<D: Disk>(&self, disk: &D, mut f: impl FnMut(&BatchHeader)) -> Result<(), LogError> {
+        for seg in self.segments.values() {
+            let mut position = 0;
+            while let Some(h) = segment::read_header(disk, &seg.log_path, position, seg.size)? {
+                f(&h);
+                position += h.total_bytes() as u64;
+            }
+        }
+        Ok(())
+    }
+
     pub fn dir(&self) -> &str {
         &self.dir
     }

@@ -10,6 +10,7 @@ use crate::log::{Log, LogError};
 use crate::protocol::api::api_versions::{ApiVersion, ApiVersionsResponse};
 use crate::protocol::api::create_topics::{CreatableTopicResult, CreateTopicsRequest, CreateTopicsResponse};
 use crate::protocol::api::fetch::{FetchPartitionResponse, FetchRequest, FetchResponse, FetchTopicResponse};
+use crate::protocol::api::init_producer_id::{InitProducerIdRequest, InitProducerIdResponse};
 use crate::protocol::api::list_offsets::{
     ListOffsetsPartitionResponse, ListOffsetsRequest, ListOffsetsResponse, ListOffsetsTopicResponse,
 };
@@ -17,7 +18,7 @@ use crate::protocol::api::metadata::{
     MetadataBroker, MetadataPartition, MetadataRequest, MetadataResponse, MetadataTopic,
 };
 use crate::protocol::api::produce::{ProducePartitionResponse, ProduceRequest, ProduceResponse, ProduceTopicResponse};
-use crate::protocol::api::{api_versions, create_topics, fetch, list_offsets, metadata, produce};
+use crate::protocol::api::{api_versions, create_topics, fetch, init_producer_id, list_offsets, metadata, produce};
 use crate::protocol::{supported_versions, Uuid};
 
 /// Where clients reach this broker, and the cluster it belongs to.
@@ -37,6 +38,7 @@ pub const HANDLED_API_KEYS: &[i16] = &[
     metadata::API_KEY,
     api_versions::API_KEY,
     create_topics::API_KEY,
+    init_producer_id::API_KEY,
 ];
 
 pub fn api_versions() -> ApiVersionsResponse {
@@ -203,6 +205,32 @@ pub fn produce<D: Disk>(
         topics,
         throttle_time_ms: 0,
     })
+}
+
+/// InitProducerId: a fresh producer id at epoch 0 for an idempotent producer. A transactional
+/// id gets INVALID_REQUEST: Gregor has no transaction coordinator, and Produce already answers
+/// a transactional request that way; the code is fatal in every client, where NOT_COORDINATOR or
+/// COORDINATOR_NOT_AVAILABLE would have them retry forever, and TRANSACTIONAL_ID_AUTHORIZATION_
+/// FAILED would blame permissions. (InitProducerId has no error message field to say more.)
+pub fn init_producer_id<D: Disk>(
+    broker: &mut Broker,
+    disk: &mut D,
+    req: &InitProducerIdRequest,
+) -> InitProducerIdResponse {
+    let result = match &req.transactional_id {
+        Some(_) => Err(ErrorCode::InvalidRequest),
+        None => broker.allocate_producer_id(disk),
+    };
+    let (error, (producer_id, producer_epoch)) = match result {
+        Ok((id, epoch)) => (ErrorCode::None, (id.0, epoch.0)),
+        Err(code) => (code, (-1, -1)),
+    };
+    InitProducerIdResponse {
+        throttle_time_ms: 0,
+        error_code: error.code(),
+        producer_id,
+        producer_epoch,
+    }
 }
 
 /// Fetch: whole batches from each partition up to its high watermark, within the request's

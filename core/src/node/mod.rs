@@ -200,6 +200,9 @@ async fn handle_frame<R: Runtime>(rt: &R, broker: &SharedBroker, config: &NodeCo
         Request::CreateTopics(req) => rt
             .with_disk(|disk| handlers::create_topics(&mut broker.borrow_mut(), disk, req, new_id))
             .encode(version),
+        Request::InitProducerId(req) => rt
+            .with_disk(|disk| handlers::init_producer_id(&mut broker.borrow_mut(), disk, req))
+            .encode(version),
         _ => return Outcome::Close(format!("api key {} is not served by this node", header.api_key)),
     };
     Outcome::Reply(encode_response(&header, &body))

@@ -274,3 +274,80 @@ fn api_versions_advertise_only_what_is_answered() {
         assert!(advertised.contains(key), "api key {key} handled but not advertised");
     }
 }
+
+fn produce_as(topic: &str, producer_id: i64, producer_epoch: i16, base_sequence: i32, value: &str) -> ProduceRequest {
+    let mut req = produce_req(topic, 0, &[value], -1);
+    let rec = NewRecord {
+        timestamp: 1_000,
+        key: None,
+        value: Some(value.as_bytes().to_vec()),
+    };
+    let fields = ProducerFields {
+        producer_id,
+        producer_epoch,
+        base_sequence,
+    };
+    req.topics[0].partitions[0].records = Some(build_batch(&[rec], fields).into());
+    req
+}
+
+#[test]
+fn init_producer_id_gives_fresh_ids_and_idempotent_produce_uses_them() {
+    use crate::protocol::api::init_producer_id::InitProducerIdRequest;
+    let mut disk = MemDisk::new();
+    let mut broker = Broker::open(&mut disk, BrokerConfig::default(), 0).expect("open");
+    assert!(
+        api_versions().api_keys.iter().any(|k| k.api_key == 22),
+        "InitProducerId advertised"
+    );
+    let idempotent = InitProducerIdRequest {
+        transactional_id: None,
+        transaction_timeout_ms: 60_000,
+        producer_id: -1,
+        producer_epoch: -1,
+    };
+    let first = init_producer_id(&mut broker, &mut disk, &idempotent);
+    let second = init_producer_id(&mut broker, &mut disk, &idempotent);
+    assert_eq!((first.error_code, first.producer_epoch), (0, 0));
+    assert_eq!((second.error_code, second.producer_epoch), (0, 0));
+    assert_ne!(first.producer_id, second.producer_id);
+    assert!(first.producer_id >= 0);
+
+    let transactional = InitProducerIdRequest {
+        transactional_id: Some("tx".into()),
+        ..idempotent.clone()
+    };
+    let refused = init_producer_id(&mut broker, &mut disk, &transactional);
+    assert_eq!(
+        (refused.error_code, refused.producer_id, refused.producer_epoch),
+        (ErrorCode::InvalidRequest.code(), -1, -1)
+    );
+
+    // The id works for Produce, and a retried request is answered with the first offset.
+    broker
+        .create_topic(&mut disk, "t", 1, 1, &[], TopicId::from_random(1, 1), false)
+        .expect("create");
+    let pid = first.producer_id;
+    let mut offsets = Vec::new();
+    for req in [
+        produce_as("t", pid, 0, 0, "a"),
+        produce_as("t", pid, 0, 1, "b"),
+        produce_as("t", pid, 0, 1, "b"),
+        produce_as("t", pid, 0, 3, "d"),
+    ] {
+        let resp = produce(&mut broker, &mut disk, &req, 0).expect("acks=-1 answers");
+        let p = &resp.topics[0].partitions[0];
+        offsets.push((p.error_code, p.base_offset));
+    }
+    assert_eq!(
+        offsets,
+        [(0, 0), (0, 1), (0, 1), (ErrorCode::OutOfOrderSequenceNumber.code(), -1)]
+    );
+
+    // After a restart the next id is still new.
+    drop(broker);
+    let mut broker = Broker::open(&mut disk, BrokerConfig::default(), 0).expect("reopen");
+    let third = init_producer_id(&mut broker, &mut disk, &idempotent);
+    assert_eq!(third.error_code, 0);
+    assert!(third.producer_id > second.producer_id, "{third:?}");
+}

@@ -1,0 +1,271 @@
+//! The producer against a broker in the same thread: requests and responses really encoded and
+//! decoded, the node's handlers answering. Faults are values in the [`World`]: replies lost after
+//! the broker acted on the request, InitProducerId errors.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::producer::{Producer, ProducerConfig, SendError};
+use super::{ClientConfig, Cluster};
+use crate::broker::{Broker, BrokerConfig, TopicId};
+use crate::disk::mem::MemDisk;
+use crate::error_code::ErrorCode;
+use crate::ids::{Offset, ProducerId};
+use crate::node::handlers::{self, Advertised};
+use crate::protocol::api::init_producer_id::InitProducerIdResponse;
+use crate::protocol::{decode_request_bytes, encode_response, Limits, Request};
+use crate::record::{build_batch, NewRecord, ProducerFields};
+use crate::runtime::{Connection, Listener, NetError, Runtime};
+
+struct World {
+    broker: Broker,
+    disk: MemDisk,
+    now_ms: u64,
+    /// Produce replies to lose after the broker handled the request.
+    lose_produce_replies: u32,
+    produce_requests: u32,
+    /// Codes to answer the next InitProducerId requests with, instead of an id.
+    init_errors: VecDeque<ErrorCode>,
+}
+
+#[derive(Clone)]
+struct Loopback(Rc<RefCell<World>>);
+
+struct Conn {
+    world: Rc<RefCell<World>>,
+    replies: VecDeque<Result<Bytes, NetError>>,
+}
+
+struct NoListener;
+
+impl Listener for NoListener {
+    type Conn = Conn;
+    async fn accept(&mut self) -> Result<Conn, NetError> {
+        Err(NetError::Io("the loopback has no listener".into()))
+    }
+}
+
+impl Connection for Conn {
+    async fn send(&mut self, frame: Bytes) -> Result<(), NetError> {
+        let (header, request) = decode_request_bytes(&frame, Limits::default()).expect("the client's frames decode");
+        let v = header.api_version;
+        let mut world = self.world.borrow_mut();
+        let w = &mut *world;
+        let advertised = Advertised {
+            host: "loopback".into(),
+            port: 9092,
+            cluster_id: "c".into(),
+        };
+        let mut lost = false;
+        let body = match &request {
+            Request::Metadata(r) => handlers::metadata(&mut w.broker, &mut w.disk, r, &advertised, || {
+                TopicId::from_random(9, 9)
+            })
+            .encode(v),
+            Request::Produce(r) => {
+                w.produce_requests += 1;
+                if w.lose_produce_replies > 0 {
+                    w.lose_produce_replies -= 1;
+                    lost = true;
+                }
+                handlers::produce(&mut w.broker, &mut w.disk, r, 0)
+                    .expect("acks=-1 is answered")
+                    .encode(v)
+            }
+            Request::InitProducerId(r) => match w.init_errors.pop_front() {
+                Some(code) => InitProducerIdResponse {
+                    throttle_time_ms: 0,
+                    error_code: code.code(),
+                    producer_id: -1,
+                    producer_epoch: -1,
+                }
+                .encode(v),
+                None => handlers::init_producer_id(&mut w.broker, &mut w.disk, r).encode(v),
+            },
+            other => panic!("the producer sent {other:?}"),
+        };
+        self.replies.push_back(if lost {
+            Err(NetError::Closed)
+        } else {
+            Ok(encode_response(&header, &body))
+        });
+        Ok(())
+    }
+
+    async fn recv(&mut self) -> Result<Option<Bytes>, NetError> {
+        self.replies.pop_front().map_or(Ok(None), |r| r.map(Some))
+    }
+
+    fn peer(&self) -> String {
+        "loopback".into()
+    }
+}
+
+impl Runtime for Loopback {
+    type Disk = MemDisk;
+    type Conn = Conn;
+    type Listener = NoListener;
+
+    fn now_ms(&self) -> i64 {
+        i64::try_from(self.0.borrow().now_ms).expect("test clock is small")
+    }
+    fn monotonic_ms(&self) -> u64 {
+        self.0.borrow().now_ms
+    }
+    fn sleep(&self, duration: Duration) -> impl Future<Output = ()> {
+        // Time passes when the sleep is awaited, not when it is created (with_timeout makes
+        // one per call and never awaits it here).
+        let world = self.0.clone();
+        async move {
+            world.borrow_mut().now_ms += u64::try_from(duration.as_millis()).expect("short sleeps");
+        }
+    }
+    fn spawn(&self, _task: impl Future<Output = ()> + 'static) {
+        panic!("the producer spawns nothing");
+    }
+    fn connect(&self, _addr: &str) -> impl Future<Output = Result<Conn, NetError>> {
+        std::future::ready(Ok(Conn {
+            world: self.0.clone(),
+            replies: VecDeque::new(),
+        }))
+    }
+    fn listen(&self, _addr: &str) -> impl Future<Output = Result<NoListener, NetError>> {
+        std::future::ready(Ok(NoListener))
+    }
+    fn with_disk<T>(&self, f: impl FnOnce(&mut MemDisk) -> T) -> T {
+        f(&mut self.0.borrow_mut().disk)
+    }
+    fn random_u64(&self) -> u64 {
+        4
+    }
+}
+
+/// Runs a future that never waits (everything in the loopback is ready at once).
+fn block_on<T>(f: impl Future<Output = T>) -> T {
+    let mut f = pin!(f);
+    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(v) => v,
+        Poll::Pending => panic!("a loopback future waited"),
+    }
+}
+
+fn setup(enable_idempotence: bool) -> (Loopback, Producer<Loopback>) {
+    let mut disk = MemDisk::new();
+    let mut broker = Broker::open(&mut disk, BrokerConfig::default(), 0).expect("open");
+    broker
+        .create_topic(&mut disk, "t", 1, 1, &[], TopicId::from_random(1, 1), false)
+        .expect("create");
+    let rt = Loopback(Rc::new(RefCell::new(World {
+        broker,
+        disk,
+        now_ms: 0,
+        lose_produce_replies: 0,
+        produce_requests: 0,
+        init_errors: VecDeque::new(),
+    })));
+    let cluster = Cluster::new(rt.clone(), vec!["loopback:9092".into()], ClientConfig::default());
+    let config = ProducerConfig {
+        enable_idempotence,
+        ..ProducerConfig::default()
+    };
+    (rt, Producer::new(cluster, config))
+}
+
+fn recs(values: &[&str]) -> Vec<NewRecord> {
+    values
+        .iter()
+        .map(|v| NewRecord {
+            timestamp: 1,
+            key: None,
+            value: Some(v.as_bytes().to_vec()),
+        })
+        .collect()
+}
+
+fn log_end(rt: &Loopback) -> Offset {
+    rt.0.borrow().broker.offsets("t", 0).expect("partition").2
+}
+
+#[test]
+fn a_retry_after_a_lost_reply_is_written_once_with_idempotence() {
+    let (rt, mut p) = setup(true);
+    rt.0.borrow_mut().lose_produce_replies = 1;
+    assert_eq!(block_on(p.send("t", 0, &recs(&["a", "b"]))), Ok(Some(0)));
+    assert_eq!(rt.0.borrow().produce_requests, 2, "the reply was lost, so it retried");
+    assert_eq!(log_end(&rt), Offset(2), "the retry was a duplicate, not a second copy");
+    assert_eq!(block_on(p.send("t", 0, &recs(&["c"]))), Ok(Some(2)));
+    assert_eq!(log_end(&rt), Offset(3));
+}
+
+#[test]
+fn without_idempotence_the_same_lost_reply_duplicates() {
+    // The negative control of the test above: the fault does bite.
+    let (rt, mut p) = setup(false);
+    rt.0.borrow_mut().lose_produce_replies = 1;
+    assert_eq!(block_on(p.send("t", 0, &recs(&["a", "b"]))), Ok(Some(2)));
+    assert_eq!(log_end(&rt), Offset(4));
+}
+
+#[test]
+fn a_refused_sequence_ends_the_send_and_the_next_send_gets_a_new_id() {
+    let (rt, mut p) = setup(true);
+    assert_eq!(block_on(p.send("t", 0, &recs(&["a"]))), Ok(Some(0)));
+    let (pid, epoch) = p.identity().expect("asked for an id");
+    // Someone else writes sequences 1..=3 under this id: our next batch (sequence 1, one
+    // record) no longer matches the broker's state.
+    {
+        let mut w = rt.0.borrow_mut();
+        let w = &mut *w;
+        let fields = ProducerFields {
+            producer_id: pid.0,
+            producer_epoch: epoch.0,
+            base_sequence: 1,
+        };
+        let mut batch = build_batch(&recs(&["x", "y", "z"]), fields);
+        w.broker
+            .produce(&mut w.disk, "t", 0, &mut batch, -1, 0)
+            .expect("in sequence");
+    }
+    let result = block_on(p.send("t", 0, &recs(&["b"])));
+    assert!(
+        matches!(&result, Err(SendError::Failed(why)) if why.contains("OutOfOrderSequenceNumber")),
+        "{result:?}"
+    );
+    assert_eq!(p.identity(), None, "the id is dropped after a failed send");
+    assert_eq!(block_on(p.send("t", 0, &recs(&["b"]))), Ok(Some(4)));
+    let (new_pid, _) = p.identity().expect("a new id");
+    assert_ne!(new_pid, pid);
+    assert_eq!(rt.0.borrow().produce_requests, 3);
+}
+
+#[test]
+fn init_producer_id_is_retried_on_retriable_errors_only() {
+    let (rt, mut p) = setup(true);
+    rt.0.borrow_mut()
+        .init_errors
+        .extend([ErrorCode::CoordinatorNotAvailable, ErrorCode::NotCoordinator]);
+    assert_eq!(block_on(p.send("t", 0, &recs(&["a"]))), Ok(Some(0)));
+    assert_eq!(p.identity().map(|(id, _)| id), Some(ProducerId(0)));
+
+    let (rt, mut p) = setup(true);
+    rt.0.borrow_mut().init_errors.push_back(ErrorCode::InvalidRequest);
+    let result = block_on(p.send("t", 0, &recs(&["a"])));
+    assert!(matches!(result, Err(SendError::Failed(_))), "{result:?}");
+    assert_eq!(rt.0.borrow().produce_requests, 0, "nothing sent without an id");
+}
+
+#[test]
+fn idempotence_needs_acks_all() {
+    let (rt, mut p) = setup(true);
+    p.config.acks = 1;
+    let result = block_on(p.send("t", 0, &recs(&["a"])));
+    assert!(matches!(result, Err(SendError::Failed(_))), "{result:?}");
+    assert_eq!(rt.0.borrow().produce_requests, 0);
+}
