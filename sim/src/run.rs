@@ -8,9 +8,9 @@
 //! madsim's seeded scheduler.
 //!
 //! Limits of this first version (stated, not hidden): one broker per cluster (replication and the
-//! coordinator come with issue #4); sends are one record per batch; async producers pipeline
-//! sends but do not linger or batch yet (issue #5); consumers read every partition by manual
-//! assignment and do not commit (groups come with issue #5).
+//! coordinator come with issue #4); sends are one record per batch; async producers queue sends
+//! in memory for a sender task but do not batch yet (issue #5); consumers read every partition
+//! by manual assignment and do not commit (groups come with issue #5).
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
@@ -166,6 +166,7 @@ struct Workload {
 async fn producer_main(rt: SimRuntime, w: Arc<Workload>, p: u32, next_seq: Arc<AtomicU32>) {
     let spec = &w.scenario.producer;
     let config = ProducerConfig {
+        enable_idempotence: spec.idempotent(),
         acks: spec.acks_value(),
         retries: spec.retries,
         delivery_timeout_ms: spec.delivery_timeout_ms,

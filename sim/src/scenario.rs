@@ -111,9 +111,6 @@ mod defaults {
     pub fn batch_size() -> u32 {
         16_384
     }
-    pub fn yes() -> bool {
-        true
-    }
     pub fn retries() -> u32 {
         i32::MAX as u32
     }
@@ -197,8 +194,10 @@ pub struct Producer {
     pub linger_ms: u64,
     #[serde(rename = "batch.size", default = "defaults::batch_size")]
     pub batch_size: u32,
-    #[serde(rename = "enable.idempotence", default = "defaults::yes")]
-    pub enable_idempotence: bool,
+    /// Kafka 3's rule: on by default when `acks` is all; asking for it with another `acks` is a
+    /// configuration error.
+    #[serde(rename = "enable.idempotence", default)]
+    pub enable_idempotence: Option<bool>,
     #[serde(default = "defaults::retries")]
     pub retries: u32,
     #[serde(rename = "delivery.timeout.ms", default = "defaults::delivery_timeout_ms")]
@@ -208,6 +207,11 @@ pub struct Producer {
 }
 
 impl Producer {
+    /// Whether the producer is idempotent, after Kafka's defaulting.
+    pub fn idempotent(&self) -> bool {
+        self.enable_idempotence.unwrap_or(self.acks_value() == -1)
+    }
+
     /// `acks` as the wire value (-1 for all).
     pub fn acks_value(&self) -> i16 {
         match self.acks.as_str() {
@@ -399,6 +403,13 @@ impl Scenario {
                 at(0..0),
                 "producer.acks",
                 format!("{:?} is not one of \"all\", \"1\", \"0\"", scenario.producer.acks),
+            );
+        }
+        if scenario.producer.enable_idempotence == Some(true) && scenario.producer.acks_value() != -1 {
+            return bad(
+                at(0..0),
+                "producer.enable.idempotence",
+                "needs acks = \"all\", as Kafka requires".into(),
             );
         }
         if scenario.producer.count == 0 || scenario.producer.count > 64 || scenario.producer.rate_per_s == 0 {
