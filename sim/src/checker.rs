@@ -14,6 +14,7 @@
 //! | `nonmonotonic-send` | one producer's later send to a partition was acknowledged at a lower offset |
 //! | `committed-offset-regression` | a group's committed offset for a partition went backwards |
 //! | `acked-never-processed` | acknowledged, below the group's final committed offset, never processed |
+//! | `lost-in-buffer` | an asynchronous send the application saw return, never acknowledged, not in the log: the producer's buffer died with its process (not an acknowledged write: told apart from `lost-write`) |
 //!
 //! A report says what it compared; [`Report::compared_nothing`] makes a run that compared
 //! nothing a failure rather than a pass.
@@ -34,10 +35,11 @@ pub enum AnomalyKind {
     NonmonotonicSend,
     CommittedOffsetRegression,
     AckedNeverProcessed,
+    LostInBuffer,
 }
 
 impl AnomalyKind {
-    pub const ALL: [AnomalyKind; 9] = [
+    pub const ALL: [AnomalyKind; 10] = [
         AnomalyKind::LostWrite,
         AnomalyKind::Unseen,
         AnomalyKind::InconsistentOffsets,
@@ -47,6 +49,7 @@ impl AnomalyKind {
         AnomalyKind::NonmonotonicSend,
         AnomalyKind::CommittedOffsetRegression,
         AnomalyKind::AckedNeverProcessed,
+        AnomalyKind::LostInBuffer,
     ];
 
     pub fn name(self) -> &'static str {
@@ -60,6 +63,7 @@ impl AnomalyKind {
             AnomalyKind::NonmonotonicSend => "nonmonotonic-send",
             AnomalyKind::CommittedOffsetRegression => "committed-offset-regression",
             AnomalyKind::AckedNeverProcessed => "acked-never-processed",
+            AnomalyKind::LostInBuffer => "lost-in-buffer",
         }
     }
 
@@ -153,7 +157,7 @@ pub fn check(h: &History) -> Report {
     for s in &h.sends {
         match s.outcome {
             SendOutcome::Acked { .. } => c.acked += 1,
-            SendOutcome::Unknown => c.unknown += 1,
+            SendOutcome::Unknown | SendOutcome::Abandoned => c.unknown += 1,
             SendOutcome::Failed => c.failed += 1,
         }
     }
@@ -251,6 +255,21 @@ pub fn check(h: &History) -> Report {
                     v.seq(),
                     read.log_start_offset,
                     read.high_watermark
+                ),
+            );
+        }
+    }
+
+    let in_log: BTreeSet<Value> = final_at.values().copied().collect();
+    for s in h.sends.iter().filter(|s| s.outcome == SendOutcome::Abandoned) {
+        if !in_log.contains(&s.value) && !polled.contains(&s.value) {
+            report.add(
+                AnomalyKind::LostInBuffer,
+                format!(
+                    "{}/{} to partition {}: send() had returned, the producer died with it buffered",
+                    s.value.producer(),
+                    s.value.seq(),
+                    s.partition
                 ),
             );
         }

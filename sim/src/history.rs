@@ -39,8 +39,12 @@ pub enum SendOutcome {
     Acked { offset: i64 },
     /// A definite error: the record was not written.
     Failed,
-    /// Timed out, or its producer died first: it may or may not have been written.
+    /// Timed out, or its producer died while the application waited: it may or may not have
+    /// been written.
     Unknown,
+    /// An asynchronous send the application had already been told was made (`send()` returned),
+    /// still in the producer's buffer when the process died: never sent, never acknowledged.
+    Abandoned,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

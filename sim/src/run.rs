@@ -156,8 +156,9 @@ struct Workload {
     scenario: Scenario,
     brokers: usize,
     history: Shared<History>,
-    /// Values handed to a producer, with their partition, until an outcome is recorded.
-    pending: Shared<BTreeMap<Value, i32>>,
+    /// Values handed to a producer, with their partition and whether `send()` had already
+    /// returned to the application (async), until an outcome is recorded.
+    pending: Shared<BTreeMap<Value, (i32, bool)>>,
     /// Virtual ms (since the run started) when producers stop and consumers must have drained.
     produce_until_ms: u64,
     consume_until_ms: u64,
@@ -178,7 +179,7 @@ async fn producer_main(rt: SimRuntime, w: Arc<Workload>, p: u32, next_seq: Arc<A
         let seq = next_seq.fetch_add(1, Ordering::Relaxed);
         let value = Value::new(p, seq);
         let partition = (seq % partitions) as i32;
-        lock(&w.pending).insert(value, partition);
+        lock(&w.pending).insert(value, (partition, spec.mode == SendMode::Async));
         (value, partition)
     };
     match spec.mode {
@@ -201,11 +202,18 @@ async fn producer_main(rt: SimRuntime, w: Arc<Workload>, p: u32, next_seq: Arc<A
                     (rt.clone(), w.clone(), queue.clone(), done.clone(), finished.clone());
                 rt.clone().spawn(async move {
                     loop {
-                        let item = queue.borrow_mut().pop_front();
-                        match item {
-                            Some((value, partition)) => send_one(&rt, &w, &mut producer, p, value, partition).await,
-                            None if done.get() => break,
-                            None => rt.sleep(linger).await,
+                        if queue.borrow().is_empty() {
+                            if done.get() {
+                                break;
+                            }
+                            rt.sleep(Duration::from_millis(1)).await;
+                            continue;
+                        }
+                        // linger.ms: records wait in the buffer for company before they are sent.
+                        rt.sleep(linger).await;
+                        let batch: Vec<(Value, i32)> = queue.borrow_mut().drain(..).collect();
+                        for (value, partition) in batch {
+                            send_one(&rt, &w, &mut producer, p, value, partition).await;
                         }
                     }
                     finished.set(true);
@@ -422,28 +430,32 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
     }
     madsim::time::sleep(Duration::from_millis(setup_ms.saturating_sub(monotonic_ms()))).await;
 
+    let mut producers = Vec::new();
     for p in 0..s.producer.count {
         let (w, next_seq) = (w.clone(), Arc::new(AtomicU32::new(0)));
-        world.add_node(&format!("producer-{p}"), move |rt| {
-            producer_main(rt, w.clone(), p, next_seq.clone())
-        });
+        let name = format!("producer-{p}");
+        producers.push(world.add_node(&name, move |rt| producer_main(rt, w.clone(), p, next_seq.clone())));
     }
+    let mut consumers = Vec::new();
     if let Some(consumer) = &s.consumer {
         for c in 0..consumer.count {
             let (w, sessions) = (w.clone(), Arc::new(AtomicU32::new(0)));
-            world.add_node(&format!("consumer-{c}"), move |rt| {
-                consumer_main(rt, w.clone(), c, sessions.clone())
-            });
+            let name = format!("consumer-{c}");
+            consumers.push(world.add_node(&name, move |rt| consumer_main(rt, w.clone(), c, sessions.clone())));
         }
     }
 
     let resolve = |name: &str| -> Option<NodeIndex> {
+        let nth = |prefix: &str, nodes: &[NodeIndex]| {
+            name.strip_prefix(prefix)
+                .and_then(|n| n.parse::<usize>().ok())
+                .and_then(|n| nodes.get(n).copied())
+        };
         match name {
             "leader" | "controller" => brokers.first().copied(),
-            _ => name
-                .strip_prefix("broker-")
-                .and_then(|n| n.parse::<usize>().ok())
-                .and_then(|n| brokers.get(n).copied()),
+            _ => nth("broker-", &brokers)
+                .or_else(|| nth("producer-", &producers))
+                .or_else(|| nth("consumer-", &consumers)),
         }
     };
     let mut nemesis = Nemesis::new(s, world.seed());
@@ -461,13 +473,19 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
             .expect("the admin node is never killed")
     };
     let mut history = std::mem::take(&mut *lock(&w.history));
-    for (value, partition) in std::mem::take(&mut *lock(&w.pending)) {
-        // Handed to a producer that died (or never answered) before an outcome: never acked.
+    for (value, (partition, returned)) in std::mem::take(&mut *lock(&w.pending)) {
+        // Handed to a producer that died before an outcome: never acknowledged. An async send had
+        // already returned to the application; a sync one had not (the application died waiting).
+        let outcome = if returned {
+            SendOutcome::Abandoned
+        } else {
+            SendOutcome::Unknown
+        };
         history.sends.push(Send {
             producer: value.producer(),
             partition,
             value,
-            outcome: SendOutcome::Unknown,
+            outcome,
             at_ms: monotonic_ms(),
         });
     }

@@ -50,7 +50,7 @@
 //! [[faults.schedule]]
 //! at_s = 20
 //! fault = "crash"          # crash | kill | pause | isolate | disk-full | sync-fail | clock-skew
-//! node = "leader"          # "leader", "controller", "broker-N", "coordinator-N"
+//! node = "leader"          # "leader", "controller", "broker-N", "coordinator-N", "producer-N", "consumer-N"
 //! heal_after_s = 5         # the opposite fault (restart, resume, repair, ...) after this long
 //!
 //! [expect]
@@ -445,16 +445,19 @@ impl Scenario {
         }
         for fault in &scenario.faults.schedule {
             let f = fault.get_ref();
+            let nth_below = |prefix: &str, count: u32| {
+                f.node
+                    .strip_prefix(prefix)
+                    .and_then(|n| n.parse::<u32>().ok())
+                    .is_some_and(|n| n < count)
+            };
+            let consumers = scenario.consumer.as_ref().map_or(0, |c| c.count);
             let ok_node = f.node == "leader"
                 || f.node == "controller"
-                || f.node
-                    .strip_prefix("broker-")
-                    .and_then(|n| n.parse::<u32>().ok())
-                    .is_some_and(|n| n < c.brokers)
-                || f.node
-                    .strip_prefix("coordinator-")
-                    .and_then(|n| n.parse::<u32>().ok())
-                    .is_some_and(|n| n < c.coordinators);
+                || nth_below("broker-", c.brokers)
+                || nth_below("coordinator-", c.coordinators)
+                || nth_below("producer-", scenario.producer.count)
+                || nth_below("consumer-", consumers);
             if !ok_node {
                 return bad(
                     at(fault.span()),

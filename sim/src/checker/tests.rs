@@ -197,3 +197,25 @@ fn unknown_sends_may_or_may_not_appear() {
     });
     assert!(kinds(&h).is_empty());
 }
+
+#[test]
+fn lost_in_buffer_is_told_apart_from_lost_write() {
+    let mut h = clean();
+    h.sends.push(Send {
+        producer: 1,
+        partition: 0,
+        value: v(1, 7),
+        outcome: SendOutcome::Abandoned,
+        at_ms: 0,
+    });
+    assert_eq!(kinds(&h), vec![AnomalyKind::LostInBuffer]);
+    // Abandoned but written after all (the sender got it out before dying): no loss.
+    let read = h.final_reads.get_mut(&0).expect("read");
+    read.records.push((3, v(1, 7)));
+    h.polls.push(poll(1, 0, 3, v(1, 7)));
+    h.processed.push(Processed {
+        consumer: 1,
+        value: v(1, 7),
+    });
+    assert!(kinds(&h).is_empty(), "{:?}", kinds(&h));
+}
