@@ -190,6 +190,17 @@ impl Broker {
                 dir: dir.clone(),
                 source,
             })?;
+            let r = log.recovery_report();
+            // What recovery kept is what survived: a replay shows here where unsynced data went.
+            tracing::info!(
+                partition = %dir,
+                log_start = log.log_start_offset().0,
+                log_end = log.log_end_offset().0,
+                bytes_cut = r.bytes_truncated,
+                segments_dropped = r.segments_dropped,
+                indexes_rebuilt = r.indexes_rebuilt,
+                "partition recovered"
+            );
             let high_watermark = log.log_end_offset();
             let leader_epoch = log.latest_epoch().unwrap_or_default();
             let producers = ProducerStateTable::rebuild(disk, &log).map_err(|source| BrokerError::Log {
