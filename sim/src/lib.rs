@@ -20,5 +20,6 @@ pub mod run;
 pub mod runtime;
 pub mod scenario;
 pub mod seed;
+pub mod timeline;
 pub mod trace;
 pub mod world;

@@ -55,6 +55,9 @@ enum Command {
         /// Which trace events to print, in RUST_LOG syntax (e.g. `nemesis=info,gregor_core=debug`).
         #[arg(long)]
         filter: Option<String>,
+        /// Writes an SVG timeline of the run: nodes, faults, sends, polls, lost records.
+        #[arg(long)]
+        timeline: Option<PathBuf>,
     },
     /// Runs every seed twice and fails if the two runs' trace hashes or reports differ.
     CheckDeterminism {
@@ -76,7 +79,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Run { scenarios, seeds, jobs } => run(&scenarios, &seeds, jobs),
-        Command::Replay { scenario, seed, filter } => replay(&scenario, seed, filter),
+        Command::Replay {
+            scenario,
+            seed,
+            filter,
+            timeline,
+        } => replay(&scenario, seed, filter, timeline),
         Command::CheckDeterminism { scenarios, seeds, jobs } => check_determinism(&scenarios, &seeds, jobs),
     };
     match outcome {
@@ -205,7 +213,12 @@ fn run(paths: &[PathBuf], seeds: &Seeds, jobs: Option<usize>) -> anyhow::Result<
     Ok(ExitCode::SUCCESS)
 }
 
-fn replay(path: &std::path::Path, seed: u64, filter: Option<String>) -> anyhow::Result<ExitCode> {
+fn replay(
+    path: &std::path::Path,
+    seed: u64,
+    filter: Option<String>,
+    timeline: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
     let scenario = match load(&[path.to_path_buf()]) {
         Ok(mut s) => s.remove(0),
         Err(code) => return Ok(code),
@@ -234,6 +247,12 @@ fn replay(path: &std::path::Path, seed: u64, filter: Option<String>) -> anyhow::
         );
     }
     println!("\n{}", result.report.summary());
+    if let Some(file) = &timeline {
+        let title = format!("{} seed {seed}", scenario.name);
+        std::fs::write(file, gregor_sim::timeline::render(&result, &title))
+            .with_context(|| format!("writing the timeline to {}", file.display()))?;
+        println!("timeline written to {}", file.display());
+    }
     println!(
         "\ntrace hash {:016x}; {:.1} simulated s in {:.3} wall s",
         result.trace_hash,
