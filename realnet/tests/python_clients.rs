@@ -1,0 +1,229 @@
+//! `gregor dev` against the two common Python Kafka clients, as users run them:
+//! confluent-kafka (librdkafka in its manylinux wheel) and kafka-python (pure Python, its own
+//! protocol code). Each script under `tests/python/` creates a 3-partition topic, produces 5000
+//! keyed messages with acks=all (idempotently), reads every partition back from the beginning
+//! without a consumer group (the broker serves no group APIs yet), and checks each partition
+//! holds exactly the acknowledged messages, byte for byte, in send order.
+//!
+//! The Python comes from `GREGOR_PYTHON` (`.ci/run` sets it to a venv with pinned client
+//! versions). Without it, or without a client module, the test is skipped, except under CI=true,
+//! where it fails. Every wait is bounded; only loopback addresses are used.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+/// Each script bounds itself by SCRIPT_BUDGET; the test kills it at SCRIPT_TIMEOUT.
+const SCRIPT_BUDGET: Duration = Duration::from_secs(90);
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
+const MESSAGES: usize = 5000;
+const PARTITIONS: usize = 3;
+
+/// One `gregor dev` process; killed if the test ends without stopping it.
+struct Broker {
+    child: Option<Child>,
+    port: u16,
+    log: PathBuf,
+}
+
+/// A port nobody listens on right now (the broker must advertise its port, so it cannot take 0).
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    listener.local_addr().expect("local addr").port()
+}
+
+impl Broker {
+    fn start(data_dir: &Path, port: u16) -> Broker {
+        let log = data_dir.with_extension(format!("{port}.log"));
+        let child = Command::new(env!("CARGO_BIN_EXE_gregor"))
+            .args(["dev", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+            .arg(data_dir)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(File::create(&log).expect("broker log file"))
+            .spawn()
+            .expect("start gregor dev");
+        let mut broker = Broker {
+            child: Some(child),
+            port,
+            log,
+        };
+        let stdout = broker
+            .child
+            .as_mut()
+            .and_then(|c| c.stdout.take())
+            .expect("stdout piped");
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        match rx.recv_timeout(START_TIMEOUT) {
+            Ok(line) if line.starts_with(&format!("gregor dev: listening on 127.0.0.1:{port}")) => broker,
+            Ok(line) => panic!("unexpected first line {line:?}; log:\n{}", broker.log_text()),
+            Err(_) => panic!(
+                "gregor dev did not listen within {START_TIMEOUT:?}; log:\n{}",
+                broker.log_text()
+            ),
+        }
+    }
+
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM, then the exit status, within STOP_TIMEOUT.
+    fn stop(mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let pid = rustix::process::Pid::from_child(&child);
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("send SIGTERM");
+        wait_bounded(&mut child, STOP_TIMEOUT).unwrap_or_else(|| {
+            panic!(
+                "gregor dev ignored SIGTERM for {STOP_TIMEOUT:?}; log:\n{}",
+                self.log_text()
+            )
+        })
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn wait_bounded(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return Some(status);
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+/// Runs `cmd` (no stdin), killing it and failing if it runs longer than `timeout`.
+fn run_bounded(mut cmd: Command, timeout: Duration) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut stdout = child.stdout.take().expect("stdout piped");
+    let out = thread::spawn(move || {
+        let mut v = Vec::new();
+        stdout.read_to_end(&mut v).map(|_| v)
+    });
+    let mut stderr = child.stderr.take().expect("stderr piped");
+    let err = thread::spawn(move || {
+        let mut v = Vec::new();
+        stderr.read_to_end(&mut v).map(|_| v)
+    });
+    let Some(status) = wait_bounded(&mut child, timeout) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("{cmd:?} ran longer than {timeout:?}");
+    };
+    Output {
+        status,
+        stdout: out.join().expect("stdout reader").expect("read stdout"),
+        stderr: err.join().expect("stderr reader").expect("read stderr"),
+    }
+}
+
+/// The Python to run the scripts with, if it has `module`; None means skip (never under CI).
+fn python_with(module: &str) -> Option<String> {
+    let ci = std::env::var("CI").as_deref() == Ok("true");
+    let Ok(python) = std::env::var("GREGOR_PYTHON") else {
+        assert!(
+            !ci,
+            "GREGOR_PYTHON is unset under CI=true: .ci/run should have made the client venv"
+        );
+        eprintln!("SKIPPED: set GREGOR_PYTHON to a Python with {module} (see .ci/run)");
+        return None;
+    };
+    let mut cmd = Command::new(&python);
+    cmd.args(["-c", &format!("import {module}")]);
+    let out = run_bounded(cmd, Duration::from_secs(30));
+    if out.status.success() {
+        return Some(python);
+    }
+    let why = String::from_utf8_lossy(&out.stderr);
+    assert!(!ci, "{python} cannot import {module} under CI=true: {why}");
+    eprintln!("SKIPPED: {python} cannot import {module}: {why}");
+    None
+}
+
+/// Runs `tests/python/{script}` against a fresh `gregor dev`; returns its `compared` line.
+fn round_trip(python: &str, script: &str, topic: &str) -> String {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let broker = Broker::start(&dir.path().join("data"), free_port());
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python");
+    let mut cmd = Command::new(python);
+    cmd.arg(scripts.join(script))
+        .args([
+            broker.addr(),
+            topic.to_string(),
+            PARTITIONS.to_string(),
+            MESSAGES.to_string(),
+            SCRIPT_BUDGET.as_secs().to_string(),
+        ])
+        .current_dir(&scripts)
+        // No stale or root-owned __pycache__ in the source tree.
+        .env("PYTHONDONTWRITEBYTECODE", "1");
+    let out = run_bounded(cmd, SCRIPT_TIMEOUT);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{script} failed ({}):\n{stdout}{stderr}\nbroker log:\n{}",
+        out.status,
+        broker.log_text()
+    );
+    let status = broker.stop();
+    assert!(status.success(), "gregor dev exited with {status}");
+    let expected = format!("compared {MESSAGES} messages byte for byte across {PARTITIONS} partitions");
+    let line = stdout
+        .lines()
+        .find(|l| l.contains(&expected))
+        .unwrap_or_else(|| panic!("{script} did not report {expected:?}:\n{stdout}{stderr}"));
+    println!("{line}");
+    line.to_string()
+}
+
+#[test]
+fn confluent_kafka_idempotent_producer_and_groupless_consumer_round_trip() {
+    let Some(python) = python_with("confluent_kafka") else {
+        return;
+    };
+    round_trip(&python, "confluent_roundtrip.py", "confluent");
+}
+
+#[test]
+fn kafka_python_producer_and_groupless_consumer_round_trip() {
+    let Some(python) = python_with("kafka") else {
+        return;
+    };
+    round_trip(&python, "kafka_python_roundtrip.py", "kafka-python");
+}
