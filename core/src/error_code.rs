@@ -15,6 +15,7 @@ pub enum ErrorCode {
     NotLeaderOrFollower = 6,
     RequestTimedOut = 7,
     MessageTooLarge = 10,
+    OffsetMetadataTooLarge = 12,
     CoordinatorNotAvailable = 15,
     NotCoordinator = 16,
     InvalidTopicException = 17,
@@ -23,6 +24,8 @@ pub enum ErrorCode {
     NotEnoughReplicasAfterAppend = 20,
     InvalidRequiredAcks = 21,
     IllegalGeneration = 22,
+    InconsistentGroupProtocol = 23,
+    InvalidGroupId = 24,
     UnknownMemberId = 25,
     InvalidSessionTimeout = 26,
     RebalanceInProgress = 27,
@@ -46,12 +49,13 @@ pub enum ErrorCode {
     FencedLeaderEpoch = 74,
     UnknownLeaderEpoch = 75,
     MemberIdRequired = 79,
+    GroupMaxSizeReached = 81,
     InvalidRecord = 87,
     UnknownTopicId = 100,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 43] = [
+    pub const ALL: [ErrorCode; 47] = [
         ErrorCode::UnknownServerError,
         ErrorCode::None,
         ErrorCode::OffsetOutOfRange,
@@ -62,6 +66,7 @@ impl ErrorCode {
         ErrorCode::NotLeaderOrFollower,
         ErrorCode::RequestTimedOut,
         ErrorCode::MessageTooLarge,
+        ErrorCode::OffsetMetadataTooLarge,
         ErrorCode::CoordinatorNotAvailable,
         ErrorCode::NotCoordinator,
         ErrorCode::InvalidTopicException,
@@ -70,6 +75,8 @@ impl ErrorCode {
         ErrorCode::NotEnoughReplicasAfterAppend,
         ErrorCode::InvalidRequiredAcks,
         ErrorCode::IllegalGeneration,
+        ErrorCode::InconsistentGroupProtocol,
+        ErrorCode::InvalidGroupId,
         ErrorCode::UnknownMemberId,
         ErrorCode::InvalidSessionTimeout,
         ErrorCode::RebalanceInProgress,
@@ -93,6 +100,7 @@ impl ErrorCode {
         ErrorCode::FencedLeaderEpoch,
         ErrorCode::UnknownLeaderEpoch,
         ErrorCode::MemberIdRequired,
+        ErrorCode::GroupMaxSizeReached,
         ErrorCode::InvalidRecord,
         ErrorCode::UnknownTopicId,
     ];
