@@ -50,7 +50,9 @@ pub struct CommitEntry {
 pub type OffsetKey = (String, String, i32);
 
 pub struct OffsetStore {
-    log: Log,
+    /// Created on the first commit: a broker whose clients never commit has no offsets files.
+    log: Option<Log>,
+    config: LogConfig,
     committed: BTreeMap<OffsetKey, Committed>,
     /// Records that did not decode at open (CRC-valid but foreign): reported, skipped.
     pub skipped_records: u64,
@@ -125,15 +127,19 @@ pub fn decode_value(b: &[u8]) -> Option<Committed> {
 impl OffsetStore {
     /// Opens (recovering) the offsets log and replays it into the committed map.
     pub fn open<D: Disk>(disk: &mut D, config: LogConfig) -> Result<OffsetStore, LogError> {
-        let log = Log::open(disk, OFFSETS_DIR, config)?;
         let mut store = OffsetStore {
-            log,
+            log: None,
+            config,
             committed: BTreeMap::new(),
             skipped_records: 0,
         };
-        let mut at = store.log.log_start_offset();
-        while at < store.log.log_end_offset() {
-            let slice = store.log.read(disk, at, REPLAY_BYTES_MAX, None)?;
+        if disk.list(OFFSETS_DIR)?.is_empty() {
+            return Ok(store);
+        }
+        let log = Log::open(disk, OFFSETS_DIR, store.config.clone())?;
+        let mut at = log.log_start_offset();
+        while at < log.log_end_offset() {
+            let slice = log.read(disk, at, REPLAY_BYTES_MAX, None)?;
             if slice.len == 0 {
                 break;
             }
@@ -154,6 +160,7 @@ impl OffsetStore {
             }
             at = slice.next_offset;
         }
+        store.log = Some(log);
         Ok(store)
     }
 
@@ -177,8 +184,12 @@ impl OffsetStore {
             })
             .collect();
         let mut batch = record::build_batch(&records, ProducerFields::none());
-        self.log.append_as_leader(disk, &mut batch, LeaderEpoch(0), now_ms)?;
-        self.log.flush(disk)?;
+        let log = match &mut self.log {
+            Some(log) => log,
+            None => self.log.insert(Log::open(disk, OFFSETS_DIR, self.config.clone())?),
+        };
+        log.append_as_leader(disk, &mut batch, LeaderEpoch(0), now_ms)?;
+        log.flush(disk)?;
         for e in entries {
             self.committed
                 .insert((group.to_string(), e.topic.clone(), e.partition), e.committed.clone());
@@ -205,6 +216,6 @@ impl OffsetStore {
     }
 
     pub fn log_end_offset(&self) -> Offset {
-        self.log.log_end_offset()
+        self.log.as_ref().map_or(Offset(0), |l| l.log_end_offset())
     }
 }
