@@ -226,3 +226,7 @@ pub fn offset_fetch(groups: &GroupCoordinator, req: &OffsetFetchRequest) -> Offs
         groups: groups_out,
     }
 }
+
+#[cfg(test)]
+#[path = "groups_tests.rs"]
+mod tests;
