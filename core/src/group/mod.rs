@@ -234,13 +234,16 @@ impl GroupCoordinator {
             );
         }
         let is_leader = group.leader.as_deref() == Some(member_id.as_str());
-        match group.state {
-            // A follower rejoining with nothing new gets the current generation back.
-            GroupState::Stable | GroupState::CompletingRebalance if !changed && !is_leader => {
-                let response = join_response(group, &member_id);
-                return Reply::Now(response);
-            }
-            _ => {}
+        // A member rejoining with nothing new gets the current generation back, as in Kafka: any
+        // member while the leader computes assignments, a follower once they are handed out (a
+        // leader rejoining a Stable group asks for a new assignment).
+        let same_generation = match group.state {
+            GroupState::CompletingRebalance => !changed,
+            GroupState::Stable => !changed && !is_leader,
+            _ => false,
+        };
+        if same_generation {
+            return Reply::Now(join_response(group, &member_id));
         }
         // Previous joins of this member (a retry) are superseded.
         let mut done = Completions::default();
@@ -479,6 +482,10 @@ impl GroupCoordinator {
                 tracing::info!(group = %group.id, member = %id, "session timed out");
                 remove_member(group, &id, now_ms, &mut done);
             }
+            if group.state == GroupState::PreparingRebalance && group.all_joined() {
+                // The last member it waited for was a pending id that never joined.
+                complete_join(group, now_ms, &mut done);
+            }
             if group.state == GroupState::PreparingRebalance && group.rebalance_deadline_ms.is_some_and(|d| d <= now_ms)
             {
                 let late: Vec<String> = group
@@ -494,6 +501,10 @@ impl GroupCoordinator {
                 complete_join(group, now_ms, &mut done);
             }
         }
+        // A group with no members is forgotten (its offsets stay in the offsets store), so
+        // `groups_max` bounds live groups, not every group id ever used.
+        self.groups
+            .retain(|_, g| !(g.state == GroupState::Empty && g.members.is_empty() && g.pending_members.is_empty()));
         self.apply(done);
     }
 }

@@ -311,3 +311,57 @@ fn offset_records_round_trip_and_reject_garbage() {
     assert_eq!(offsets::decode_key(&k[..k.len() - 1]), None);
     assert_eq!(offsets::decode_value(b"\x00\x03"), None);
 }
+
+#[test]
+fn a_member_id_never_used_stops_holding_up_the_rebalance() {
+    let mut disk = MemDisk::new();
+    let mut c = coordinator(&mut disk);
+    let (a, ra) = join(&mut c, &["range"], 0);
+    now(ra);
+    now(c.handle_sync(&sync_req(&a, 1, &[]), 1));
+    // A second consumer gets an id (KIP-394) and vanishes before joining with it.
+    let Reply::Now(r) = c.handle_join(&join_req("", &["range"]), 5, "client", 8, 10) else {
+        panic!("parked");
+    };
+    assert_eq!(r.error_code, ErrorCode::MemberIdRequired.code());
+    let ta = parked(c.handle_join(&join_req(&a, &["range"]), 5, "client", 7, 20));
+    let forget = c.poll_timeout().expect("deadline");
+    assert_eq!(
+        forget,
+        10 + i64::from(SESSION_MS),
+        "the pending id is forgotten after a session"
+    );
+    c.handle_timeout(forget);
+    let r = c.take_join(ta).expect("completed once the pending id was forgotten");
+    assert_eq!((r.generation_id, r.members.len()), (2, 1));
+}
+
+#[test]
+fn empty_groups_are_forgotten_but_their_offsets_are_not() {
+    let mut disk = MemDisk::new();
+    let mut c = coordinator(&mut disk);
+    let (a, ra) = join(&mut c, &["range"], 0);
+    assert_eq!(now(ra).generation_id, 1);
+    now(c.handle_sync(&sync_req(&a, 1, &[]), 1));
+    assert_eq!(
+        c.handle_commit(&mut disk, "g", 1, &a, vec![entry("t", 0, 5)], 1),
+        vec![ErrorCode::None]
+    );
+    assert_eq!(c.handle_leave("g", &[a], 2), vec![ErrorCode::None]);
+    c.handle_timeout(3);
+    assert!(c.group("g").is_none());
+    assert_eq!(c.group_state("g"), Some(GroupState::Empty));
+    assert_eq!(c.committed("g", "t", 0).map(|x| x.offset), Some(5));
+}
+
+#[test]
+fn completing_rebalance_rejoin_with_same_metadata_is_answered_at_once() {
+    let mut disk = MemDisk::new();
+    let mut c = coordinator(&mut disk);
+    let (a, ra) = join(&mut c, &["range"], 0);
+    now(ra);
+    // Generation 1 is CompletingRebalance until a syncs; a retried join changes nothing.
+    let r = now(c.handle_join(&join_req(&a, &["range"]), 5, "client", 7, 5));
+    assert_eq!((r.generation_id, r.leader.as_str()), (1, a.as_str()));
+    assert_eq!(c.group_state("g"), Some(GroupState::CompletingRebalance));
+}
