@@ -29,6 +29,7 @@ pub enum ErrorCode {
     UnknownMemberId = 25,
     InvalidSessionTimeout = 26,
     RebalanceInProgress = 27,
+    InvalidCommitOffsetSize = 28,
     TopicAuthorizationFailed = 29,
     GroupAuthorizationFailed = 30,
     ClusterAuthorizationFailed = 31,
@@ -55,7 +56,7 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 47] = [
+    pub const ALL: [ErrorCode; 48] = [
         ErrorCode::UnknownServerError,
         ErrorCode::None,
         ErrorCode::OffsetOutOfRange,
@@ -80,6 +81,7 @@ impl ErrorCode {
         ErrorCode::UnknownMemberId,
         ErrorCode::InvalidSessionTimeout,
         ErrorCode::RebalanceInProgress,
+        ErrorCode::InvalidCommitOffsetSize,
         ErrorCode::TopicAuthorizationFailed,
         ErrorCode::GroupAuthorizationFailed,
         ErrorCode::ClusterAuthorizationFailed,

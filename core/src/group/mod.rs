@@ -434,9 +434,14 @@ impl GroupCoordinator {
             .collect();
         if let Err(e) = self.offsets.append(disk, group_id, &accepted, now_ms) {
             tracing::warn!(group = group_id, error = %e, "offset commit not persisted");
-            // Retriable for clients: they retry the commit, and a later append may succeed.
+            let code = match e {
+                // Kafka's answer to a commit too large for one batch: retrying cannot help.
+                LogError::Batch(_) | LogError::LargerThanSegment { .. } => ErrorCode::InvalidCommitOffsetSize,
+                // Retriable: the client retries, and a later append may succeed.
+                _ => ErrorCode::CoordinatorNotAvailable,
+            };
             for r in results.iter_mut().filter(|r| **r == ErrorCode::None) {
-                *r = ErrorCode::CoordinatorNotAvailable;
+                *r = code;
             }
         }
         results

@@ -365,3 +365,24 @@ fn completing_rebalance_rejoin_with_same_metadata_is_answered_at_once() {
     assert_eq!((r.generation_id, r.leader.as_str()), (1, a.as_str()));
     assert_eq!(c.group_state("g"), Some(GroupState::CompletingRebalance));
 }
+
+#[test]
+fn commit_too_large_for_one_batch_is_refused_whole_and_not_retriable() {
+    let mut disk = MemDisk::new();
+    let mut c = coordinator(&mut disk);
+    // 400 partitions × 4 KiB of metadata: more than max.message.bytes (1 MiB) in one batch.
+    let entries: Vec<CommitEntry> = (0..400)
+        .map(|p| {
+            let mut e = entry("t", p, 1);
+            e.committed.metadata = "x".repeat(4_000);
+            e
+        })
+        .collect();
+    let r = c.handle_commit(&mut disk, "g", -1, "", entries, 0);
+    assert_eq!(r, vec![ErrorCode::InvalidCommitOffsetSize; 400]);
+    assert!(!ErrorCode::InvalidCommitOffsetSize.is_retriable());
+    assert_eq!(c.committed("g", "t", 0), None);
+    // The offsets log still takes commits.
+    let r = c.handle_commit(&mut disk, "g", -1, "", vec![entry("t", 0, 2)], 1);
+    assert_eq!(r, vec![ErrorCode::None]);
+}
