@@ -252,3 +252,6 @@ async fn handle_frame<R: Runtime>(rt: &R, broker: &SharedBroker, config: &NodeCo
     };
     Outcome::Reply(encode_response(&header, &body))
 }
+
+#[cfg(test)]
+mod driver_tests;
