@@ -386,3 +386,48 @@ fn commit_too_large_for_one_batch_is_refused_whole_and_not_retriable() {
     let r = c.handle_commit(&mut disk, "g", -1, "", vec![entry("t", 0, 2)], 1);
     assert_eq!(r, vec![ErrorCode::None]);
 }
+
+mod model {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Against a map of acknowledged commits: after any crash, reopening gives exactly the
+        /// last acknowledged offset of every (group, partition), nothing more, nothing older.
+        #[test]
+        fn reopened_offsets_equal_the_acknowledged_ones(
+            commits in proptest::collection::vec((0u8..3, 0i32..4, 0i64..1_000), 1..40),
+            crash_after in 0usize..40,
+            torn_seed in proptest::option::of(0u64..1_000),
+        ) {
+            let mut disk = MemDisk::new();
+            let mut c = coordinator(&mut disk);
+            let mut model: BTreeMap<(String, i32), i64> = BTreeMap::new();
+            for (i, (g, p, o)) in commits.iter().enumerate() {
+                if i == crash_after {
+                    break;
+                }
+                let group = format!("g{g}");
+                let r = c.handle_commit(&mut disk, &group, -1, "", vec![entry("t", *p, *o)], i as i64);
+                prop_assert_eq!(r, vec![ErrorCode::None]);
+                model.insert((group, *p), *o);
+            }
+            disk.crash(match torn_seed {
+                Some(seed) => CrashMode::Torn { seed },
+                None => CrashMode::DropUnsynced,
+            });
+            let reopened = coordinator(&mut disk);
+            let mut seen: BTreeMap<(String, i32), i64> = BTreeMap::new();
+            for g in 0..3u8 {
+                let group = format!("g{g}");
+                for (topic, p, committed) in reopened.offsets().group(&group) {
+                    prop_assert_eq!(topic, "t");
+                    seen.insert((group.clone(), p), committed.offset);
+                }
+            }
+            prop_assert_eq!(seen, model);
+        }
+    }
+}
