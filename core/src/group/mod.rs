@@ -36,6 +36,9 @@ pub use state::{Group, GroupState, Member};
 /// First JoinGroup version that must be answered MEMBER_ID_REQUIRED (KIP-394).
 pub const MEMBER_ID_REQUIRED_MIN: i16 = 4;
 
+/// The longest group id accepted: its offsets records store it with an i16 length.
+pub const GROUP_ID_BYTES_MAX: usize = offsets::STRING_BYTES_MAX;
+
 /// Coordinator settings, with Kafka's server.properties names.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GroupConfig {
@@ -153,7 +156,7 @@ impl GroupCoordinator {
         nonce: u64,
         now_ms: i64,
     ) -> Reply<JoinGroupResponse> {
-        if req.group_id.is_empty() {
+        if req.group_id.is_empty() || req.group_id.len() > GROUP_ID_BYTES_MAX {
             return Reply::Now(join_error(ErrorCode::InvalidGroupId, &req.member_id));
         }
         if req.session_timeout_ms < self.config.session_timeout_ms_min
@@ -396,7 +399,9 @@ impl GroupCoordinator {
         now_ms: i64,
     ) -> Vec<ErrorCode> {
         let n = entries.len();
-        let verdict = if group_id.is_empty() {
+        // The offsets record stores names with an i16 length; a compact string off the wire
+        // can be longer.
+        let verdict = if group_id.is_empty() || group_id.len() > GROUP_ID_BYTES_MAX {
             Err(ErrorCode::InvalidGroupId)
         } else {
             match self.groups.get(group_id) {
@@ -415,7 +420,7 @@ impl GroupCoordinator {
         if let Some(m) = self.groups.get_mut(group_id).and_then(|g| g.members.get_mut(member_id)) {
             m.heartbeat_deadline_ms = now_ms.saturating_add(i64::from(m.session_timeout_ms));
         }
-        let limit = self.config.offset_metadata_bytes_max;
+        let limit = self.config.offset_metadata_bytes_max.min(offsets::STRING_BYTES_MAX);
         let mut results: Vec<ErrorCode> = entries
             .iter()
             .map(|e| {

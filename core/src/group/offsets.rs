@@ -26,6 +26,9 @@ use crate::record::{self, BatchHeader, NewRecord, ProducerFields};
 /// scan at startup leaves it alone.
 pub const OFFSETS_DIR: &str = "__consumer_offsets";
 
+/// The longest string (group, topic, metadata) a record can hold: i16 length.
+pub const STRING_BYTES_MAX: usize = i16::MAX as usize;
+
 /// Bytes read per step while replaying the log at open.
 const REPLAY_BYTES_MAX: u64 = 1 << 20;
 
@@ -59,7 +62,7 @@ pub struct OffsetStore {
 }
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
-    let len = i16::try_from(s.len()).expect("callers bound names and metadata below 32 KiB");
+    let len = i16::try_from(s.len()).expect("the coordinator refuses strings over STRING_BYTES_MAX");
     out.extend_from_slice(&len.to_be_bytes());
     out.extend_from_slice(s.as_bytes());
 }

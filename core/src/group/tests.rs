@@ -431,3 +431,16 @@ mod model {
         }
     }
 }
+
+#[test]
+fn group_ids_too_long_for_a_record_are_refused_not_a_panic() {
+    let mut disk = MemDisk::new();
+    let mut c = coordinator(&mut disk);
+    let long = "g".repeat(40_000);
+    let r = c.handle_commit(&mut disk, &long, -1, "", vec![entry("t", 0, 1)], 0);
+    assert_eq!(r, vec![ErrorCode::InvalidGroupId]);
+    let mut req = join_req("", &["range"]);
+    req.group_id = long;
+    let r = now(c.handle_join(&req, 9, "client", 1, 0));
+    assert_eq!(r.error_code, ErrorCode::InvalidGroupId.code());
+}
