@@ -10,6 +10,7 @@ pub mod broker;
 pub mod client;
 pub mod disk;
 pub mod error_code;
+pub mod group;
 pub mod ids;
 pub mod log;
 pub mod node;

@@ -17,6 +17,9 @@
 //! from its log's batch headers at [`Broker::open`], and [`Broker::produce`] checks every batch
 //! that names a producer against it before appending (see [`producer_state`] for the rules).
 //!
+//! The group coordinator ([`crate::group`]) lives here too, so it opens (replaying committed
+//! offsets) with the partitions and its session/rebalance deadlines join [`Broker::poll_timeout`].
+//!
 //! Replication is not here yet: every partition is led by this broker with an ISR of itself, so
 //! the high watermark follows the log end.
 
@@ -30,6 +33,7 @@ use thiserror::Error;
 
 use crate::disk::{Disk, DiskError};
 use crate::error_code::ErrorCode;
+use crate::group::{GroupConfig, GroupCoordinator};
 use crate::ids::{BrokerId, LeaderEpoch, Offset, ProducerEpoch, ProducerId};
 use crate::log::{Log, LogConfig, LogError, ReadSlice};
 use crate::record::{self, BatchError, BatchHeader};
@@ -57,6 +61,8 @@ pub struct BrokerConfig {
     pub partitions_max: usize,
     /// Partitions one topic may have at most.
     pub partitions_per_topic_max: i32,
+    /// `group.*` settings of the group coordinator.
+    pub group: GroupConfig,
 }
 
 impl Default for BrokerConfig {
@@ -70,6 +76,7 @@ impl Default for BrokerConfig {
             retention_check_interval_ms: 300_000,
             partitions_max: 10_000,
             partitions_per_topic_max: 1_000,
+            group: GroupConfig::default(),
         }
     }
 }
@@ -82,6 +89,8 @@ pub enum BrokerError {
     Log { dir: String, source: LogError },
     #[error("producer ids: {0}")]
     ProducerIds(String),
+    #[error("consumer offsets log: {0}")]
+    Groups(LogError),
 }
 
 /// A topic as this broker knows it.
@@ -131,6 +140,7 @@ pub struct Broker {
     partitions: BTreeMap<(String, i32), PartitionState>,
     producer_ids: ProducerIdAllocator,
     next_retention_check_ms: i64,
+    groups: GroupCoordinator,
     /// Things found at startup that an operator should hear about.
     pub startup_warnings: Vec<String>,
 }
@@ -161,12 +171,15 @@ fn log_error_code(e: &LogError) -> ErrorCode {
 impl Broker {
     /// Opens every partition found in the data directory, recovering each log.
     pub fn open<D: Disk>(disk: &mut D, config: BrokerConfig, now_ms: i64) -> Result<Broker, BrokerError> {
+        let groups =
+            GroupCoordinator::open(disk, config.group.clone(), config.log.clone()).map_err(BrokerError::Groups)?;
         let mut broker = Broker {
             next_retention_check_ms: now_ms.saturating_add(config.retention_check_interval_ms),
             config,
             topics: BTreeMap::new(),
             partitions: BTreeMap::new(),
             producer_ids: ProducerIdAllocator::open(disk).map_err(BrokerError::ProducerIds)?,
+            groups,
             startup_warnings: Vec::new(),
         };
         for dir in disk.list("")? {
@@ -286,6 +299,15 @@ impl Broker {
             }
         }
         Ok((log, min_isr))
+    }
+
+    /// The group coordinator (consumer groups and their committed offsets).
+    pub fn groups(&self) -> &GroupCoordinator {
+        &self.groups
+    }
+
+    pub fn groups_mut(&mut self) -> &mut GroupCoordinator {
+        &mut self.groups
     }
 
     pub fn config(&self) -> &BrokerConfig {
@@ -582,13 +604,15 @@ impl Broker {
             .flat_map(|p| [p.log.flush_deadline_ms(), p.log.closed_sync_deadline_ms()])
             .flatten()
             .min();
-        Some(flush.map_or(self.next_retention_check_ms, |f| f.min(self.next_retention_check_ms)))
+        let next = flush.map_or(self.next_retention_check_ms, |f| f.min(self.next_retention_check_ms));
+        Some(self.groups.poll_timeout().map_or(next, |g| g.min(next)))
     }
 
     /// Time-driven work: syncs logs whose `flush.ms` elapsed; applies retention every
     /// `log.retention.check.interval.ms`. A disk failure takes that partition offline (its log
     /// refuses everything after) and is reported, the others carry on.
     pub fn handle_timeout<D: Disk>(&mut self, disk: &mut D, now_ms: i64) -> Vec<(String, i32, LogError)> {
+        self.groups.handle_timeout(now_ms);
         let mut failures = Vec::new();
         let retention_due = now_ms >= self.next_retention_check_ms;
         if retention_due {

@@ -2,6 +2,8 @@
 //! request into the response struct the codec encodes. Pure functions of (broker, disk, request,
 //! now): no I/O but the disk handed in, so the simulator and realnet run exactly this.
 
+pub mod groups;
+
 use crate::broker::{Broker, TopicId};
 use crate::disk::Disk;
 use crate::error_code::ErrorCode;
@@ -18,7 +20,10 @@ use crate::protocol::api::metadata::{
     MetadataBroker, MetadataPartition, MetadataRequest, MetadataResponse, MetadataTopic,
 };
 use crate::protocol::api::produce::{ProducePartitionResponse, ProduceRequest, ProduceResponse, ProduceTopicResponse};
-use crate::protocol::api::{api_versions, create_topics, fetch, init_producer_id, list_offsets, metadata, produce};
+use crate::protocol::api::{
+    api_versions, create_topics, fetch, find_coordinator, heartbeat, init_producer_id, join_group, leave_group,
+    list_offsets, metadata, offset_commit, offset_fetch, produce, sync_group,
+};
 use crate::protocol::{supported_versions, Uuid};
 
 /// Where clients reach this broker, and the cluster it belongs to.
@@ -39,6 +44,13 @@ pub const HANDLED_API_KEYS: &[i16] = &[
     api_versions::API_KEY,
     create_topics::API_KEY,
     init_producer_id::API_KEY,
+    find_coordinator::API_KEY,
+    join_group::API_KEY,
+    sync_group::API_KEY,
+    heartbeat::API_KEY,
+    leave_group::API_KEY,
+    offset_commit::API_KEY,
+    offset_fetch::API_KEY,
 ];
 
 pub fn api_versions() -> ApiVersionsResponse {

@@ -18,6 +18,7 @@ use bytes::Bytes;
 use thiserror::Error;
 
 use crate::broker::{Broker, BrokerConfig, BrokerError, TopicId};
+use crate::group::Reply;
 use crate::protocol::api::api_versions::ApiVersionsResponse;
 use crate::protocol::{decode_request_bytes, encode_response, DecodeError, Limits, Request};
 use crate::runtime::{Connection, Listener, NetError, Runtime};
@@ -203,7 +204,54 @@ async fn handle_frame<R: Runtime>(rt: &R, broker: &SharedBroker, config: &NodeCo
         Request::InitProducerId(req) => rt
             .with_disk(|disk| handlers::init_producer_id(&mut broker.borrow_mut(), disk, req))
             .encode(version),
+        Request::FindCoordinator(req) => {
+            handlers::groups::find_coordinator(&broker.borrow(), req, &config.advertised).encode(version)
+        }
+        Request::JoinGroup(req) => {
+            let client_id = header.client_id.clone().unwrap_or_default();
+            let nonce = rt.random_u64();
+            let reply =
+                handlers::groups::join_group(broker.borrow_mut().groups_mut(), req, version, &client_id, nonce, now);
+            let resp = match reply {
+                Reply::Now(resp) => resp,
+                Reply::Parked(ticket) => loop {
+                    rt.sleep(Duration::from_millis(config.fetch_poll_ms.max(1))).await;
+                    let taken = broker.borrow_mut().groups_mut().take_join(ticket);
+                    if let Some(resp) = taken {
+                        break resp;
+                    }
+                },
+            };
+            resp.encode(version)
+        }
+        Request::SyncGroup(req) => {
+            let reply = handlers::groups::sync_group(broker.borrow_mut().groups_mut(), req, now);
+            let resp = match reply {
+                Reply::Now(resp) => resp,
+                Reply::Parked(ticket) => loop {
+                    rt.sleep(Duration::from_millis(config.fetch_poll_ms.max(1))).await;
+                    let taken = broker.borrow_mut().groups_mut().take_sync(ticket);
+                    if let Some(resp) = taken {
+                        break resp;
+                    }
+                },
+            };
+            resp.encode(version)
+        }
+        Request::Heartbeat(req) => {
+            handlers::groups::heartbeat(broker.borrow_mut().groups_mut(), req, now).encode(version)
+        }
+        Request::LeaveGroup(req) => {
+            handlers::groups::leave_group(broker.borrow_mut().groups_mut(), req, version, now).encode(version)
+        }
+        Request::OffsetCommit(req) => rt
+            .with_disk(|disk| handlers::groups::offset_commit(&mut broker.borrow_mut(), disk, req, now))
+            .encode(version),
+        Request::OffsetFetch(req) => handlers::groups::offset_fetch(broker.borrow().groups(), req).encode(version),
         _ => return Outcome::Close(format!("api key {} is not served by this node", header.api_key)),
     };
     Outcome::Reply(encode_response(&header, &body))
 }
+
+#[cfg(test)]
+mod driver_tests;

@@ -1,0 +1,224 @@
+//! Committed consumer offsets, kept durably in an internal log (Kafka's `__consumer_offsets`
+//! design, reduced to one broker).
+//!
+//! Contract: [`OffsetStore::append`] returns `Ok` only after the records are appended *and
+//! synced*; only then is the in-memory map updated and the commit acknowledged. So an
+//! acknowledged commit survives any crash the [`Disk`] model allows, and [`OffsetStore::open`]
+//! rebuilds the map by replaying the log (last record for a key wins).
+//!
+//! Records use Kafka's own layouts: key = OffsetCommitKey v1 (i16 version 1, group, topic,
+//! i32 partition), value = OffsetCommitValue v3 (i16 version 3, i64 offset, i32 leader epoch,
+//! metadata, i64 commit timestamp), strings as i16 length + UTF-8.
+//!
+//! What differs from Kafka: the log lives in its own directory (`__consumer_offsets`, one
+//! partition, not a topic clients can fetch), is not replicated, and is never compacted or
+//! deleted by retention (it grows by one record per committed partition); group membership
+//! metadata is not persisted (members rejoin after a restart, as after a coordinator move).
+
+use std::collections::BTreeMap;
+
+use crate::disk::Disk;
+use crate::ids::{LeaderEpoch, Offset};
+use crate::log::{Log, LogConfig, LogError};
+use crate::record::{self, BatchHeader, NewRecord, ProducerFields};
+
+/// The directory of the offsets log. It has no `-<partition>` suffix, so the broker's partition
+/// scan at startup leaves it alone.
+pub const OFFSETS_DIR: &str = "__consumer_offsets";
+
+/// The longest string (group, topic, metadata) a record can hold: i16 length.
+pub const STRING_BYTES_MAX: usize = i16::MAX as usize;
+
+/// Bytes read per step while replaying the log at open.
+const REPLAY_BYTES_MAX: u64 = 1 << 20;
+
+/// One committed offset.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Committed {
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: String,
+    pub commit_timestamp_ms: i64,
+}
+
+/// A commit of one partition, as asked for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommitEntry {
+    pub topic: String,
+    pub partition: i32,
+    pub committed: Committed,
+}
+
+/// (group, topic, partition)
+pub type OffsetKey = (String, String, i32);
+
+pub struct OffsetStore {
+    /// Created on the first commit: a broker whose clients never commit has no offsets files.
+    log: Option<Log>,
+    config: LogConfig,
+    committed: BTreeMap<OffsetKey, Committed>,
+    /// Records that did not decode at open (CRC-valid but foreign): reported, skipped.
+    pub skipped_records: u64,
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    let len = i16::try_from(s.len()).expect("the coordinator refuses strings over STRING_BYTES_MAX");
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn take<const N: usize>(b: &[u8], at: &mut usize) -> Option<[u8; N]> {
+    let end = at.checked_add(N)?;
+    let out = b.get(*at..end)?.try_into().ok()?;
+    *at = end;
+    Some(out)
+}
+
+fn take_str(b: &[u8], at: &mut usize) -> Option<String> {
+    let len = usize::try_from(i16::from_be_bytes(take::<2>(b, at)?)).ok()?;
+    let end = at.checked_add(len)?;
+    let s = std::str::from_utf8(b.get(*at..end)?).ok()?.to_string();
+    *at = end;
+    Some(s)
+}
+
+pub fn encode_key(group: &str, topic: &str, partition: i32) -> Vec<u8> {
+    let mut out = 1i16.to_be_bytes().to_vec();
+    put_str(&mut out, group);
+    put_str(&mut out, topic);
+    out.extend_from_slice(&partition.to_be_bytes());
+    out
+}
+
+pub fn encode_value(c: &Committed) -> Vec<u8> {
+    let mut out = 3i16.to_be_bytes().to_vec();
+    out.extend_from_slice(&c.offset.to_be_bytes());
+    out.extend_from_slice(&c.leader_epoch.to_be_bytes());
+    put_str(&mut out, &c.metadata);
+    out.extend_from_slice(&c.commit_timestamp_ms.to_be_bytes());
+    out
+}
+
+pub fn decode_key(b: &[u8]) -> Option<OffsetKey> {
+    let mut at = 0;
+    if i16::from_be_bytes(take::<2>(b, &mut at)?) != 1 {
+        return None;
+    }
+    let group = take_str(b, &mut at)?;
+    let topic = take_str(b, &mut at)?;
+    let partition = i32::from_be_bytes(take::<4>(b, &mut at)?);
+    (at == b.len()).then_some((group, topic, partition))
+}
+
+pub fn decode_value(b: &[u8]) -> Option<Committed> {
+    let mut at = 0;
+    if i16::from_be_bytes(take::<2>(b, &mut at)?) != 3 {
+        return None;
+    }
+    let offset = i64::from_be_bytes(take::<8>(b, &mut at)?);
+    let leader_epoch = i32::from_be_bytes(take::<4>(b, &mut at)?);
+    let metadata = take_str(b, &mut at)?;
+    let commit_timestamp_ms = i64::from_be_bytes(take::<8>(b, &mut at)?);
+    (at == b.len()).then_some(Committed {
+        offset,
+        leader_epoch,
+        metadata,
+        commit_timestamp_ms,
+    })
+}
+
+impl OffsetStore {
+    /// Opens (recovering) the offsets log and replays it into the committed map.
+    pub fn open<D: Disk>(disk: &mut D, config: LogConfig) -> Result<OffsetStore, LogError> {
+        let mut store = OffsetStore {
+            log: None,
+            config,
+            committed: BTreeMap::new(),
+            skipped_records: 0,
+        };
+        if disk.list(OFFSETS_DIR)?.is_empty() {
+            return Ok(store);
+        }
+        let log = Log::open(disk, OFFSETS_DIR, store.config.clone())?;
+        let mut at = log.log_start_offset();
+        while at < log.log_end_offset() {
+            let slice = log.read(disk, at, REPLAY_BYTES_MAX, None)?;
+            if slice.len == 0 {
+                break;
+            }
+            let bytes = Log::read_bytes(disk, &slice)?;
+            let mut pos = 0;
+            while pos < bytes.len() {
+                let h = BatchHeader::parse(&bytes[pos..]).map_err(LogError::Batch)?;
+                let batch = &bytes[pos..pos + h.total_bytes()];
+                for r in record::records(batch).unwrap_or_default() {
+                    match (r.key.and_then(decode_key), r.value.and_then(decode_value)) {
+                        (Some(key), Some(value)) => {
+                            store.committed.insert(key, value);
+                        }
+                        _ => store.skipped_records += 1,
+                    }
+                }
+                pos += h.total_bytes();
+            }
+            at = slice.next_offset;
+        }
+        store.log = Some(log);
+        Ok(store)
+    }
+
+    /// Appends the commits of one group as one batch, syncs, and only then applies them.
+    pub fn append<D: Disk>(
+        &mut self,
+        disk: &mut D,
+        group: &str,
+        entries: &[CommitEntry],
+        now_ms: i64,
+    ) -> Result<(), LogError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let records: Vec<NewRecord> = entries
+            .iter()
+            .map(|e| NewRecord {
+                timestamp: now_ms,
+                key: Some(encode_key(group, &e.topic, e.partition)),
+                value: Some(encode_value(&e.committed)),
+            })
+            .collect();
+        let mut batch = record::build_batch(&records, ProducerFields::none());
+        let log = match &mut self.log {
+            Some(log) => log,
+            None => self.log.insert(Log::open(disk, OFFSETS_DIR, self.config.clone())?),
+        };
+        log.append_as_leader(disk, &mut batch, LeaderEpoch(0), now_ms)?;
+        log.flush(disk)?;
+        for e in entries {
+            self.committed
+                .insert((group.to_string(), e.topic.clone(), e.partition), e.committed.clone());
+        }
+        Ok(())
+    }
+
+    pub fn get(&self, group: &str, topic: &str, partition: i32) -> Option<&Committed> {
+        self.committed.get(&(group.to_string(), topic.to_string(), partition))
+    }
+
+    /// Every committed offset of a group, by (topic, partition).
+    pub fn group<'a>(&'a self, group: &'a str) -> impl Iterator<Item = (&'a str, i32, &'a Committed)> + 'a {
+        let from = (group.to_string(), String::new(), i32::MIN);
+        self.committed
+            .range(from..)
+            .take_while(move |((g, _, _), _)| g == group)
+            .map(|((_, t, p), c)| (t.as_str(), *p, c))
+    }
+
+    /// Whether a group has any committed offset (such a group exists, Empty, after a restart).
+    pub fn has_group(&self, group: &str) -> bool {
+        self.group(group).next().is_some()
+    }
+
+    pub fn log_end_offset(&self) -> Offset {
+        self.log.as_ref().map_or(Offset(0), |l| l.log_end_offset())
+    }
+}
