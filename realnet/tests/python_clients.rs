@@ -9,118 +9,20 @@
 //! versions). Without it, or without a client module, the test is skipped, except under CI=true,
 //! where it fails. Every wait is bounded; only loopback addresses are used.
 
-use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::mpsc;
-use std::thread;
-use std::time::{Duration, Instant};
+mod common;
+use common::{free_port, wait_bounded, Broker};
 
-const START_TIMEOUT: Duration = Duration::from_secs(30);
-const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::thread;
+use std::time::Duration;
+
 /// Each script bounds itself by SCRIPT_BUDGET; the test kills it at SCRIPT_TIMEOUT.
 const SCRIPT_BUDGET: Duration = Duration::from_secs(90);
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
 const MESSAGES: usize = 5000;
 const PARTITIONS: usize = 3;
-
-/// One `gregor dev` process; killed if the test ends without stopping it.
-struct Broker {
-    child: Option<Child>,
-    port: u16,
-    log: PathBuf,
-}
-
-/// A port nobody listens on right now (the broker must advertise its port, so it cannot take 0).
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    listener.local_addr().expect("local addr").port()
-}
-
-impl Broker {
-    fn start(data_dir: &Path, port: u16) -> Broker {
-        let log = data_dir.with_extension(format!("{port}.log"));
-        let child = Command::new(env!("CARGO_BIN_EXE_gregor"))
-            .args(["dev", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
-            .arg(data_dir)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(File::create(&log).expect("broker log file"))
-            .spawn()
-            .expect("start gregor dev");
-        let mut broker = Broker {
-            child: Some(child),
-            port,
-            log,
-        };
-        let stdout = broker
-            .child
-            .as_mut()
-            .and_then(|c| c.stdout.take())
-            .expect("stdout piped");
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        match rx.recv_timeout(START_TIMEOUT) {
-            Ok(line) if line.starts_with(&format!("gregor dev: listening on 127.0.0.1:{port}")) => broker,
-            Ok(line) => panic!("unexpected first line {line:?}; log:\n{}", broker.log_text()),
-            Err(_) => panic!(
-                "gregor dev did not listen within {START_TIMEOUT:?}; log:\n{}",
-                broker.log_text()
-            ),
-        }
-    }
-
-    fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// SIGTERM, then the exit status, within STOP_TIMEOUT.
-    fn stop(mut self) -> ExitStatus {
-        let mut child = self.child.take().expect("running");
-        let pid = rustix::process::Pid::from_child(&child);
-        rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("send SIGTERM");
-        wait_bounded(&mut child, STOP_TIMEOUT).unwrap_or_else(|| {
-            panic!(
-                "gregor dev ignored SIGTERM for {STOP_TIMEOUT:?}; log:\n{}",
-                self.log_text()
-            )
-        })
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-fn wait_bounded(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            return Some(status);
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
-    None
-}
 
 /// Runs `cmd` (no stdin), killing it and failing if it runs longer than `timeout`.
 fn run_bounded(mut cmd: Command, timeout: Duration) -> Output {
