@@ -156,18 +156,33 @@ impl Runtime for RealRuntime {
         // port would bind silently and steal half the connections. SO_REUSEADDR stays, so a
         // restarted broker can bind while old connections sit in TIME_WAIT.
         let opts = ListenerOpts::new().reuse_port(false).reuse_addr(true);
-        let result = TcpListener::bind_with_config(addr, &opts)
-            .map(|listener| RealListener {
-                listener,
-                frame_bytes_max: self.frame_bytes_max,
-            })
-            .map_err(|e| match e.kind() {
-                io::ErrorKind::AddrInUse => NetError::Io(format!(
-                    "cannot listen on {addr}: address already in use (another broker or program holds it)"
-                )),
-                _ => NetError::Io(format!("cannot listen on {addr}: {e}")),
-            });
-        std::future::ready(result)
+        let (addr, frame_bytes_max) = (addr.to_string(), self.frame_bytes_max);
+        async move {
+            // A broker that died a moment ago may still hold its port: the kernel tears an
+            // io_uring down after the process is gone, and a pending accept keeps the listening
+            // socket open until then (seen: EADDRINUSE right after SIGKILL and reaping). So
+            // EADDRINUSE is retried for BIND_RETRY_MS before it is reported.
+            let deadline = Instant::now() + Duration::from_millis(BIND_RETRY_MS);
+            loop {
+                match TcpListener::bind_with_config(addr.as_str(), &opts) {
+                    Ok(listener) => {
+                        return Ok(RealListener {
+                            listener,
+                            frame_bytes_max,
+                        })
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::AddrInUse && Instant::now() < deadline => {
+                        monoio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+                        return Err(NetError::Io(format!(
+                            "cannot listen on {addr}: address already in use (another broker or program holds it)"
+                        )))
+                    }
+                    Err(e) => return Err(NetError::Io(format!("cannot listen on {addr}: {e}"))),
+                }
+            }
+        }
     }
 
     fn with_disk<T>(&self, f: impl FnOnce(&mut FsDisk) -> T) -> T {
@@ -178,6 +193,9 @@ impl Runtime for RealRuntime {
         self.rng.borrow_mut().next_u64()
     }
 }
+
+/// How long `listen` retries a port still held by a broker that just died (see `listen`).
+const BIND_RETRY_MS: u64 = 3_000;
 
 /// Accepts TCP connections on one address.
 pub struct RealListener {
