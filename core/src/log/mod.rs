@@ -243,13 +243,9 @@ impl Log {
 
     fn epochs_from_batches<D: Disk>(&self, disk: &D) -> Result<EpochCache, LogError> {
         let mut cache = EpochCache::default();
-        for seg in self.segments.values() {
-            let mut position = 0;
-            while let Some(h) = segment::read_header(disk, &seg.log_path, position, seg.size)? {
-                cache.assign(h.partition_leader_epoch, h.base_offset);
-                position += h.total_bytes() as u64;
-            }
-        }
+        self.for_each_batch_header(disk, |h| {
+            cache.assign(h.partition_leader_epoch, h.base_offset);
+        })?;
         Ok(cache)
     }
 
@@ -406,12 +402,15 @@ impl Log {
                 segment_bytes: self.config.segment_bytes,
             });
         }
-        let mut incoming_max_timestamp = -1;
-        let mut at = 0;
-        while let Ok(h) = BatchHeader::parse(&records[at.min(records.len())..]) {
-            incoming_max_timestamp = incoming_max_timestamp.max(h.max_timestamp);
+        // The callers validated every batch: parse the headers once, for the roll and the tracking.
+        let mut headers = Vec::new();
+        let mut at = 0usize;
+        while at < records.len() {
+            let h = BatchHeader::parse(&records[at..]).expect("validated before writing");
+            headers.push((at, h));
             at += h.total_bytes();
         }
+        let incoming_max_timestamp = headers.iter().map(|(_, h)| h.max_timestamp).max().unwrap_or(-1);
         if self.should_roll(total, incoming_max_timestamp) {
             self.roll(disk, now_ms)?;
         }
@@ -437,16 +436,13 @@ impl Log {
             return Err(LogError::Failed(why));
         }
         seg.dirty = true;
-        let mut at = 0usize;
         let mut span: Option<(Offset, Offset)> = None;
         let mut epochs_changed = false;
-        while at < records.len() {
-            let h = BatchHeader::parse(&records[at..]).expect("validated before writing");
-            seg.track(&h, position + at as u64, interval);
+        for (at, h) in &headers {
+            seg.track(h, position + *at as u64, interval);
             epochs_changed |= self.epochs.assign(h.partition_leader_epoch, h.base_offset);
             self.unflushed_records += u64::from(h.record_count.max(0).unsigned_abs());
             span = Some((span.map_or(h.base_offset, |s| s.0), h.last_offset()));
-            at += h.total_bytes();
         }
         let (base_offset, last_offset) = span.expect("a validated record set has a batch");
         if epochs_changed {
