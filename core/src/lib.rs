@@ -8,6 +8,7 @@
 
 pub mod broker;
 pub mod client;
+pub mod cluster;
 pub mod disk;
 pub mod error_code;
 pub mod group;

@@ -1,0 +1,230 @@
+//! The cluster's shared vocabulary: where each piece of cluster state lives in the coordinator's
+//! tree, and the records stored there. The coordinator (`coord`), the controller (`controller`)
+//! and the brokers' replication (`broker`) all speak these; none of them owns them.
+//!
+//! The layout follows Kafka's ZooKeeper mode, so a reader who knows `/brokers/ids` knows this:
+//!
+//! | path | kind | data |
+//! |---|---|---|
+//! | `/cluster/id` | persistent | the cluster id (text) |
+//! | `/brokers/ids/{id}` | ephemeral (the broker's session) | [`BrokerRegistration`] |
+//! | `/controller` | ephemeral (the controller's session) | the controller's broker id (text) |
+//! | `/controller_epoch` | persistent | the controller epoch (text); every controller write checks its version |
+//! | `/brokers/topics/{topic}` | persistent | [`TopicRecord`] (id, replica assignment, configs) |
+//! | `/brokers/topics/{topic}/partitions/{p}/state` | persistent | [`PartitionState`] |
+//! | `/admin/delete_topics/{topic}` | persistent | empty: a deletion the controller carries out |
+//!
+//! Records are encoded as `key=value` lines (text, like Kafka's JSON, and as easy to read in a
+//! replay trace). Decoding is total: bad bytes give `None`, never a panic.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::ids::{BrokerId, LeaderEpoch};
+
+pub const CLUSTER_ID_PATH: &str = "/cluster/id";
+pub const BROKER_IDS_PATH: &str = "/brokers/ids";
+pub const CONTROLLER_PATH: &str = "/controller";
+pub const CONTROLLER_EPOCH_PATH: &str = "/controller_epoch";
+pub const TOPICS_PATH: &str = "/brokers/topics";
+pub const DELETE_TOPICS_PATH: &str = "/admin/delete_topics";
+
+pub fn broker_path(id: BrokerId) -> String {
+    format!("{BROKER_IDS_PATH}/{}", id.0)
+}
+
+pub fn topic_path(topic: &str) -> String {
+    format!("{TOPICS_PATH}/{topic}")
+}
+
+pub fn partitions_path(topic: &str) -> String {
+    format!("{TOPICS_PATH}/{topic}/partitions")
+}
+
+pub fn partition_path(topic: &str, partition: i32) -> String {
+    format!("{TOPICS_PATH}/{topic}/partitions/{partition}")
+}
+
+pub fn partition_state_path(topic: &str, partition: i32) -> String {
+    format!("{TOPICS_PATH}/{topic}/partitions/{partition}/state")
+}
+
+/// A live broker, as it registers itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BrokerRegistration {
+    pub id: BrokerId,
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
+}
+
+/// A topic: its id, where each partition's replicas live (the first is the preferred leader),
+/// and its per-topic configs (Kafka names).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicRecord {
+    /// 32 hex digits.
+    pub topic_id_hex: String,
+    /// Partition index -> replicas, in preference order.
+    pub assignment: BTreeMap<i32, Vec<BrokerId>>,
+    pub configs: BTreeMap<String, String>,
+}
+
+/// One partition's leadership, as the controller (leader, epoch) and the leader (ISR) write it.
+/// Writers compare-and-set on the znode's version, so a stale writer's update is rejected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionState {
+    /// `None` when no eligible replica is alive (the partition is offline).
+    pub leader: Option<BrokerId>,
+    /// Bumped by every leader change; replicas and clients fence on it (KIP-101, KIP-320).
+    pub leader_epoch: LeaderEpoch,
+    /// In-sync replicas; always contains the leader when there is one.
+    pub isr: Vec<BrokerId>,
+    /// The controller epoch of the controller that last elected a leader here.
+    pub controller_epoch: i32,
+}
+
+fn ids_text(ids: &[BrokerId]) -> String {
+    ids.iter().map(|b| b.0.to_string()).collect::<Vec<_>>().join(",")
+}
+
+fn parse_ids(text: &str) -> Option<Vec<BrokerId>> {
+    if text.is_empty() {
+        return Some(Vec::new());
+    }
+    text.split(',').map(|s| s.parse::<i32>().ok().map(BrokerId)).collect()
+}
+
+fn lines(bytes: &[u8]) -> Option<BTreeMap<&str, &str>> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let mut map = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.is_empty()) {
+        let (k, v) = line.split_once('=')?;
+        if map.insert(k, v).is_some() {
+            return None;
+        }
+    }
+    Some(map)
+}
+
+impl BrokerRegistration {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut s = format!("id={}\nhost={}\nport={}\n", self.id.0, self.host, self.port);
+        if let Some(rack) = &self.rack {
+            let _ = writeln!(s, "rack={rack}");
+        }
+        s.into_bytes()
+    }
+
+    pub fn decode(bytes: &[u8]) -> Option<BrokerRegistration> {
+        let m = lines(bytes)?;
+        Some(BrokerRegistration {
+            id: BrokerId(m.get("id")?.parse().ok()?),
+            host: m.get("host")?.to_string(),
+            port: m.get("port")?.parse().ok()?,
+            rack: m.get("rack").map(|r| r.to_string()),
+        })
+    }
+}
+
+impl TopicRecord {
+    /// `id=<hex>`, one `p<N>=<replicas>` line per partition, one `config.<name>=<value>` per config.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut s = format!("id={}\n", self.topic_id_hex);
+        for (p, replicas) in &self.assignment {
+            let _ = writeln!(s, "p{p}={}", ids_text(replicas));
+        }
+        for (k, v) in &self.configs {
+            let _ = writeln!(s, "config.{k}={v}");
+        }
+        s.into_bytes()
+    }
+
+    pub fn decode(bytes: &[u8]) -> Option<TopicRecord> {
+        let m = lines(bytes)?;
+        let mut record = TopicRecord {
+            topic_id_hex: m.get("id")?.to_string(),
+            assignment: BTreeMap::new(),
+            configs: BTreeMap::new(),
+        };
+        for (k, v) in m {
+            if let Some(name) = k.strip_prefix("config.") {
+                record.configs.insert(name.to_string(), v.to_string());
+            } else if let Some(p) = k.strip_prefix('p') {
+                record.assignment.insert(p.parse().ok()?, parse_ids(v)?);
+            } else if k != "id" {
+                return None;
+            }
+        }
+        Some(record)
+    }
+}
+
+impl PartitionState {
+    pub fn encode(&self) -> Vec<u8> {
+        let leader = self.leader.map_or(-1, |b| b.0);
+        format!(
+            "leader={leader}\nleader_epoch={}\nisr={}\ncontroller_epoch={}\n",
+            self.leader_epoch.0,
+            ids_text(&self.isr),
+            self.controller_epoch
+        )
+        .into_bytes()
+    }
+
+    pub fn decode(bytes: &[u8]) -> Option<PartitionState> {
+        let m = lines(bytes)?;
+        let leader: i32 = m.get("leader")?.parse().ok()?;
+        Some(PartitionState {
+            leader: (leader >= 0).then_some(BrokerId(leader)),
+            leader_epoch: LeaderEpoch(m.get("leader_epoch")?.parse().ok()?),
+            isr: parse_ids(m.get("isr")?)?,
+            controller_epoch: m.get("controller_epoch")?.parse().ok()?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_bad_bytes_decode_to_none() {
+        let reg = BrokerRegistration {
+            id: BrokerId(2),
+            host: "10.0.0.3".into(),
+            port: 9092,
+            rack: None,
+        };
+        assert_eq!(BrokerRegistration::decode(&reg.encode()), Some(reg));
+        let topic = TopicRecord {
+            topic_id_hex: "00112233445566778899aabbccddeeff".into(),
+            assignment: [(0, vec![BrokerId(1), BrokerId(2)]), (1, vec![BrokerId(2), BrokerId(0)])].into(),
+            configs: [("min.insync.replicas".to_string(), "2".to_string())].into(),
+        };
+        assert_eq!(TopicRecord::decode(&topic.encode()), Some(topic));
+        let state = PartitionState {
+            leader: Some(BrokerId(1)),
+            leader_epoch: LeaderEpoch(4),
+            isr: vec![BrokerId(1), BrokerId(2)],
+            controller_epoch: 3,
+        };
+        assert_eq!(PartitionState::decode(&state.encode()), Some(state));
+        let offline = PartitionState {
+            leader: None,
+            leader_epoch: LeaderEpoch(5),
+            isr: vec![],
+            controller_epoch: 3,
+        };
+        assert_eq!(PartitionState::decode(&offline.encode()), Some(offline));
+        for bad in [
+            &b"leader=x\n"[..],
+            b"\xff\xfe",
+            b"leader=1\nleader=2\n",
+            b"id=1\nhost=h\n",
+        ] {
+            assert_eq!(PartitionState::decode(bad), None);
+            assert_eq!(BrokerRegistration::decode(bad), None);
+        }
+        assert_eq!(TopicRecord::decode(b"id=ab\npx=1\n"), None);
+    }
+}
