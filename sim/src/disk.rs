@@ -12,8 +12,8 @@
 //! | `crash` | restart of the node | unsynced writes dropped or torn, unsynced truncations maybe undone |
 //!
 //! Latency: the `Disk` trait is synchronous, so the disk does not sleep; it adds up what each call
-//! would have cost (`latency_us_*`) and the node's driver sleeps `take_latency_us()` of virtual
-//! time after its disk work. The disk survives restarts of its node: the simulator keeps it
+//! would have cost (`latency_us_*`), and the node's next outgoing frame waits that long in virtual
+//! time (`SimConnection::send` takes it through `NodeState::take_disk_latency_ms`). The disk survives restarts of its node: the simulator keeps it
 //! outside the node's state.
 
 use gregor_core::disk::mem::{CrashMode, MemDisk};

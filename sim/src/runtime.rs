@@ -20,8 +20,10 @@
 //!   its body is read; frames over `i32::MAX` bytes (Kafka's length is an int32) are refused by
 //!   `send`.
 //! - `with_disk` lends the node's [`SimDisk`] under a lock: `f` must not call `with_disk` again.
-//!   The disk adds up the latency its calls would cost; sleeping it is the caller's business
-//!   (`SimDisk::take_latency_us`).
+//!   The disk adds up the latency its calls would cost (`SimDisk::take_latency_us`); the node's
+//!   next outgoing frame waits for it, whole milliseconds at a time (madsim sleeps at least 1 ms;
+//!   the remainder carries over). So an answer that followed an fsync leaves after the fsync's
+//!   cost, and a node that does more disk work answers later: disk time shows in virtual time.
 //! - `random_u64` draws from the node's [`Purpose::Runtime`] stream. The stream continues across
 //!   restarts, like the entropy a real process would draw afresh.
 //!
@@ -29,7 +31,7 @@
 //! disk's own faults; the byte stream itself is never corrupted here.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -60,6 +62,8 @@ pub struct NodeState {
     disk: Mutex<SimDisk>,
     rng: Mutex<ChaCha8Rng>,
     skew_ms: AtomicI64,
+    /// Disk latency taken from the disk but not yet slept (less than 1 ms).
+    disk_latency_carry_us: AtomicU64,
 }
 
 impl NodeState {
@@ -71,7 +75,17 @@ impl NodeState {
             disk: Mutex::new(disk),
             rng: Mutex::new(seed::stream(seed, index, Purpose::Runtime)),
             skew_ms: AtomicI64::new(0),
+            disk_latency_carry_us: AtomicU64::new(0),
         }
+    }
+
+    /// Takes the disk latency accrued since the last call, in whole milliseconds; the remainder
+    /// below 1 ms carries over to the next call.
+    pub fn take_disk_latency_ms(&self) -> u64 {
+        let taken_us = self.with_disk(|d| d.take_latency_us());
+        let total_us = taken_us + self.disk_latency_carry_us.load(Ordering::Relaxed);
+        self.disk_latency_carry_us.store(total_us % 1000, Ordering::Relaxed);
+        total_us / 1000
     }
 
     pub fn index(&self) -> u64 {
@@ -167,7 +181,7 @@ impl Runtime for SimRuntime {
 
     async fn connect(&self, addr: &str) -> Result<SimConnection, NetError> {
         let stream = TcpStream::connect(addr).await.map_err(|e| io_to_net(addr, e))?;
-        Ok(SimConnection::new(stream, addr.to_string(), self.state.frame_bytes_max))
+        Ok(SimConnection::new(stream, addr.to_string(), self.state.clone()))
     }
 
     async fn listen(&self, addr: &str) -> Result<SimListener, NetError> {
@@ -175,7 +189,7 @@ impl Runtime for SimRuntime {
         Ok(SimListener {
             listener,
             addr: addr.to_string(),
-            frame_bytes_max: self.state.frame_bytes_max,
+            state: self.state.clone(),
         })
     }
 
@@ -197,7 +211,7 @@ impl Runtime for SimRuntime {
 pub struct SimListener {
     listener: TcpListener,
     addr: String,
-    frame_bytes_max: u64,
+    state: Arc<NodeState>,
 }
 
 impl Listener for SimListener {
@@ -205,7 +219,7 @@ impl Listener for SimListener {
 
     async fn accept(&mut self) -> Result<SimConnection, NetError> {
         let (stream, peer) = self.listener.accept().await.map_err(|e| io_to_net(&self.addr, e))?;
-        Ok(SimConnection::new(stream, peer.to_string(), self.frame_bytes_max))
+        Ok(SimConnection::new(stream, peer.to_string(), self.state.clone()))
     }
 }
 
@@ -217,14 +231,17 @@ pub struct SimConnection {
     stream: Option<TcpStream>,
     peer: String,
     frame_bytes_max: u64,
+    /// The node this end lives on: its disk latency delays this end's sends.
+    state: Arc<NodeState>,
 }
 
 impl SimConnection {
-    fn new(stream: TcpStream, peer: String, frame_bytes_max: u64) -> Self {
+    fn new(stream: TcpStream, peer: String, state: Arc<NodeState>) -> Self {
         SimConnection {
             stream: Some(stream),
             peer,
-            frame_bytes_max,
+            frame_bytes_max: state.frame_bytes_max,
+            state,
         }
     }
 
@@ -285,6 +302,10 @@ impl SimConnection {
 
 impl Connection for SimConnection {
     async fn send(&mut self, frame: Bytes) -> Result<(), NetError> {
+        let disk_ms = self.state.take_disk_latency_ms();
+        if disk_ms > 0 {
+            madsim::time::sleep(Duration::from_millis(disk_ms)).await;
+        }
         let result = self.send_inner(frame).await;
         // An oversized outgoing frame is refused without touching the stream; it stays usable.
         if matches!(result, Err(ref e) if !matches!(e, NetError::FrameTooLarge { .. })) {

@@ -454,3 +454,56 @@ fn paused_node_answers_only_after_resume() {
         assert_eq!(answer, Ok(Ok(Some(Bytes::from_static(b"hello?")))));
     });
 }
+
+/// Echoes every frame after `syncs_per_frame` appends+fsyncs on the node's disk.
+async fn syncing_echo_server<R: Runtime>(rt: R, addr: String, syncs_per_frame: u32) {
+    let mut listener = rt.listen(&addr).await.expect("listen");
+    let mut conn = listener.accept().await.expect("accept");
+    rt.with_disk(|d| d.create("wal").expect("create"));
+    while let Ok(Some(frame)) = conn.recv().await {
+        for _ in 0..syncs_per_frame {
+            rt.with_disk(|d| {
+                d.append("wal", &frame).expect("append");
+                d.sync("wal").expect("sync");
+            });
+        }
+        if conn.send(frame).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Round trip of one small frame to a server that does `syncs` fsyncs before answering, in
+/// virtual ms.
+fn round_trip_ms_with_syncs(syncs: u32) -> u64 {
+    run_seed(11, move |world| async move {
+        let mut config = NodeConfig::named("server");
+        config.disk_latency.latency_us_sync = 1_000;
+        let addr = world.addr(NodeIndex(world.node_count()), PORT);
+        let server = world.add_node_with(config, move |rt| syncing_echo_server(rt, addr.clone(), syncs));
+        let client = idle_node(&world, "client");
+        settle().await;
+        let addr = world.addr(server, PORT);
+        world
+            .spawn_on(client, move |rt| async move {
+                let mut conn = rt.connect(&addr).await.expect("connect");
+                let start = rt.monotonic_ms();
+                conn.send(Bytes::from_static(b"x")).await.expect("send");
+                conn.recv().await.expect("recv").expect("echo");
+                rt.monotonic_ms() - start
+            })
+            .await
+            .expect("client task ran")
+    })
+}
+
+#[test]
+fn disk_latency_delays_the_nodes_next_answer() {
+    // Each network hop costs 1-10 ms (madsim's latency range in `WorldConfig`), so a round trip
+    // without disk work stays under 25 ms and one after 50 fsyncs of 1 ms takes at least 52.
+    let without = round_trip_ms_with_syncs(0);
+    let with = round_trip_ms_with_syncs(50);
+    println!("round trip: {without} ms without fsync, {with} ms after 50 fsyncs of 1 ms");
+    assert!(without < 25, "no disk work, no disk delay");
+    assert!(with >= 52, "50 ms of fsync must show in virtual time");
+}
