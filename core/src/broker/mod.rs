@@ -746,3 +746,6 @@ mod tests;
 
 #[cfg(test)]
 mod idempotence_tests;
+
+#[cfg(test)]
+mod replication_tests;

@@ -273,10 +273,9 @@ impl Broker {
         let repl = part.repl.get_or_insert_with(Replication::offline);
         let held = part.leader_epoch;
         let fresh = matches!(repl.role, Role::Offline) && repl.zk_version < 0;
-        if !fresh {
-            if state.leader_epoch < held || (state.leader_epoch == held && zk_version <= repl.zk_version) {
-                return Ok(());
-            }
+        let stale = state.leader_epoch < held || (state.leader_epoch == held && zk_version <= repl.zk_version);
+        if !fresh && stale {
+            return Ok(());
         }
         let same_role = !fresh
             && state.leader_epoch == held
@@ -567,7 +566,10 @@ impl Broker {
                 })
                 .collect();
             for (id, f) in followers.iter() {
-                if !isr.contains(id) && f.leo >= hw && f.leo >= *epoch_start && hw >= *epoch_start {
+                // Kafka's rule, plus not lagging by the shrink rule (or it would flap in and out).
+                let reached_hw = f.leo >= hw && f.leo >= *epoch_start && hw >= *epoch_start;
+                let lagging = now_ms.saturating_sub(f.last_caught_up_ms) > lag_max;
+                if !isr.contains(id) && reached_hw && !lagging {
                     isr.push(*id);
                 }
             }
