@@ -679,9 +679,6 @@ impl Broker {
             .flatten()
             .min();
         let mut next = flush.map_or(self.next_retention_check_ms, |f| f.min(self.next_retention_check_ms));
-        if let Some(lag) = self.isr_lag_deadline_ms() {
-            next = next.min(lag);
-        }
         if self.hw_checkpoint_dirty {
             next = next.min(self.next_hw_checkpoint_ms);
         }

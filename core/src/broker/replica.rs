@@ -614,8 +614,10 @@ impl Broker {
         }
     }
 
-    /// The earliest time a follower may fall out of the ISR (for [`Broker::poll_timeout`]).
-    pub(crate) fn isr_lag_deadline_ms(&self) -> Option<i64> {
+    /// The earliest time a follower may fall out of the ISR: when the integrator should next
+    /// call [`Broker::poll_isr_proposals`] (besides after fetches). Not part of
+    /// [`Broker::poll_timeout`]: `handle_timeout` does not act on it.
+    pub fn next_isr_check_ms(&self) -> Option<i64> {
         let lag_max = self.config.replica_lag_time_max_ms;
         self.partitions
             .values()

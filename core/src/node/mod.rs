@@ -9,6 +9,7 @@
 //! (`Rc<RefCell<_>>`); no borrow is held across an `.await`.
 
 pub mod handlers;
+pub mod replica_fetcher;
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -270,3 +271,6 @@ async fn handle_frame<R: Runtime>(rt: &R, broker: &SharedBroker, config: &NodeCo
 
 #[cfg(test)]
 mod driver_tests;
+
+#[cfg(test)]
+mod replication_node_tests;
