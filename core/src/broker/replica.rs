@@ -28,12 +28,15 @@
 
 use std::collections::BTreeMap;
 
-use super::{log_error_code, topic, Broker, BrokerError, PartitionState as Part, TopicId, TopicMeta};
+use super::{
+    log_error_code, topic, Broker, BrokerError, PartitionState as Part, ProducerStateTable, TopicId, TopicMeta,
+};
 use crate::cluster::{BrokerRegistration, PartitionState, TopicRecord};
 use crate::disk::Disk;
 use crate::error_code::ErrorCode;
 use crate::ids::{BrokerId, LeaderEpoch, Offset};
 use crate::log::{Log, LogError};
+use crate::record::BatchHeader;
 
 /// The broker-wide high watermark checkpoint file.
 pub const HW_CHECKPOINT_FILE: &str = "replication-offset-checkpoint";
@@ -332,6 +335,7 @@ impl Broker {
                     TruncationPolicy::HighWatermark => {
                         let hw = part.high_watermark;
                         part.log.truncate_to(disk, hw).map_err(log_err)?;
+                        part.producers = ProducerStateTable::rebuild(disk, &part.log).map_err(log_err)?;
                         Phase::Fetching
                     }
                     TruncationPolicy::LeaderEpoch if part.log.latest_epoch().is_none() => Phase::Fetching,
@@ -700,13 +704,13 @@ impl Broker {
         }
     }
 
-    /// A fetcher error from the leader: fencing and leadership errors wait for new partition
-    /// state; others (UNKNOWN_LEADER_EPOCH: the leader has not heard yet) retry.
+    /// A fetcher error from the leader. FENCED_LEADER_EPOCH (our state is stale) waits for new
+    /// partition state. NOT_LEADER_OR_FOLLOWER, UNKNOWN_LEADER_EPOCH and UNKNOWN_TOPIC_OR_PARTITION
+    /// mean the leader has not applied this epoch's state yet (states reach brokers at different
+    /// times): the fetcher retries after its backoff, and new state replaces the task anyway.
     fn follower_error(part: &mut Part, code: ErrorCode) {
         match code {
-            ErrorCode::FencedLeaderEpoch | ErrorCode::NotLeaderOrFollower | ErrorCode::UnknownTopicOrPartition => {
-                Self::set_phase(part, Phase::AwaitingState)
-            }
+            ErrorCode::FencedLeaderEpoch => Self::set_phase(part, Phase::AwaitingState),
             ErrorCode::OffsetOutOfRange => Self::set_phase(part, Phase::Truncating),
             _ => {}
         }
@@ -745,7 +749,11 @@ impl Broker {
             end
         };
         let target = target.min(part.log.log_end_offset());
-        part.log.truncate_to(disk, target)?;
+        if target < part.log.log_end_offset() {
+            part.log.truncate_to(disk, target)?;
+            // Producer state may name batches that were cut: rebuild it from what is left.
+            part.producers = ProducerStateTable::rebuild(disk, &part.log)?;
+        }
         part.high_watermark = part.high_watermark.min(part.log.log_end_offset());
         Self::set_phase(part, Phase::Fetching);
         self.hw_checkpoint_dirty = true;
@@ -780,6 +788,13 @@ impl Broker {
         }
         if !records.is_empty() {
             let info = part.log.append_replicated(disk, records, now_ms)?;
+            // Keep the idempotence state a new leader needs to dedupe producer retries.
+            let mut at = 0;
+            while at < records.len() {
+                let h = BatchHeader::parse(&records[at..]).expect("the log validated and wrote this set");
+                part.producers.record(&h);
+                at += h.total_bytes();
+            }
             if info.flush_due {
                 part.log.flush(disk)?;
             }
