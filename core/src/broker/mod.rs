@@ -20,11 +20,14 @@
 //! The group coordinator ([`crate::group`]) lives here too, so it opens (replaying committed
 //! offsets) with the partitions and its session/rebalance deadlines join [`Broker::poll_timeout`].
 //!
-//! Replication is not here yet: every partition is led by this broker with an ISR of itself, so
-//! the high watermark follows the log end.
+//! A partition is single-node (led by this broker with an ISR of itself, so the high watermark
+//! follows the log end) unless the coordinator made it a replicated one through
+//! [`Broker::apply_partition_state`]; [`replica`] owns everything about those (followers, HW,
+//! ISR proposals, truncation, fencing).
 
 pub mod producer_ids;
 pub mod producer_state;
+pub mod replica;
 pub mod topic;
 
 use std::collections::BTreeMap;
@@ -40,6 +43,8 @@ use crate::record::{self, BatchError, BatchHeader};
 use producer_ids::ProducerIdAllocator;
 pub use producer_state::ProducerStateTable;
 use producer_state::Verdict;
+use replica::Replication;
+pub use replica::{AckWait, ClusterView, FollowerAction, FollowerTask, IsrProposal, IsrUpdateResult, TruncationPolicy};
 pub use topic::TopicId;
 
 /// Broker-wide settings, with Kafka's server.properties names.
@@ -63,6 +68,13 @@ pub struct BrokerConfig {
     pub partitions_per_topic_max: i32,
     /// `group.*` settings of the group coordinator.
     pub group: GroupConfig,
+    /// `replica.lag.time.max.ms`: a follower not caught up for this long leaves the ISR.
+    pub replica_lag_time_max_ms: i64,
+    /// `replica.high.watermark.checkpoint.interval.ms`
+    pub hw_checkpoint_interval_ms: i64,
+    /// How a follower truncates on a leader change. Only code sets this (the simulator's
+    /// mutant); no configuration key parses to [`TruncationPolicy::HighWatermark`].
+    pub truncation: TruncationPolicy,
 }
 
 impl Default for BrokerConfig {
@@ -77,6 +89,9 @@ impl Default for BrokerConfig {
             partitions_max: 10_000,
             partitions_per_topic_max: 1_000,
             group: GroupConfig::default(),
+            replica_lag_time_max_ms: 30_000,
+            hw_checkpoint_interval_ms: 5_000,
+            truncation: TruncationPolicy::LeaderEpoch,
         }
     }
 }
@@ -103,6 +118,8 @@ pub struct TopicMeta {
     pub overrides: BTreeMap<String, String>,
     pub log_config: LogConfig,
     pub min_insync_replicas: i32,
+    /// Placed by the controller (its partitions live on several brokers), not created here.
+    pub replicated: bool,
 }
 
 struct PartitionState {
@@ -110,6 +127,8 @@ struct PartitionState {
     leader_epoch: LeaderEpoch,
     high_watermark: Offset,
     producers: ProducerStateTable,
+    /// `None` for a single-node partition.
+    repl: Option<Replication>,
 }
 
 /// A successful produce to one partition.
@@ -117,6 +136,10 @@ struct PartitionState {
 pub struct ProduceOk {
     pub base_offset: Offset,
     pub log_start_offset: Offset,
+    /// One past the last offset written: an acks=all reply waits until the HW reaches it.
+    pub end_offset: Offset,
+    /// The leader epoch the append was made in.
+    pub leader_epoch: LeaderEpoch,
 }
 
 /// A successful fetch from one partition: `slice` is a region of a segment file.
@@ -141,6 +164,9 @@ pub struct Broker {
     producer_ids: ProducerIdAllocator,
     next_retention_check_ms: i64,
     groups: GroupCoordinator,
+    cluster_view: Option<ClusterView>,
+    hw_checkpoint_dirty: bool,
+    next_hw_checkpoint_ms: i64,
     /// Things found at startup that an operator should hear about.
     pub startup_warnings: Vec<String>,
 }
@@ -148,6 +174,9 @@ pub struct Broker {
 fn metadata_bytes(meta: &TopicMeta) -> Vec<u8> {
     let mut out = topic::encode_metadata(meta.id);
     out.extend_from_slice(format!("partitions: {}\n", meta.partitions).as_bytes());
+    if meta.replicated {
+        out.extend_from_slice(format!("replicated: {}\n", meta.replication_factor).as_bytes());
+    }
     for (k, v) in &meta.overrides {
         out.extend_from_slice(format!("config: {k}={v}\n").as_bytes());
     }
@@ -180,7 +209,20 @@ impl Broker {
             partitions: BTreeMap::new(),
             producer_ids: ProducerIdAllocator::open(disk).map_err(BrokerError::ProducerIds)?,
             groups,
+            cluster_view: None,
+            hw_checkpoint_dirty: false,
+            next_hw_checkpoint_ms: now_ms,
             startup_warnings: Vec::new(),
+        };
+        let checkpoint = match disk.read_all(replica::HW_CHECKPOINT_FILE) {
+            Ok(bytes) => replica::decode_hw_checkpoint(&bytes).unwrap_or_else(|| {
+                broker.startup_warnings.push(format!(
+                    "{} is malformed; high watermarks restart at 0",
+                    replica::HW_CHECKPOINT_FILE
+                ));
+                BTreeMap::new()
+            }),
+            Err(_) => BTreeMap::new(),
         };
         for dir in disk.list("")? {
             let Some((name, partition)) = topic::parse_partition_dir(&dir) else {
@@ -214,7 +256,13 @@ impl Broker {
                 indexes_rebuilt = r.indexes_rebuilt,
                 "partition recovered"
             );
-            let high_watermark = log.log_end_offset();
+            // A replica trusts only its checkpointed HW (Kafka's rule); a single node owns it all.
+            let (high_watermark, repl) = if meta.replicated {
+                let hw = checkpoint.get(&(name.clone(), partition)).copied().unwrap_or(Offset(0));
+                (hw.min(log.log_end_offset()), Some(Replication::offline()))
+            } else {
+                (log.log_end_offset(), None)
+            };
             let leader_epoch = log.latest_epoch().unwrap_or_default();
             let producers = ProducerStateTable::rebuild(disk, &log).map_err(|source| BrokerError::Log {
                 dir: dir.clone(),
@@ -228,12 +276,14 @@ impl Broker {
                     leader_epoch,
                     high_watermark,
                     producers,
+                    repl,
                 },
             );
         }
         let incomplete: Vec<String> = broker
             .topics
             .iter()
+            .filter(|(_, meta)| !meta.replicated)
             .filter(|(name, meta)| (0..meta.partitions).any(|p| !broker.partitions.contains_key(&((*name).clone(), p))))
             .map(|(name, _)| name.clone())
             .collect();
@@ -260,10 +310,13 @@ impl Broker {
         let id = topic::decode_metadata(bytes)?;
         let text = std::str::from_utf8(bytes).ok()?;
         let mut partitions = None;
+        let mut replicated = None;
         let mut overrides = BTreeMap::new();
         for line in text.lines().skip(2) {
             if let Some(n) = line.strip_prefix("partitions: ") {
                 partitions = n.parse().ok();
+            } else if let Some(n) = line.strip_prefix("replicated: ") {
+                replicated = Some(n.parse::<i16>().ok()?);
             } else if let Some(kv) = line.strip_prefix("config: ") {
                 let (k, v) = kv.split_once('=')?;
                 overrides.insert(k.to_string(), v.to_string());
@@ -275,10 +328,11 @@ impl Broker {
         Some(TopicMeta {
             id,
             partitions: partitions?,
-            replication_factor: 1,
+            replication_factor: replicated.unwrap_or(1),
             overrides,
             log_config,
             min_insync_replicas,
+            replicated: replicated.is_some(),
         })
     }
 
@@ -388,6 +442,7 @@ impl Broker {
             overrides,
             log_config,
             min_insync_replicas,
+            replicated: false,
         };
         for p in 0..partitions {
             self.create_partition(disk, name, p, &meta)
@@ -418,6 +473,7 @@ impl Broker {
                 leader_epoch: LeaderEpoch(0),
                 high_watermark: Offset(0),
                 producers: ProducerStateTable::default(),
+                repl: None,
             },
         );
         Ok(())
@@ -471,8 +527,15 @@ impl Broker {
             .partitions
             .get_mut(&(topic.to_string(), partition))
             .ok_or(ErrorCode::UnknownTopicOrPartition)?;
-        let isr_size = 1;
-        if acks == -1 && isr_size < min_isr {
+        if state
+            .repl
+            .as_ref()
+            .is_some_and(|r| !matches!(r.role, replica::Role::Leader { .. }))
+        {
+            return Err(ErrorCode::NotLeaderOrFollower);
+        }
+        let isr_size = Self::isr_size(state) as i64;
+        if acks == -1 && isr_size < i64::from(min_isr) {
             return Err(ErrorCode::NotEnoughReplicas);
         }
         // Only sets naming a producer pay for the producer checks, and for validating the set
@@ -483,9 +546,12 @@ impl Broker {
                 .map_err(|e| log_error_code(&LogError::Batch(e)))?;
             if let Verdict::Duplicate { base_offset } = state.producers.check(&headers)? {
                 // Kafka's answer to a retry of a batch already written: success, original offset.
+                // It waits like the original would: until the HW passes the log end.
                 return Ok(ProduceOk {
                     base_offset,
                     log_start_offset: state.log.log_start_offset(),
+                    end_offset: state.log.log_end_offset(),
+                    leader_epoch: state.leader_epoch,
                 });
             }
         }
@@ -505,10 +571,16 @@ impl Broker {
         if info.flush_due {
             state.log.flush(disk).map_err(|e| log_error_code(&e))?;
         }
-        state.high_watermark = state.log.log_end_offset();
+        if state.repl.is_none() {
+            state.high_watermark = state.log.log_end_offset();
+        } else if replica::maybe_advance_hw(state) {
+            self.hw_checkpoint_dirty = true;
+        }
         Ok(ProduceOk {
             base_offset: info.base_offset,
             log_start_offset: state.log.log_start_offset(),
+            end_offset: info.last_offset.plus(1),
+            leader_epoch: state.leader_epoch,
         })
     }
 
@@ -539,6 +611,7 @@ impl Broker {
         offset: Offset,
         max_bytes: u64,
     ) -> Result<FetchOk, ErrorCode> {
+        self.check_leader(topic, partition)?;
         let state = self.partition(topic, partition)?;
         if offset > state.high_watermark {
             return Err(ErrorCode::OffsetOutOfRange);
@@ -564,6 +637,7 @@ impl Broker {
         partition: i32,
         timestamp: i64,
     ) -> Result<(Offset, i64), ErrorCode> {
+        self.check_leader(topic, partition)?;
         let state = self.partition(topic, partition)?;
         match timestamp {
             LATEST_TIMESTAMP => Ok((state.high_watermark, -1)),
@@ -604,7 +678,10 @@ impl Broker {
             .flat_map(|p| [p.log.flush_deadline_ms(), p.log.closed_sync_deadline_ms()])
             .flatten()
             .min();
-        let next = flush.map_or(self.next_retention_check_ms, |f| f.min(self.next_retention_check_ms));
+        let mut next = flush.map_or(self.next_retention_check_ms, |f| f.min(self.next_retention_check_ms));
+        if self.hw_checkpoint_dirty {
+            next = next.min(self.next_hw_checkpoint_ms);
+        }
         Some(self.groups.poll_timeout().map_or(next, |g| g.min(next)))
     }
 
@@ -614,6 +691,12 @@ impl Broker {
     pub fn handle_timeout<D: Disk>(&mut self, disk: &mut D, now_ms: i64) -> Vec<(String, i32, LogError)> {
         self.groups.handle_timeout(now_ms);
         let mut failures = Vec::new();
+        if self.hw_checkpoint_dirty && now_ms >= self.next_hw_checkpoint_ms {
+            self.next_hw_checkpoint_ms = now_ms.saturating_add(self.config.hw_checkpoint_interval_ms);
+            if let Err(e) = self.checkpoint_high_watermarks(disk) {
+                tracing::warn!(error = %e, "high watermark checkpoint failed; retried next interval");
+            }
+        }
         let retention_due = now_ms >= self.next_retention_check_ms;
         if retention_due {
             self.next_retention_check_ms = now_ms.saturating_add(self.config.retention_check_interval_ms);
@@ -646,6 +729,11 @@ impl Broker {
                 failures.push((topic.clone(), *p, e));
             }
         }
+        if self.hw_checkpoint_dirty {
+            if let Err(e) = self.checkpoint_high_watermarks(disk) {
+                tracing::warn!(error = %e, "high watermark checkpoint failed at shutdown");
+            }
+        }
         failures
     }
 }
@@ -655,3 +743,6 @@ mod tests;
 
 #[cfg(test)]
 mod idempotence_tests;
+
+#[cfg(test)]
+mod replication_tests;

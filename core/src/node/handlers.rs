@@ -4,10 +4,11 @@
 
 pub mod groups;
 
+use crate::broker::{AckWait, ClusterView};
 use crate::broker::{Broker, TopicId};
 use crate::disk::Disk;
 use crate::error_code::ErrorCode;
-use crate::ids::Offset;
+use crate::ids::{BrokerId, LeaderEpoch, Offset};
 use crate::log::{Log, LogError};
 use crate::protocol::api::api_versions::{ApiVersion, ApiVersionsResponse};
 use crate::protocol::api::create_topics::{CreatableTopicResult, CreateTopicsRequest, CreateTopicsResponse};
@@ -19,10 +20,13 @@ use crate::protocol::api::list_offsets::{
 use crate::protocol::api::metadata::{
     MetadataBroker, MetadataPartition, MetadataRequest, MetadataResponse, MetadataTopic,
 };
+use crate::protocol::api::offset_for_leader_epoch::{
+    EpochEndOffset, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, OffsetForLeaderTopicResult,
+};
 use crate::protocol::api::produce::{ProducePartitionResponse, ProduceRequest, ProduceResponse, ProduceTopicResponse};
 use crate::protocol::api::{
     api_versions, create_topics, fetch, find_coordinator, heartbeat, init_producer_id, join_group, leave_group,
-    list_offsets, metadata, offset_commit, offset_fetch, produce, sync_group,
+    list_offsets, metadata, offset_commit, offset_fetch, offset_for_leader_epoch as ofle, produce, sync_group,
 };
 use crate::protocol::{supported_versions, Uuid};
 
@@ -51,6 +55,7 @@ pub const HANDLED_API_KEYS: &[i16] = &[
     leave_group::API_KEY,
     offset_commit::API_KEY,
     offset_fetch::API_KEY,
+    ofle::API_KEY,
 ];
 
 pub fn api_versions() -> ApiVersionsResponse {
@@ -109,6 +114,9 @@ pub fn metadata<D: Disk>(
     advertised: &Advertised,
     new_topic_id: impl FnMut() -> TopicId,
 ) -> MetadataResponse {
+    if let Some(view) = broker.cluster_view() {
+        return cluster_metadata(view, req, advertised);
+    }
     let mut new_topic_id = new_topic_id;
     let topics = match &req.topics {
         None => broker
@@ -163,22 +171,166 @@ pub fn metadata<D: Disk>(
     }
 }
 
+/// An acks=all partition whose answer waits for the high watermark.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingAck {
+    /// Where its answer is in the response.
+    pub topic_index: usize,
+    pub partition_index: usize,
+    pub topic: String,
+    pub partition: i32,
+    pub end_offset: Offset,
+    pub leader_epoch: LeaderEpoch,
+}
+
+fn view_topic(view: &ClusterView, name: &str) -> MetadataTopic {
+    let ids = |v: &[BrokerId]| v.iter().map(|b| b.0).collect::<Vec<i32>>();
+    let Some((record, states)) = view.topics.get(name) else {
+        return MetadataTopic {
+            error_code: ErrorCode::UnknownTopicOrPartition.code(),
+            name: Some(name.to_string()),
+            topic_id: Uuid::ZERO,
+            is_internal: false,
+            partitions: vec![],
+            topic_authorized_operations: i32::MIN,
+        };
+    };
+    let live = |b: &BrokerId| view.brokers.iter().any(|r| r.id == *b);
+    MetadataTopic {
+        error_code: 0,
+        name: Some(name.to_string()),
+        topic_id: TopicId::from_hex(&record.topic_id_hex).map_or(Uuid::ZERO, uuid),
+        is_internal: false,
+        partitions: record
+            .assignment
+            .iter()
+            .map(|(p, replicas)| {
+                let state = states.get(p);
+                let leader = state.and_then(|s| s.leader);
+                MetadataPartition {
+                    error_code: if leader.is_some() {
+                        0
+                    } else {
+                        ErrorCode::LeaderNotAvailable.code()
+                    },
+                    partition_index: *p,
+                    leader_id: leader.map_or(-1, |l| l.0),
+                    leader_epoch: state.map_or(-1, |s| s.leader_epoch.0),
+                    replica_nodes: ids(replicas),
+                    isr_nodes: state.map_or(vec![], |s| ids(&s.isr)),
+                    offline_replicas: replicas.iter().filter(|r| !live(r)).map(|r| r.0).collect(),
+                }
+            })
+            .collect(),
+        topic_authorized_operations: i32::MIN,
+    }
+}
+
+/// Metadata in cluster mode: every live broker and every partition, from the coordinator's
+/// state as last handed to the broker. Topics are not auto-created here (the controller
+/// creates topics).
+fn cluster_metadata(view: &ClusterView, req: &MetadataRequest, advertised: &Advertised) -> MetadataResponse {
+    let topics = match &req.topics {
+        None => view.topics.keys().map(|name| view_topic(view, name)).collect(),
+        Some(asked) => asked
+            .iter()
+            .map(|t| match &t.name {
+                Some(name) => view_topic(view, name),
+                None => {
+                    let found = view
+                        .topics
+                        .iter()
+                        .find(|(_, (r, _))| TopicId::from_hex(&r.topic_id_hex).map(|i| i.0) == Some(t.topic_id.0));
+                    match found {
+                        Some((name, _)) => view_topic(view, name),
+                        None => MetadataTopic {
+                            error_code: ErrorCode::UnknownTopicId.code(),
+                            name: None,
+                            topic_id: t.topic_id,
+                            is_internal: false,
+                            partitions: vec![],
+                            topic_authorized_operations: i32::MIN,
+                        },
+                    }
+                }
+            })
+            .collect(),
+    };
+    MetadataResponse {
+        throttle_time_ms: 0,
+        brokers: view
+            .brokers
+            .iter()
+            .map(|b| MetadataBroker {
+                node_id: b.id.0,
+                host: b.host.clone(),
+                port: b.port,
+                rack: b.rack.clone(),
+            })
+            .collect(),
+        cluster_id: Some(advertised.cluster_id.clone()),
+        controller_id: view.controller.map_or(-1, |c| c.0),
+        topics,
+        cluster_authorized_operations: i32::MIN,
+    }
+}
+
 /// Produce: appends each partition's record set. `None` for acks=0 (Kafka sends no response).
+/// An acks=all produce to a replicated partition is answered as if its HW were reached; the
+/// node uses [`produce_parked`] instead, which says which answers must wait.
 pub fn produce<D: Disk>(
     broker: &mut Broker,
     disk: &mut D,
     req: &ProduceRequest,
     now_ms: i64,
 ) -> Option<ProduceResponse> {
+    let (resp, _) = produce_parked(broker, disk, req, now_ms);
+    (req.acks != 0).then_some(resp)
+}
+
+/// Settles parked acks=all answers: done ones stay as they are, failed ones get their code,
+/// and with `timed_out` the rest get REQUEST_TIMED_OUT. Returns whether none is left waiting.
+pub fn settle_acks(
+    broker: &Broker,
+    resp: &mut ProduceResponse,
+    pending: &mut Vec<PendingAck>,
+    timed_out: bool,
+) -> bool {
+    pending.retain(|w| {
+        let code = match broker.acks_all_status(&w.topic, w.partition, w.end_offset, w.leader_epoch) {
+            AckWait::Done => return false,
+            AckWait::Pending if !timed_out => return true,
+            AckWait::Pending => ErrorCode::RequestTimedOut,
+            AckWait::Failed(code) => code,
+        };
+        let p = &mut resp.topics[w.topic_index].partitions[w.partition_index];
+        p.error_code = code.code();
+        p.base_offset = -1;
+        p.log_start_offset = -1;
+        false
+    });
+    pending.is_empty()
+}
+
+/// Produce, with the acks=all answers that must wait for the HW listed (see [`settle_acks`]).
+pub fn produce_parked<D: Disk>(
+    broker: &mut Broker,
+    disk: &mut D,
+    req: &ProduceRequest,
+    now_ms: i64,
+) -> (ProduceResponse, Vec<PendingAck>) {
+    let mut pending = Vec::new();
     let topics = req
         .topics
         .iter()
-        .map(|t| ProduceTopicResponse {
+        .enumerate()
+        .map(|(ti, t)| ProduceTopicResponse {
             name: t.name.clone(),
             partitions: t
                 .partitions
                 .iter()
-                .map(|p| {
+                .enumerate()
+                .map(|(pi, p)| {
                     let result = match (&req.transactional_id, &p.records) {
                         (Some(_), _) => Err((ErrorCode::InvalidRequest, "transactions are not supported")),
                         (None, None) => Err((ErrorCode::InvalidRecord, "null record set")),
@@ -189,6 +341,16 @@ pub fn produce<D: Disk>(
                                 .map_err(|code| (code, ""))
                         }
                     };
+                    if let (Ok(ok), -1) = (&result, req.acks) {
+                        pending.push(PendingAck {
+                            topic_index: ti,
+                            partition_index: pi,
+                            topic: t.name.clone(),
+                            partition: p.index,
+                            end_offset: ok.end_offset,
+                            leader_epoch: ok.leader_epoch,
+                        });
+                    }
                     match result {
                         Ok(ok) => ProducePartitionResponse {
                             index: p.index,
@@ -213,10 +375,12 @@ pub fn produce<D: Disk>(
                 .collect(),
         })
         .collect();
-    (req.acks != 0).then_some(ProduceResponse {
+    let mut resp = ProduceResponse {
         topics,
         throttle_time_ms: 0,
-    })
+    };
+    settle_acks(broker, &mut resp, &mut pending, false);
+    (resp, pending)
 }
 
 /// InitProducerId: a fresh producer id at epoch 0 for an idempotent producer. A transactional
@@ -296,7 +460,12 @@ pub fn fetch<D: Disk>(broker: &Broker, disk: &D, req: &FetchRequest, version: i1
                             }
                             return resp;
                         }
-                        match broker.fetch(disk, name, p.partition, Offset(p.fetch_offset), limit) {
+                        let read = if req.replica_id >= 0 {
+                            broker.replica_read(disk, name, p.partition, BrokerId(req.replica_id), Offset(p.fetch_offset), limit)
+                        } else {
+                            broker.fetch(disk, name, p.partition, Offset(p.fetch_offset), limit)
+                        };
+                        match read {
                             Ok(ok) => {
                                 resp.high_watermark = ok.high_watermark.0;
                                 resp.last_stable_offset = ok.last_stable_offset.0;
@@ -340,6 +509,80 @@ pub fn fetch<D: Disk>(broker: &Broker, disk: &D, req: &FetchRequest, version: i1
         },
         total,
     )
+}
+
+/// Fetch from a follower or a consumer: a follower's (replica_id >= 0) fetch offsets are
+/// recorded first (its progress, the HW), then everything is read as [`fetch`] does.
+pub fn fetch_recording<D: Disk>(
+    broker: &mut Broker,
+    disk: &D,
+    req: &FetchRequest,
+    version: i16,
+    now_ms: i64,
+) -> (FetchResponse, u64) {
+    if req.replica_id >= 0 {
+        for t in &req.topics {
+            let name = if version >= fetch::TOPIC_ID_MIN {
+                broker.topic_by_id(TopicId(t.topic_id.0)).map(|(n, _)| n.clone())
+            } else {
+                Some(t.topic.clone())
+            };
+            let Some(name) = name else { continue };
+            for p in &t.partitions {
+                if check_leader_epoch(broker, &name, p.partition, p.current_leader_epoch).is_ok() {
+                    // A refusal shows again, as the partition's error, when it is read.
+                    let _ = broker.record_follower_fetch(
+                        &name,
+                        p.partition,
+                        BrokerId(req.replica_id),
+                        Offset(p.fetch_offset),
+                        now_ms,
+                    );
+                }
+            }
+        }
+    }
+    fetch(broker, disk, req, version)
+}
+
+/// OffsetForLeaderEpoch: where each asked epoch ends in the leader's log (KIP-279).
+pub fn offset_for_leader_epoch(broker: &Broker, req: &OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse {
+    OffsetForLeaderEpochResponse {
+        throttle_time_ms: 0,
+        topics: req
+            .topics
+            .iter()
+            .map(|t| OffsetForLeaderTopicResult {
+                topic: t.topic.clone(),
+                partitions: t
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        let result = broker.offset_for_leader_epoch(
+                            &t.topic,
+                            p.partition,
+                            p.current_leader_epoch,
+                            LeaderEpoch(p.leader_epoch),
+                        );
+                        match result {
+                            Ok((epoch, end)) => EpochEndOffset {
+                                error_code: 0,
+                                partition: p.partition,
+                                leader_epoch: epoch.0,
+                                end_offset: end.0,
+                            },
+                            Err(code) => EpochEndOffset {
+                                error_code: code.code(),
+                                partition: p.partition,
+                                leader_epoch: -1,
+                                end_offset: -1,
+                            },
+                        }
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
 }
 
 /// KIP-320: a client that knows a newer epoch than ours is ahead of us (UNKNOWN_LEADER_EPOCH,

@@ -9,6 +9,7 @@
 //! (`Rc<RefCell<_>>`); no borrow is held across an `.await`.
 
 pub mod handlers;
+pub mod replica_fetcher;
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -171,11 +172,23 @@ async fn handle_frame<R: Runtime>(rt: &R, broker: &SharedBroker, config: &NodeCo
         Request::Metadata(req) => rt
             .with_disk(|disk| handlers::metadata(&mut broker.borrow_mut(), disk, req, &config.advertised, new_id))
             .encode(version),
-        Request::Produce(req) => match rt.with_disk(|disk| handlers::produce(&mut broker.borrow_mut(), disk, req, now))
-        {
-            Some(resp) => resp.encode(version),
-            None => return Outcome::NoReply,
-        },
+        Request::Produce(req) => {
+            let (mut resp, mut pending) =
+                rt.with_disk(|disk| handlers::produce_parked(&mut broker.borrow_mut(), disk, req, now));
+            if req.acks == 0 {
+                return Outcome::NoReply;
+            }
+            // acks=all on a replicated partition: parked until the HW passes the batch, the
+            // request's timeout, or a leadership change.
+            let timeout_ms = u64::try_from(req.timeout_ms.max(0)).unwrap_or(0);
+            let deadline = rt.monotonic_ms().saturating_add(timeout_ms);
+            while !pending.is_empty() {
+                rt.sleep(Duration::from_millis(config.fetch_poll_ms.max(1))).await;
+                let timed_out = rt.monotonic_ms() >= deadline;
+                handlers::settle_acks(&broker.borrow(), &mut resp, &mut pending, timed_out);
+            }
+            resp.encode(version)
+        }
         Request::Fetch(req) => {
             let wait_ms = u64::try_from(req.max_wait_ms.max(0))
                 .unwrap_or(0)
@@ -183,7 +196,9 @@ async fn handle_frame<R: Runtime>(rt: &R, broker: &SharedBroker, config: &NodeCo
             let deadline = rt.monotonic_ms().saturating_add(wait_ms);
             let min_bytes = u64::try_from(req.min_bytes.max(0)).unwrap_or(0);
             loop {
-                let (resp, bytes) = rt.with_disk(|disk| handlers::fetch(&broker.borrow(), disk, req, version));
+                let (resp, bytes) = rt.with_disk(|disk| {
+                    handlers::fetch_recording(&mut broker.borrow_mut(), disk, req, version, rt.now_ms())
+                });
                 let errors = resp
                     .topics
                     .iter()
@@ -247,6 +262,7 @@ async fn handle_frame<R: Runtime>(rt: &R, broker: &SharedBroker, config: &NodeCo
         Request::OffsetCommit(req) => rt
             .with_disk(|disk| handlers::groups::offset_commit(&mut broker.borrow_mut(), disk, req, now))
             .encode(version),
+        Request::OffsetForLeaderEpoch(req) => handlers::offset_for_leader_epoch(&broker.borrow(), req).encode(version),
         Request::OffsetFetch(req) => handlers::groups::offset_fetch(broker.borrow().groups(), req).encode(version),
         _ => return Outcome::Close(format!("api key {} is not served by this node", header.api_key)),
     };
@@ -255,3 +271,6 @@ async fn handle_frame<R: Runtime>(rt: &R, broker: &SharedBroker, config: &NodeCo
 
 #[cfg(test)]
 mod driver_tests;
+
+#[cfg(test)]
+mod replication_node_tests;

@@ -155,6 +155,7 @@ pub(crate) mod tests {
             ListOffsets(list_offsets),
             CreateTopics(create_topics),
             InitProducerId(init_producer_id),
+            OffsetForLeaderEpoch(offset_for_leader_epoch),
             FindCoordinator(find_coordinator),
             JoinGroup(join_group),
             SyncGroup(sync_group),

@@ -24,6 +24,7 @@ fn corpus() -> Vec<Vec<u8>> {
     frames.extend(api::leave_group::tests::sample_frames());
     frames.extend(api::sync_group::tests::sample_frames());
     frames.extend(api::init_producer_id::tests::sample_frames());
+    frames.extend(api::offset_for_leader_epoch::tests::sample_frames());
     frames.extend(api::offset_commit::tests::sample_frames());
     frames.extend(api::offset_fetch::tests::sample_frames());
     frames.extend(api::delete_topics::tests::sample_frames());

@@ -100,6 +100,7 @@ const SUPPORTED: &[ApiSupport] = &[
     support!("CreateTopics", create_topics),
     support!("DeleteTopics", delete_topics),
     support!("InitProducerId", init_producer_id),
+    support!("OffsetForLeaderEpoch", offset_for_leader_epoch),
     support!("DescribeConfigs", describe_configs),
 ];
 
@@ -132,6 +133,7 @@ pub enum Request {
     LeaveGroup(leave_group::LeaveGroupRequest),
     SyncGroup(sync_group::SyncGroupRequest),
     InitProducerId(init_producer_id::InitProducerIdRequest),
+    OffsetForLeaderEpoch(offset_for_leader_epoch::OffsetForLeaderEpochRequest),
 }
 
 macro_rules! request_dispatch {
@@ -170,6 +172,7 @@ request_dispatch!(
     LeaveGroup(leave_group),
     SyncGroup(sync_group),
     InitProducerId(init_producer_id),
+    OffsetForLeaderEpoch(offset_for_leader_epoch),
 );
 
 /// Decodes one request frame (without its length prefix). Record sets are copied out of
@@ -224,6 +227,9 @@ fn decode_with(mut r: Reader<'_>) -> Result<(RequestHeader, Request), DecodeErro
         leave_group::API_KEY => Request::LeaveGroup(leave_group::LeaveGroupRequest::decode(v, r)?),
         sync_group::API_KEY => Request::SyncGroup(sync_group::SyncGroupRequest::decode(v, r)?),
         init_producer_id::API_KEY => Request::InitProducerId(init_producer_id::InitProducerIdRequest::decode(v, r)?),
+        offset_for_leader_epoch::API_KEY => {
+            Request::OffsetForLeaderEpoch(offset_for_leader_epoch::OffsetForLeaderEpochRequest::decode(v, r)?)
+        }
         offset_commit::API_KEY => Request::OffsetCommit(offset_commit::OffsetCommitRequest::decode(v, r)?),
         offset_fetch::API_KEY => Request::OffsetFetch(offset_fetch::OffsetFetchRequest::decode(v, r)?),
         delete_topics::API_KEY => Request::DeleteTopics(delete_topics::DeleteTopicsRequest::decode(v, r)?),
@@ -316,6 +322,7 @@ responses! {
     CreateTopics(create_topics::CreateTopicsResponse),
     DeleteTopics(delete_topics::DeleteTopicsResponse),
     InitProducerId(init_producer_id::InitProducerIdResponse),
+    OffsetForLeaderEpoch(offset_for_leader_epoch::OffsetForLeaderEpochResponse),
     DescribeConfigs(describe_configs::DescribeConfigsResponse),
 }
 

@@ -1,0 +1,833 @@
+//! ISR replication of a partition across brokers (issue #4): the leader's view of its followers,
+//! the high watermark, ISR change proposals, and the follower's truncate-then-fetch cycle.
+//!
+//! Owns: the per-partition [`Replication`] state kept next to each replicated partition's log,
+//! and the [`Broker`] methods that drive it. A partition without `Replication` is a single-node
+//! partition (ISR = this broker, HW = log end), exactly as before replication existed.
+//!
+//! Contract with the integrator (the node wiring the coordinator):
+//! - inputs: [`Broker::apply_partition_state`] whenever the coordinator's partition state (or
+//!   its znode version) changes, [`Broker::remove_replica`] when this broker stops hosting a
+//!   partition, [`Broker::set_cluster_view`] for Metadata, [`Broker::isr_update_result`] with the
+//!   outcome of each compare-and-set it was asked for;
+//! - outputs: [`Broker::poll_isr_proposals`] (ISR changes to compare-and-set into
+//!   `/brokers/topics/{t}/partitions/{p}/state` at the given version), and
+//!   [`Broker::follower_tasks`] (what the replica fetcher should ask each leader).
+//!
+//! Fault model: any input may be stale or repeated. An older leader epoch than the one held is
+//! ignored; a follower's fetch is fenced by its epoch (KIP-320); an ISR change is effective only
+//! once the coordinator confirmed it, and until then the high watermark is computed over the
+//! union of the old and proposed ISR ("maximal ISR", KIP-497), so neither an unconfirmed shrink
+//! nor an unconfirmed expand can make HW pass a replica that may still be elected. The HW is
+//! checkpointed per broker (`replication-offset-checkpoint`) so a restarted replica knows it.
+//!
+//! Truncation on becoming follower is by leader epoch (KIP-101/279): ask the leader for the end
+//! offset of our latest epoch and cut to it. [`TruncationPolicy::HighWatermark`] is the pre-KIP-101
+//! rule, kept only as a simulator mutant that must lose data: no config key parses to it, only
+//! code constructs it (the realnet binary never does).
+
+use std::collections::BTreeMap;
+
+use super::{
+    log_error_code, topic, Broker, BrokerError, PartitionState as Part, ProducerStateTable, TopicId, TopicMeta,
+};
+use crate::cluster::{BrokerRegistration, PartitionState, TopicRecord};
+use crate::disk::Disk;
+use crate::error_code::ErrorCode;
+use crate::ids::{BrokerId, LeaderEpoch, Offset};
+use crate::log::{Log, LogError};
+use crate::record::BatchHeader;
+
+/// The broker-wide high watermark checkpoint file.
+pub const HW_CHECKPOINT_FILE: &str = "replication-offset-checkpoint";
+/// Checkpoint entries read at most (a bound on a corrupt file).
+const HW_CHECKPOINT_ENTRIES_MAX: usize = 1_000_000;
+
+/// How a follower cuts its log when it starts following a new leader epoch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TruncationPolicy {
+    /// KIP-101/279: to the leader's end offset for the follower's latest epoch.
+    #[default]
+    LeaderEpoch,
+    /// Pre-KIP-101: to the follower's own high watermark. A simulator-only mutant that loses
+    /// acknowledged data; no configuration key maps to it.
+    HighWatermark,
+}
+
+/// Live brokers and every partition's state, as the coordinator holds them, for Metadata.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClusterView {
+    pub brokers: Vec<BrokerRegistration>,
+    pub controller: Option<BrokerId>,
+    /// Topic name -> its record and each partition's state.
+    pub topics: BTreeMap<String, (TopicRecord, BTreeMap<i32, PartitionState>)>,
+}
+
+/// An ISR change the leader wants written to the coordinator by compare-and-set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IsrProposal {
+    pub topic: String,
+    pub partition: i32,
+    pub new_state: PartitionState,
+    pub expected_zk_version: i32,
+}
+
+/// The coordinator's answer to an [`IsrProposal`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IsrUpdateResult {
+    /// Written; the znode now has this version.
+    Committed { zk_version: i32 },
+    /// The version did not match: re-read the state and call [`Broker::apply_partition_state`].
+    Conflict,
+}
+
+/// What the replica fetcher should do next for one followed partition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FollowerTask {
+    pub topic: String,
+    pub topic_id: TopicId,
+    pub partition: i32,
+    pub leader: BrokerId,
+    pub leader_epoch: LeaderEpoch,
+    pub action: FollowerAction,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FollowerAction {
+    /// Send OffsetForLeaderEpoch for `epoch` (our latest), then [`Broker::follower_truncate`].
+    Truncate { epoch: LeaderEpoch },
+    /// Send Fetch from `offset`, then [`Broker::follower_fetched`].
+    Fetch { offset: Offset },
+}
+
+/// An acks=all produce's state after its append.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AckWait {
+    Pending,
+    Done,
+    Failed(ErrorCode),
+}
+
+/// One follower as the leader sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Progress {
+    /// Its log end offset (its last fetch offset); -1 until it fetched in this epoch.
+    pub leo: Offset,
+    pub last_caught_up_ms: i64,
+    pub last_fetch_ms: i64,
+    pub last_fetch_leader_leo: Offset,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    Leader {
+        /// The log end when this epoch began.
+        epoch_start: Offset,
+        followers: BTreeMap<BrokerId, Progress>,
+        /// An ISR proposed to the coordinator and not yet answered.
+        in_flight: Option<Vec<BrokerId>>,
+    },
+    Follower {
+        leader: BrokerId,
+        phase: Phase,
+    },
+    /// Not serving: no leader, restarted without state yet, or not in the replica list.
+    Offline,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Truncating,
+    Fetching,
+    /// Fenced or told we are not following the right leader: wait for new partition state.
+    AwaitingState,
+}
+
+/// A replicated partition's cluster state on this broker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Replication {
+    pub replicas: Vec<BrokerId>,
+    pub isr: Vec<BrokerId>,
+    pub controller_epoch: i32,
+    pub zk_version: i32,
+    pub role: Role,
+}
+
+impl Replication {
+    pub(crate) fn offline() -> Replication {
+        Replication {
+            replicas: Vec::new(),
+            isr: Vec::new(),
+            controller_epoch: -1,
+            zk_version: -1,
+            role: Role::Offline,
+        }
+    }
+
+    fn is_leader(&self) -> bool {
+        matches!(self.role, Role::Leader { .. })
+    }
+}
+
+fn key(topic: &str, partition: i32) -> (String, i32) {
+    (topic.to_string(), partition)
+}
+
+/// Parses the checkpoint: `0`, a count, then `topic partition hw` lines. `None` if malformed.
+pub(crate) fn decode_hw_checkpoint(bytes: &[u8]) -> Option<BTreeMap<(String, i32), Offset>> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let mut lines = text.lines();
+    if lines.next()? != "0" {
+        return None;
+    }
+    let n: usize = lines.next()?.parse().ok()?;
+    if n > HW_CHECKPOINT_ENTRIES_MAX {
+        return None;
+    }
+    let mut out = BTreeMap::new();
+    for _ in 0..n {
+        let mut parts = lines.next()?.split(' ');
+        let (t, p, hw) = (parts.next()?, parts.next()?, parts.next()?);
+        out.insert((t.to_string(), p.parse().ok()?), Offset(hw.parse().ok()?));
+    }
+    Some(out)
+}
+
+fn encode_hw_checkpoint(entries: &BTreeMap<(String, i32), Offset>) -> Vec<u8> {
+    let mut s = format!("0\n{}\n", entries.len());
+    for ((t, p), hw) in entries {
+        s.push_str(&format!("{t} {p} {}\n", hw.0));
+    }
+    s.into_bytes()
+}
+
+/// Leader: the high watermark the (maximal) ISR allows, if the leader has appended in its epoch.
+fn leader_hw_candidate(part: &Part) -> Option<Offset> {
+    let repl = part.repl.as_ref()?;
+    let Role::Leader {
+        followers, in_flight, ..
+    } = &repl.role
+    else {
+        return None;
+    };
+    if part.log.latest_epoch() != Some(part.leader_epoch) {
+        return None;
+    }
+    let leo = part.log.log_end_offset();
+    let maximal = repl.isr.iter().chain(in_flight.iter().flatten());
+    let mut hw = leo;
+    for id in maximal {
+        if let Some(p) = followers.get(id) {
+            hw = hw.min(p.leo);
+        }
+    }
+    Some(hw)
+}
+
+/// Moves a leader's HW forward when its ISR allows (never back).
+pub(super) fn maybe_advance_hw(part: &mut Part) -> bool {
+    match leader_hw_candidate(part) {
+        Some(hw) if hw > part.high_watermark => {
+            part.high_watermark = hw;
+            true
+        }
+        _ => false,
+    }
+}
+
+impl Broker {
+    /// Sets the live brokers and all partitions' states: Metadata answers from this view.
+    pub fn set_cluster_view(&mut self, view: ClusterView) {
+        self.cluster_view = Some(view);
+    }
+
+    pub fn cluster_view(&self) -> Option<&ClusterView> {
+        self.cluster_view.as_ref()
+    }
+
+    /// Applies the coordinator's state of one partition this broker is a replica of: creates
+    /// the replica's log if absent and makes it leader or follower. A no-op when nothing
+    /// changed; a state with an older leader epoch than held, or an older znode version in the
+    /// same epoch, is ignored.
+    #[allow(clippy::too_many_arguments)]
+    pub fn apply_partition_state<D: Disk>(
+        &mut self,
+        disk: &mut D,
+        topic: &str,
+        record: &TopicRecord,
+        partition: i32,
+        state: &PartitionState,
+        zk_version: i32,
+        now_ms: i64,
+    ) -> Result<(), BrokerError> {
+        let me = self.config.broker_id;
+        let replicas = record.assignment.get(&partition).cloned().unwrap_or_default();
+        self.ensure_replicated_topic(disk, topic, record)?;
+        if !self.partitions.contains_key(&key(topic, partition)) {
+            let meta = self.topics[topic].clone();
+            self.create_partition(disk, topic, partition, &meta)
+                .map_err(|source| BrokerError::Log {
+                    dir: topic::partition_dir(topic, partition),
+                    source,
+                })?;
+        }
+        let policy = self.config.truncation;
+        let part = self.partitions.get_mut(&key(topic, partition)).expect("created above");
+        let repl = part.repl.get_or_insert_with(Replication::offline);
+        let held = part.leader_epoch;
+        let fresh = matches!(repl.role, Role::Offline) && repl.zk_version < 0;
+        let stale = state.leader_epoch < held || (state.leader_epoch == held && zk_version <= repl.zk_version);
+        if !fresh && stale {
+            return Ok(());
+        }
+        let same_role = !fresh
+            && state.leader_epoch == held
+            && match &repl.role {
+                Role::Leader { .. } => state.leader == Some(me),
+                Role::Follower { leader, .. } => state.leader == Some(*leader),
+                Role::Offline => false,
+            };
+        repl.replicas = replicas.clone();
+        repl.isr = state.isr.clone();
+        repl.controller_epoch = state.controller_epoch;
+        repl.zk_version = zk_version;
+        if same_role {
+            if let Role::Leader { in_flight, .. } = &mut repl.role {
+                // The coordinator's state is the truth now; a proposal in flight was answered
+                // (or overtaken) by it.
+                *in_flight = None;
+            }
+            maybe_advance_hw(part);
+            return Ok(());
+        }
+        part.leader_epoch = state.leader_epoch;
+        let dir = part.log.dir().to_string();
+        let log_err = |source| BrokerError::Log {
+            dir: dir.clone(),
+            source,
+        };
+        match state.leader {
+            Some(l) if l == me && replicas.contains(&me) => {
+                let leo = part.log.log_end_offset();
+                let followers = replicas
+                    .iter()
+                    .filter(|r| **r != me)
+                    .map(|r| {
+                        let p = Progress {
+                            leo: Offset(-1),
+                            last_caught_up_ms: if state.isr.contains(r) { now_ms } else { 0 },
+                            last_fetch_ms: now_ms,
+                            last_fetch_leader_leo: leo,
+                        };
+                        (*r, p)
+                    })
+                    .collect();
+                repl.role = Role::Leader {
+                    epoch_start: leo,
+                    followers,
+                    in_flight: None,
+                };
+                part.high_watermark = part.high_watermark.min(leo);
+                maybe_advance_hw(part);
+            }
+            Some(l) if replicas.contains(&me) => {
+                let phase = match policy {
+                    TruncationPolicy::HighWatermark => {
+                        let hw = part.high_watermark;
+                        part.log.truncate_to(disk, hw).map_err(log_err)?;
+                        part.producers = ProducerStateTable::rebuild(disk, &part.log).map_err(log_err)?;
+                        Phase::Fetching
+                    }
+                    TruncationPolicy::LeaderEpoch if part.log.latest_epoch().is_none() => Phase::Fetching,
+                    TruncationPolicy::LeaderEpoch => Phase::Truncating,
+                };
+                repl.role = Role::Follower { leader: l, phase };
+                part.high_watermark = part.high_watermark.min(part.log.log_end_offset());
+            }
+            _ => repl.role = Role::Offline,
+        }
+        self.hw_checkpoint_dirty = true;
+        Ok(())
+    }
+
+    fn ensure_replicated_topic<D: Disk>(
+        &mut self,
+        _disk: &mut D,
+        topic: &str,
+        record: &TopicRecord,
+    ) -> Result<(), BrokerError> {
+        if self.topics.contains_key(topic) {
+            return Ok(());
+        }
+        let overrides: BTreeMap<String, String> = record.configs.clone();
+        let (log_config, min_insync_replicas) = self.topic_config(&overrides).unwrap_or_else(|why| {
+            tracing::warn!(%topic, %why, "topic configs refused; using broker defaults");
+            (self.config.log.clone(), self.config.min_insync_replicas)
+        });
+        let id = TopicId::from_hex(&record.topic_id_hex).unwrap_or(TopicId::from_random(0, 1));
+        let meta = TopicMeta {
+            id,
+            partitions: i32::try_from(record.assignment.len()).unwrap_or(i32::MAX),
+            replication_factor: record
+                .assignment
+                .values()
+                .map(|r| i16::try_from(r.len()).unwrap_or(i16::MAX))
+                .max()
+                .unwrap_or(1),
+            overrides,
+            log_config,
+            min_insync_replicas,
+            replicated: true,
+        };
+        self.topics.insert(topic.to_string(), meta);
+        Ok(())
+    }
+
+    /// Stops hosting a partition and deletes its files (a reassignment or topic deletion).
+    pub fn remove_replica<D: Disk>(&mut self, disk: &mut D, topic: &str, partition: i32) -> Result<(), BrokerError> {
+        self.partitions.remove(&key(topic, partition));
+        let dir = topic::partition_dir(topic, partition);
+        let metadata = format!("{dir}/{}", topic::METADATA_FILE);
+        if disk.exists(&metadata) {
+            disk.remove(&metadata)?;
+        }
+        for file in disk.list(&dir)? {
+            disk.remove(&format!("{dir}/{file}"))?;
+        }
+        if !self.partitions.keys().any(|(t, _)| t == topic) {
+            self.topics.remove(topic);
+        }
+        self.hw_checkpoint_dirty = true;
+        Ok(())
+    }
+
+    /// Whether a produce/fetch/list-offsets may be served here: single-node partitions always,
+    /// replicated ones only by their leader.
+    pub(crate) fn check_leader(&self, topic: &str, partition: i32) -> Result<(), ErrorCode> {
+        let part = self.partition(topic, partition)?;
+        match &part.repl {
+            Some(r) if !r.is_leader() => Err(ErrorCode::NotLeaderOrFollower),
+            _ => Ok(()),
+        }
+    }
+
+    /// The effective ISR size for acks=all (1 for a single-node partition).
+    pub(super) fn isr_size(part: &Part) -> usize {
+        part.repl.as_ref().map_or(1, |r| r.isr.len())
+    }
+
+    /// Whether an acks=all produce that ended at `end_offset` in `epoch` may be answered.
+    pub fn acks_all_status(&self, topic: &str, partition: i32, end_offset: Offset, epoch: LeaderEpoch) -> AckWait {
+        let Ok(part) = self.partition(topic, partition) else {
+            return AckWait::Failed(ErrorCode::NotLeaderOrFollower);
+        };
+        if part.leader_epoch != epoch || part.repl.as_ref().is_some_and(|r| !r.is_leader()) {
+            return AckWait::Failed(ErrorCode::NotLeaderOrFollower);
+        }
+        if part.high_watermark < end_offset {
+            return AckWait::Pending;
+        }
+        let min_isr = self.topics.get(topic).map_or(1, |m| m.min_insync_replicas);
+        if (Self::isr_size(part) as i64) < i64::from(min_isr) {
+            return AckWait::Failed(ErrorCode::NotEnoughReplicasAfterAppend);
+        }
+        AckWait::Done
+    }
+
+    /// A follower's Fetch (replica_id >= 0) at the leader, first half: records the follower's
+    /// fetch offset as its log end and when it was last caught up (Kafka's rule: caught up when
+    /// it fetched from at least the leader's log end as of this fetch, or of its previous one),
+    /// and moves the HW. Then [`Broker::replica_read`] reads.
+    pub fn record_follower_fetch(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        replica: BrokerId,
+        offset: Offset,
+        now_ms: i64,
+    ) -> Result<(), ErrorCode> {
+        let part = self
+            .partitions
+            .get_mut(&key(topic, partition))
+            .ok_or(ErrorCode::UnknownTopicOrPartition)?;
+        let leo = part.log.log_end_offset();
+        let start = part.log.log_start_offset();
+        let Some(Replication {
+            role: Role::Leader { followers, .. },
+            ..
+        }) = &mut part.repl
+        else {
+            return Err(ErrorCode::NotLeaderOrFollower);
+        };
+        let Some(p) = followers.get_mut(&replica) else {
+            return Err(ErrorCode::NotLeaderOrFollower);
+        };
+        if offset > leo || offset < start {
+            return Err(ErrorCode::OffsetOutOfRange);
+        }
+        p.leo = offset;
+        if offset >= leo {
+            p.last_caught_up_ms = now_ms;
+        } else if offset >= p.last_fetch_leader_leo {
+            p.last_caught_up_ms = p.last_caught_up_ms.max(p.last_fetch_ms);
+        }
+        p.last_fetch_leader_leo = leo;
+        p.last_fetch_ms = now_ms;
+        if maybe_advance_hw(part) {
+            self.hw_checkpoint_dirty = true;
+        }
+        Ok(())
+    }
+
+    /// A follower's Fetch, second half: whole batches from `offset` up to the log end (not the
+    /// HW), with the leader's HW and log start. Only the leader serves it, only to a replica.
+    pub fn replica_read<D: Disk>(
+        &self,
+        disk: &D,
+        topic: &str,
+        partition: i32,
+        replica: BrokerId,
+        offset: Offset,
+        max_bytes: u64,
+    ) -> Result<super::FetchOk, ErrorCode> {
+        let part = self.partition(topic, partition)?;
+        match &part.repl {
+            Some(Replication {
+                role: Role::Leader { followers, .. },
+                ..
+            }) if followers.contains_key(&replica) => {}
+            _ => return Err(ErrorCode::NotLeaderOrFollower),
+        }
+        if offset > part.log.log_end_offset() || offset < part.log.log_start_offset() {
+            return Err(ErrorCode::OffsetOutOfRange);
+        }
+        let slice = part
+            .log
+            .read(disk, offset, max_bytes, None)
+            .map_err(|e| log_error_code(&e))?;
+        Ok(super::FetchOk {
+            high_watermark: part.high_watermark,
+            last_stable_offset: part.high_watermark,
+            log_start_offset: part.log.log_start_offset(),
+            slice,
+        })
+    }
+
+    /// OffsetForLeaderEpoch at the leader: the end offset of `epoch` in our log (KIP-279).
+    pub fn offset_for_leader_epoch(
+        &self,
+        topic: &str,
+        partition: i32,
+        current_leader_epoch: i32,
+        epoch: LeaderEpoch,
+    ) -> Result<(LeaderEpoch, Offset), ErrorCode> {
+        let part = self.partition(topic, partition)?;
+        match current_leader_epoch {
+            -1 => {}
+            c if c < part.leader_epoch.0 => return Err(ErrorCode::FencedLeaderEpoch),
+            c if c > part.leader_epoch.0 => return Err(ErrorCode::UnknownLeaderEpoch),
+            _ => {}
+        }
+        self.check_leader(topic, partition)?;
+        Ok(part
+            .log
+            .end_offset_for_epoch(epoch)
+            .unwrap_or((LeaderEpoch(-1), Offset(-1))))
+    }
+
+    /// ISR changes this broker, as leader, wants written: shrinks for followers not caught up
+    /// for `replica.lag.time.max.ms`, expands for followers that reached the HW in this epoch.
+    /// At most one proposal per partition is in flight; answer each with
+    /// [`Broker::isr_update_result`].
+    pub fn poll_isr_proposals(&mut self, now_ms: i64) -> Vec<IsrProposal> {
+        let me = self.config.broker_id;
+        let lag_max = self.config.replica_lag_time_max_ms;
+        let mut out = Vec::new();
+        for ((topic, p), part) in self.partitions.iter_mut() {
+            let hw = part.high_watermark;
+            let epoch = part.leader_epoch;
+            let Some(repl) = &mut part.repl else { continue };
+            let Role::Leader {
+                epoch_start,
+                followers,
+                in_flight,
+            } = &mut repl.role
+            else {
+                continue;
+            };
+            if in_flight.is_some() {
+                continue;
+            }
+            let mut isr: Vec<BrokerId> = repl
+                .isr
+                .iter()
+                .copied()
+                .filter(|id| {
+                    *id == me
+                        || followers
+                            .get(id)
+                            .is_some_and(|f| now_ms.saturating_sub(f.last_caught_up_ms) <= lag_max)
+                })
+                .collect();
+            for (id, f) in followers.iter() {
+                // Kafka's rule, plus not lagging by the shrink rule (or it would flap in and out).
+                let reached_hw = f.leo >= hw && f.leo >= *epoch_start && hw >= *epoch_start;
+                let lagging = now_ms.saturating_sub(f.last_caught_up_ms) > lag_max;
+                if !isr.contains(id) && reached_hw && !lagging {
+                    isr.push(*id);
+                }
+            }
+            isr.sort();
+            let mut current = repl.isr.clone();
+            current.sort();
+            if isr == current {
+                continue;
+            }
+            *in_flight = Some(isr.clone());
+            out.push(IsrProposal {
+                topic: topic.clone(),
+                partition: *p,
+                new_state: PartitionState {
+                    leader: Some(me),
+                    leader_epoch: epoch,
+                    isr,
+                    controller_epoch: repl.controller_epoch,
+                },
+                expected_zk_version: repl.zk_version,
+            });
+        }
+        out
+    }
+
+    /// The coordinator's answer to a proposal from [`Broker::poll_isr_proposals`].
+    pub fn isr_update_result(&mut self, topic: &str, partition: i32, result: IsrUpdateResult) {
+        let Some(part) = self.partitions.get_mut(&key(topic, partition)) else {
+            return;
+        };
+        let Some(repl) = &mut part.repl else { return };
+        let Role::Leader { in_flight, .. } = &mut repl.role else {
+            return;
+        };
+        let Some(proposed) = in_flight.take() else { return };
+        if let IsrUpdateResult::Committed { zk_version } = result {
+            repl.isr = proposed;
+            repl.zk_version = zk_version;
+        }
+        if maybe_advance_hw(part) {
+            self.hw_checkpoint_dirty = true;
+        }
+    }
+
+    /// The earliest time a follower may fall out of the ISR: when the integrator should next
+    /// call [`Broker::poll_isr_proposals`] (besides after fetches). Not part of
+    /// [`Broker::poll_timeout`]: `handle_timeout` does not act on it.
+    pub fn next_isr_check_ms(&self) -> Option<i64> {
+        let lag_max = self.config.replica_lag_time_max_ms;
+        self.partitions
+            .values()
+            .filter_map(|part| match &part.repl {
+                Some(Replication {
+                    isr,
+                    role:
+                        Role::Leader {
+                            followers,
+                            in_flight: None,
+                            ..
+                        },
+                    ..
+                }) => isr
+                    .iter()
+                    .filter_map(|id| followers.get(id))
+                    .map(|f| f.last_caught_up_ms.saturating_add(lag_max).saturating_add(1))
+                    .min(),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// What the replica fetcher should do for each partition this broker follows.
+    pub fn follower_tasks(&self) -> Vec<FollowerTask> {
+        let mut out = Vec::new();
+        for ((topic, p), part) in &self.partitions {
+            let Some(Replication {
+                role: Role::Follower { leader, phase },
+                ..
+            }) = &part.repl
+            else {
+                continue;
+            };
+            let action = match phase {
+                Phase::Truncating => FollowerAction::Truncate {
+                    epoch: part.log.latest_epoch().unwrap_or(LeaderEpoch(-1)),
+                },
+                Phase::Fetching => FollowerAction::Fetch {
+                    offset: part.log.log_end_offset(),
+                },
+                Phase::AwaitingState => continue,
+            };
+            out.push(FollowerTask {
+                topic: topic.clone(),
+                topic_id: self.topics.get(topic).map_or(TopicId([0; 16]), |m| m.id),
+                partition: *p,
+                leader: *leader,
+                leader_epoch: part.leader_epoch,
+                action,
+            });
+        }
+        out
+    }
+
+    fn follower_part(&mut self, topic: &str, partition: i32, epoch: LeaderEpoch) -> Option<(&mut Part, Phase)> {
+        let part = self.partitions.get_mut(&key(topic, partition))?;
+        if part.leader_epoch != epoch {
+            return None;
+        }
+        match &part.repl {
+            Some(Replication {
+                role: Role::Follower { phase, .. },
+                ..
+            }) => {
+                let phase = *phase;
+                Some((part, phase))
+            }
+            _ => None,
+        }
+    }
+
+    fn set_phase(part: &mut Part, new: Phase) {
+        if let Some(Replication {
+            role: Role::Follower { phase, .. },
+            ..
+        }) = &mut part.repl
+        {
+            *phase = new;
+        }
+    }
+
+    /// A fetcher error from the leader. FENCED_LEADER_EPOCH (our state is stale) waits for new
+    /// partition state. NOT_LEADER_OR_FOLLOWER, UNKNOWN_LEADER_EPOCH and UNKNOWN_TOPIC_OR_PARTITION
+    /// mean the leader has not applied this epoch's state yet (states reach brokers at different
+    /// times): the fetcher retries after its backoff, and new state replaces the task anyway.
+    fn follower_error(part: &mut Part, code: ErrorCode) {
+        match code {
+            ErrorCode::FencedLeaderEpoch => Self::set_phase(part, Phase::AwaitingState),
+            ErrorCode::OffsetOutOfRange => Self::set_phase(part, Phase::Truncating),
+            _ => {}
+        }
+    }
+
+    /// The leader's OffsetForLeaderEpoch answer for the epoch in [`FollowerAction::Truncate`]:
+    /// cuts the log to the leader's end offset of that epoch (or of the largest epoch the
+    /// leader has below it, bounded by our own end of that epoch), then starts fetching. A
+    /// stale answer (the epoch moved on) is ignored.
+    pub fn follower_truncate<D: Disk>(
+        &mut self,
+        disk: &mut D,
+        topic: &str,
+        partition: i32,
+        leader_epoch: LeaderEpoch,
+        asked: LeaderEpoch,
+        answer: Result<(LeaderEpoch, Offset), ErrorCode>,
+    ) -> Result<(), LogError> {
+        let Some((part, Phase::Truncating)) = self.follower_part(topic, partition, leader_epoch) else {
+            return Ok(());
+        };
+        let (epoch, end) = match answer {
+            Err(code) => {
+                Self::follower_error(part, code);
+                return Ok(());
+            }
+            Ok(a) => a,
+        };
+        let target = if epoch.0 < 0 || end.0 < 0 {
+            // The leader knows no epoch at or below ours: keep only what is known committed.
+            part.high_watermark
+        } else if epoch < asked {
+            let own = part.log.end_offset_for_epoch(epoch).map_or(end, |(_, o)| o);
+            end.min(own)
+        } else {
+            end
+        };
+        let target = target.min(part.log.log_end_offset());
+        if target < part.log.log_end_offset() {
+            part.log.truncate_to(disk, target)?;
+            // Producer state may name batches that were cut: rebuild it from what is left.
+            part.producers = ProducerStateTable::rebuild(disk, &part.log)?;
+        }
+        part.high_watermark = part.high_watermark.min(part.log.log_end_offset());
+        Self::set_phase(part, Phase::Fetching);
+        self.hw_checkpoint_dirty = true;
+        Ok(())
+    }
+
+    /// The leader's Fetch answer for [`FollowerAction::Fetch`]: appends the batches as the
+    /// leader wrote them and sets HW = min(leader HW, own log end). Stale answers are ignored.
+    #[allow(clippy::too_many_arguments)]
+    pub fn follower_fetched<D: Disk>(
+        &mut self,
+        disk: &mut D,
+        topic: &str,
+        partition: i32,
+        leader_epoch: LeaderEpoch,
+        fetched_from: Offset,
+        result: Result<(&[u8], Offset), ErrorCode>,
+        now_ms: i64,
+    ) -> Result<(), LogError> {
+        let Some((part, Phase::Fetching)) = self.follower_part(topic, partition, leader_epoch) else {
+            return Ok(());
+        };
+        let (records, leader_hw) = match result {
+            Err(code) => {
+                Self::follower_error(part, code);
+                return Ok(());
+            }
+            Ok(r) => r,
+        };
+        if fetched_from != part.log.log_end_offset() {
+            return Ok(());
+        }
+        if !records.is_empty() {
+            let info = part.log.append_replicated(disk, records, now_ms)?;
+            // Keep the idempotence state a new leader needs to dedupe producer retries.
+            let mut at = 0;
+            while at < records.len() {
+                let h = BatchHeader::parse(&records[at..]).expect("the log validated and wrote this set");
+                part.producers.record(&h);
+                at += h.total_bytes();
+            }
+            if info.flush_due {
+                part.log.flush(disk)?;
+            }
+        }
+        let hw = leader_hw.min(part.log.log_end_offset());
+        if hw > part.high_watermark {
+            part.high_watermark = hw;
+            self.hw_checkpoint_dirty = true;
+        }
+        Ok(())
+    }
+
+    /// Writes every replicated partition's HW to the checkpoint file (synced, atomic).
+    pub fn checkpoint_high_watermarks<D: Disk>(&mut self, disk: &mut D) -> Result<(), BrokerError> {
+        let entries: BTreeMap<(String, i32), Offset> = self
+            .partitions
+            .iter()
+            .filter(|(_, part)| part.repl.is_some())
+            .map(|(k, part)| (k.clone(), part.high_watermark))
+            .collect();
+        disk.write_file_atomic(HW_CHECKPOINT_FILE, &encode_hw_checkpoint(&entries))?;
+        self.hw_checkpoint_dirty = false;
+        Ok(())
+    }
+
+    /// The ISR, replicas and role of a replicated partition (for tests and Metadata).
+    pub fn replica_state(&self, topic: &str, partition: i32) -> Option<(Vec<BrokerId>, Vec<BrokerId>, bool, i32)> {
+        let part = self.partitions.get(&key(topic, partition))?;
+        let r = part.repl.as_ref()?;
+        Some((r.replicas.clone(), r.isr.clone(), r.is_leader(), r.zk_version))
+    }
+
+    pub fn log(&self, topic: &str, partition: i32) -> Option<&Log> {
+        self.partitions.get(&key(topic, partition)).map(|p| &p.log)
+    }
+}

@@ -1,0 +1,473 @@
+//! Replication between three [`Broker`]s on their own [`MemDisk`]s, driven by direct calls: the
+//! test plays the coordinator (partition states, ISR compare-and-set) and the replica fetchers.
+
+use super::*;
+use crate::cluster::{PartitionState as ZkState, TopicRecord};
+use crate::disk::mem::{CrashMode, MemDisk};
+use crate::node::handlers;
+use crate::protocol::api::fetch::{FetchPartition, FetchRequest, FetchTopic};
+use crate::record::{build_batch, NewRecord, ProducerFields};
+
+const T: &str = "orders";
+
+fn batch(marker: u8) -> Vec<u8> {
+    build_batch(
+        &[NewRecord {
+            timestamp: 1_000,
+            key: None,
+            value: Some(vec![marker; 8]),
+        }],
+        ProducerFields::none(),
+    )
+}
+
+fn ids(v: &[i32]) -> Vec<BrokerId> {
+    v.iter().map(|i| BrokerId(*i)).collect()
+}
+
+fn record(replicas: &[i32], min_isr: i32) -> TopicRecord {
+    TopicRecord {
+        topic_id_hex: TopicId::from_random(7, 7).to_hex(),
+        assignment: [(0, ids(replicas))].into(),
+        configs: [("min.insync.replicas".to_string(), min_isr.to_string())].into(),
+    }
+}
+
+fn zk(leader: i32, epoch: i32, isr: &[i32]) -> ZkState {
+    ZkState {
+        leader: (leader >= 0).then_some(BrokerId(leader)),
+        leader_epoch: LeaderEpoch(epoch),
+        isr: ids(isr),
+        controller_epoch: 1,
+    }
+}
+
+struct Node {
+    broker: Broker,
+    disk: MemDisk,
+}
+
+fn config(id: i32, policy: TruncationPolicy) -> BrokerConfig {
+    BrokerConfig {
+        broker_id: BrokerId(id),
+        replica_lag_time_max_ms: 1_000,
+        truncation: policy,
+        ..BrokerConfig::default()
+    }
+}
+
+fn nodes(n: i32, policy: TruncationPolicy) -> Vec<Node> {
+    (0..n)
+        .map(|i| {
+            let mut disk = MemDisk::new();
+            let broker = Broker::open(&mut disk, config(i, policy), 0).expect("open");
+            Node { broker, disk }
+        })
+        .collect()
+}
+
+fn apply(c: &mut [Node], who: &[usize], rec: &TopicRecord, state: &ZkState, version: i32, now: i64) {
+    for &i in who {
+        let n = &mut c[i];
+        n.broker
+            .apply_partition_state(&mut n.disk, T, rec, 0, state, version, now)
+            .expect("apply");
+    }
+}
+
+/// One step of broker `f`'s replica fetcher against broker `l`, as the node would run it (with
+/// the handler's epoch fencing). Returns whether it did anything.
+fn pump(c: &mut [Node], f: usize, l: usize, now: i64) -> bool {
+    let Some(task) = c[f].broker.follower_tasks().into_iter().next() else {
+        return false;
+    };
+    let me = c[f].broker.config().broker_id;
+    let fence = |leader: &Broker| match leader.leader_epoch(T, 0) {
+        Ok(e) if e > task.leader_epoch => Err(ErrorCode::FencedLeaderEpoch),
+        Ok(e) if e < task.leader_epoch => Err(ErrorCode::UnknownLeaderEpoch),
+        Ok(_) => Ok(()),
+        Err(code) => Err(code),
+    };
+    match task.action {
+        FollowerAction::Truncate { epoch } => {
+            let answer = fence(&c[l].broker)
+                .and_then(|()| c[l].broker.offset_for_leader_epoch(T, 0, task.leader_epoch.0, epoch));
+            let n = &mut c[f];
+            n.broker
+                .follower_truncate(&mut n.disk, T, 0, task.leader_epoch, epoch, answer)
+                .expect("truncate");
+        }
+        FollowerAction::Fetch { offset } => {
+            let answer = fence(&c[l].broker).and_then(|()| {
+                let leader = &mut c[l];
+                leader.broker.record_follower_fetch(T, 0, me, offset, now)?;
+                let ok = leader.broker.replica_read(&leader.disk, T, 0, me, offset, 1 << 20)?;
+                let bytes = Log::read_bytes(&leader.disk, &ok.slice).expect("read");
+                Ok((bytes, ok.high_watermark))
+            });
+            let n = &mut c[f];
+            let result = answer.as_ref().map(|(b, hw)| (&b[..], *hw)).map_err(|e| *e);
+            n.broker
+                .follower_fetched(&mut n.disk, T, 0, task.leader_epoch, offset, result, now)
+                .expect("append");
+        }
+    }
+    true
+}
+
+/// (offset, marker) of every record in a broker's log.
+fn contents(n: &Node) -> Vec<(i64, u8)> {
+    let log = n.broker.log(T, 0).expect("hosted");
+    let slice = log.read(&n.disk, log.log_start_offset(), u64::MAX, None).expect("read");
+    let bytes = Log::read_bytes(&n.disk, &slice).expect("bytes");
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let h = BatchHeader::parse(&bytes[at..]).expect("batch");
+        for r in record::records(&bytes[at..at + h.total_bytes()]).expect("records") {
+            out.push((r.offset.0, r.value.expect("value")[0]));
+        }
+        at += h.total_bytes();
+    }
+    out
+}
+
+fn hw(n: &Node) -> Offset {
+    n.broker.offsets(T, 0).expect("offsets").1
+}
+
+fn leo(n: &Node) -> Offset {
+    n.broker.offsets(T, 0).expect("offsets").2
+}
+
+fn produce(n: &mut Node, marker: u8, acks: i16, now: i64) -> Result<ProduceOk, ErrorCode> {
+    n.broker.produce(&mut n.disk, T, 0, &mut batch(marker), acks, now)
+}
+
+fn three_in_sync() -> (Vec<Node>, TopicRecord) {
+    let mut c = nodes(3, TruncationPolicy::LeaderEpoch);
+    let rec = record(&[0, 1, 2], 2);
+    apply(&mut c, &[0, 1, 2], &rec, &zk(0, 1, &[0, 1, 2]), 0, 0);
+    (c, rec)
+}
+
+#[test]
+fn leader_and_follower_high_watermarks() {
+    let (mut c, _) = three_in_sync();
+    produce(&mut c[0], 1, 1, 0).expect("acks=1");
+    produce(&mut c[0], 2, 1, 0).expect("acks=1");
+    assert_eq!(
+        (hw(&c[0]), leo(&c[0])),
+        (Offset(0), Offset(2)),
+        "no follower has fetched yet"
+    );
+    assert_eq!(
+        c[0].broker.list_offset(&c[0].disk, T, 0, LATEST_TIMESTAMP),
+        Ok((Offset(0), -1))
+    );
+    // Follower 1 copies both, then reports it has them; follower 2 has not fetched: HW waits.
+    pump(&mut c, 1, 0, 1);
+    pump(&mut c, 1, 0, 2);
+    assert_eq!(leo(&c[1]), Offset(2));
+    assert_eq!(hw(&c[0]), Offset(0), "follower 2 is in the ISR and has nothing");
+    pump(&mut c, 2, 0, 3);
+    pump(&mut c, 2, 0, 4);
+    assert_eq!(hw(&c[0]), Offset(2), "every ISR member has both records");
+    let f = c[0]
+        .broker
+        .fetch(&c[0].disk, T, 0, Offset(0), 1 << 20)
+        .expect("consumer fetch");
+    assert_eq!(f.high_watermark, Offset(2));
+    // Followers learn the HW from their next fetch: min(leader HW, own LEO).
+    assert_eq!(hw(&c[1]), Offset(0));
+    pump(&mut c, 1, 0, 5);
+    assert_eq!(hw(&c[1]), Offset(2));
+    assert_eq!(contents(&c[1]), contents(&c[0]));
+    assert_eq!(contents(&c[0]).len(), 2, "compared two records");
+}
+
+#[test]
+fn acks_all_waits_for_the_isr_and_completes() {
+    let (mut c, _) = three_in_sync();
+    let ok = produce(&mut c[0], 1, -1, 0).expect("acks=all appended");
+    assert_eq!(ok.end_offset, Offset(1));
+    let status = |c: &[Node]| c[0].broker.acks_all_status(T, 0, ok.end_offset, ok.leader_epoch);
+    assert_eq!(status(&c), AckWait::Pending);
+    pump(&mut c, 1, 0, 1);
+    pump(&mut c, 1, 0, 2);
+    assert_eq!(status(&c), AckWait::Pending, "one of two followers has it");
+    pump(&mut c, 2, 0, 3);
+    assert_eq!(
+        status(&c),
+        AckWait::Pending,
+        "follower 2 fetched it but has not reported it"
+    );
+    pump(&mut c, 2, 0, 4);
+    assert_eq!(status(&c), AckWait::Done);
+    // A leadership change while waiting answers NOT_LEADER_OR_FOLLOWER.
+    let ok2 = produce(&mut c[0], 2, -1, 5).expect("appended");
+    let rec = record(&[0, 1, 2], 2);
+    apply(&mut c, &[0], &rec, &zk(1, 2, &[1, 2]), 1, 6);
+    assert_eq!(
+        c[0].broker.acks_all_status(T, 0, ok2.end_offset, ok2.leader_epoch),
+        AckWait::Failed(ErrorCode::NotLeaderOrFollower)
+    );
+}
+
+#[test]
+fn min_isr_rejection_leaves_the_log_unchanged() {
+    let mut c = nodes(3, TruncationPolicy::LeaderEpoch);
+    let rec = record(&[0, 1, 2], 2);
+    apply(&mut c, &[0, 1, 2], &rec, &zk(0, 1, &[0]), 0, 0);
+    let before = (leo(&c[0]), contents(&c[0]));
+    assert_eq!(produce(&mut c[0], 1, -1, 0), Err(ErrorCode::NotEnoughReplicas));
+    assert_eq!((leo(&c[0]), contents(&c[0])), before, "nothing appended");
+    produce(&mut c[0], 2, 1, 0).expect("acks=1 does not need the ISR");
+    assert_eq!(leo(&c[0]), Offset(1));
+    // The ISR alone (leader only) moves the HW.
+    assert_eq!(hw(&c[0]), Offset(1));
+}
+
+#[test]
+fn isr_shrinks_after_lag_and_expands_after_catching_up() {
+    let (mut c, rec) = three_in_sync();
+    let ok = produce(&mut c[0], 1, -1, 100).expect("appended");
+    pump(&mut c, 1, 0, 200);
+    pump(&mut c, 1, 0, 300);
+    assert!(
+        c[0].broker.poll_isr_proposals(900).is_empty(),
+        "nobody lagged 1000 ms yet"
+    );
+    pump(&mut c, 1, 0, 1_500);
+    let proposals = c[0].broker.poll_isr_proposals(1_500);
+    assert_eq!(proposals.len(), 1, "follower 2 fell behind: {proposals:?}");
+    let p = &proposals[0];
+    assert_eq!((p.new_state.isr.clone(), p.expected_zk_version), (ids(&[0, 1]), 0));
+    assert!(
+        c[0].broker.poll_isr_proposals(1_500).is_empty(),
+        "one proposal in flight at a time"
+    );
+    // Unconfirmed, the shrink does not move the HW (maximal ISR).
+    assert_eq!(hw(&c[0]), Offset(0));
+    assert_eq!(
+        c[0].broker.acks_all_status(T, 0, ok.end_offset, ok.leader_epoch),
+        AckWait::Pending
+    );
+    c[0].broker
+        .isr_update_result(T, 0, IsrUpdateResult::Committed { zk_version: 1 });
+    assert_eq!(hw(&c[0]), Offset(1), "confirmed: HW over {{0, 1}}");
+    assert_eq!(
+        c[0].broker.acks_all_status(T, 0, ok.end_offset, ok.leader_epoch),
+        AckWait::Done
+    );
+    let (_, isr, _, version) = c[0].broker.replica_state(T, 0).expect("replicated");
+    assert_eq!((isr, version), (ids(&[0, 1]), 1));
+    // Follower 2 comes back and reaches the HW: proposed for the ISR again.
+    pump(&mut c, 2, 0, 1_600);
+    pump(&mut c, 2, 0, 1_700);
+    let proposals = c[0].broker.poll_isr_proposals(1_700);
+    assert_eq!(proposals.len(), 1);
+    assert_eq!(proposals[0].new_state.isr, ids(&[0, 1, 2]));
+    assert_eq!(proposals[0].expected_zk_version, 1);
+    // A conflict leaves the ISR as it was; the integrator re-reads and applies the state.
+    c[0].broker.isr_update_result(T, 0, IsrUpdateResult::Conflict);
+    assert_eq!(c[0].broker.replica_state(T, 0).expect("replicated").1, ids(&[0, 1]));
+    apply(&mut c, &[0], &rec, &zk(0, 1, &[0, 1, 2]), 3, 1_800);
+    let (_, isr, leader, version) = c[0].broker.replica_state(T, 0).expect("replicated");
+    assert_eq!((isr, leader, version), (ids(&[0, 1, 2]), true, 3));
+    // Shrunk below min ISR while an acks=all waits: NOT_ENOUGH_REPLICAS_AFTER_APPEND.
+    let ok = produce(&mut c[0], 2, -1, 1_900).expect("appended");
+    let shrink = c[0].broker.poll_isr_proposals(3_500);
+    assert_eq!(shrink[0].new_state.isr, ids(&[0]), "both followers silent since 1_700");
+    c[0].broker
+        .isr_update_result(T, 0, IsrUpdateResult::Committed { zk_version: 4 });
+    assert_eq!(
+        c[0].broker.acks_all_status(T, 0, ok.end_offset, ok.leader_epoch),
+        AckWait::Failed(ErrorCode::NotEnoughReplicasAfterAppend)
+    );
+}
+
+fn fetch_req(replica_id: i32, epoch: i32) -> FetchRequest {
+    FetchRequest {
+        replica_id,
+        max_bytes: 1 << 20,
+        topics: vec![FetchTopic {
+            topic: T.into(),
+            partitions: vec![FetchPartition {
+                partition: 0,
+                current_leader_epoch: epoch,
+                fetch_offset: 0,
+                partition_max_bytes: 1 << 20,
+                ..FetchPartition::default()
+            }],
+            ..FetchTopic::default()
+        }],
+        ..FetchRequest::default()
+    }
+}
+
+fn fetch_code(n: &mut Node, req: &FetchRequest) -> i16 {
+    let (resp, _) = handlers::fetch_recording(&mut n.broker, &n.disk, req, 12, 0);
+    resp.topics[0].partitions[0].error_code
+}
+
+#[test]
+fn fencing_codes_and_rejections_change_nothing() {
+    let (mut c, rec) = three_in_sync();
+    apply(&mut c, &[0, 1, 2], &rec, &zk(0, 3, &[0, 1, 2]), 1, 0);
+    produce(&mut c[0], 1, 1, 0).expect("leader appends");
+    let follower = leo(&c[1]);
+    assert_eq!(produce(&mut c[1], 9, 1, 0), Err(ErrorCode::NotLeaderOrFollower));
+    assert_eq!(leo(&c[1]), follower, "the follower's log is unchanged");
+    assert_eq!(
+        c[1].broker.fetch(&c[1].disk, T, 0, Offset(0), 100).map(|_| ()),
+        Err(ErrorCode::NotLeaderOrFollower)
+    );
+    assert_eq!(
+        c[1].broker.list_offset(&c[1].disk, T, 0, LATEST_TIMESTAMP),
+        Err(ErrorCode::NotLeaderOrFollower)
+    );
+    assert_eq!(
+        c[1].broker.offset_for_leader_epoch(T, 0, 3, LeaderEpoch(3)),
+        Err(ErrorCode::NotLeaderOrFollower)
+    );
+    assert_eq!(
+        fetch_code(&mut c[1], &fetch_req(-1, 3)),
+        ErrorCode::NotLeaderOrFollower.code()
+    );
+    assert_eq!(
+        fetch_code(&mut c[1], &fetch_req(2, 3)),
+        ErrorCode::NotLeaderOrFollower.code()
+    );
+    // KIP-320 at the leader.
+    assert_eq!(
+        fetch_code(&mut c[0], &fetch_req(1, 2)),
+        ErrorCode::FencedLeaderEpoch.code()
+    );
+    assert_eq!(
+        fetch_code(&mut c[0], &fetch_req(1, 4)),
+        ErrorCode::UnknownLeaderEpoch.code()
+    );
+    assert_eq!(
+        fetch_code(&mut c[0], &fetch_req(7, 3)),
+        ErrorCode::NotLeaderOrFollower.code(),
+        "not a replica"
+    );
+    assert_eq!(
+        c[0].broker.offset_for_leader_epoch(T, 0, 2, LeaderEpoch(2)),
+        Err(ErrorCode::FencedLeaderEpoch)
+    );
+    assert_eq!(
+        c[0].broker.offset_for_leader_epoch(T, 0, 4, LeaderEpoch(2)),
+        Err(ErrorCode::UnknownLeaderEpoch)
+    );
+    assert_eq!(
+        c[0].broker.offset_for_leader_epoch(T, 7, 3, LeaderEpoch(3)),
+        Err(ErrorCode::UnknownTopicOrPartition)
+    );
+    assert_eq!(produce_to(&mut c[0], 7), Err(ErrorCode::UnknownTopicOrPartition));
+    // None of the fenced fetches counted as progress: the HW has not moved.
+    assert_eq!(hw(&c[0]), Offset(0));
+    assert_eq!(fetch_code(&mut c[0], &fetch_req(1, 3)), 0, "the right epoch is served");
+    // An older epoch than held is ignored; the same state again is a no-op.
+    apply(&mut c, &[0], &rec, &zk(1, 2, &[1]), 9, 0);
+    assert!(c[0].broker.replica_state(T, 0).expect("replicated").2, "still leader");
+    assert_eq!(c[0].broker.leader_epoch(T, 0), Ok(LeaderEpoch(3)));
+}
+
+fn produce_to(n: &mut Node, partition: i32) -> Result<ProduceOk, ErrorCode> {
+    n.broker.produce(&mut n.disk, T, partition, &mut batch(1), 1, 0)
+}
+
+/// Crashes a node after a clean flush (so only the protocol loses data) and reopens it.
+fn restart(c: &mut [Node], i: usize, policy: TruncationPolicy) {
+    let n = &mut c[i];
+    assert!(n.broker.flush_all(&mut n.disk).is_empty());
+    n.disk.crash(CrashMode::DropUnsynced);
+    n.broker = Broker::open(&mut n.disk, config(i as i32, policy), 0).expect("reopen");
+}
+
+/// KIP-101's first scenario on two replicas. Returns (an acknowledged record lost, the logs
+/// disagree below the HW, records compared).
+fn kip101(policy: TruncationPolicy) -> (bool, bool, usize) {
+    let mut c = nodes(2, policy);
+    let rec = record(&[0, 1], 1);
+    apply(&mut c, &[0, 1], &rec, &zk(0, 1, &[0, 1]), 0, 0);
+    let mut acked = Vec::new();
+    // m1 at A: B copies it, then reports it (A's HW moves, m1 is acknowledged), but B crashes
+    // before reading the answer that carried the new HW.
+    let ok = produce(&mut c[0], 1, -1, 0).expect("m1");
+    pump(&mut c, 1, 0, 1);
+    c[0].broker
+        .record_follower_fetch(T, 0, BrokerId(1), Offset(1), 2)
+        .expect("B reports");
+    assert_eq!(
+        c[0].broker.acks_all_status(T, 0, ok.end_offset, ok.leader_epoch),
+        AckWait::Done
+    );
+    acked.push(1u8);
+    assert_eq!((hw(&c[0]), hw(&c[1])), (Offset(1), Offset(0)));
+    restart(&mut c, 1, policy);
+    apply(&mut c, &[1], &rec, &zk(0, 1, &[0, 1]), 0, 3);
+    // B asks A where epoch 1 ends (the mutant has already cut to its HW and asks nothing).
+    let asks = c[1].broker.follower_tasks();
+    assert_eq!(asks.len(), 1);
+    if matches!(asks[0].action, FollowerAction::Truncate { .. }) {
+        pump(&mut c, 1, 0, 4);
+    }
+    // A dies; B is elected (it is in the ISR) and takes m2.
+    restart(&mut c, 0, policy);
+    apply(&mut c, &[1], &rec, &zk(1, 2, &[1]), 1, 5);
+    let ok = produce(&mut c[1], 2, -1, 6).expect("m2");
+    assert_eq!(
+        c[1].broker.acks_all_status(T, 0, ok.end_offset, ok.leader_epoch),
+        AckWait::Done
+    );
+    acked.push(2);
+    // A comes back as a follower of B and catches up.
+    apply(&mut c, &[0], &rec, &zk(1, 2, &[1]), 1, 7);
+    for now in 8..20 {
+        pump(&mut c, 0, 1, now);
+    }
+    let (a, b) = (contents(&c[0]), contents(&c[1]));
+    println!("{policy:?}: A {a:?} B {b:?} (HW {:?}, {:?})", hw(&c[0]), hw(&c[1]));
+    let lost = acked.iter().any(|m| !b.iter().any(|(_, v)| v == m));
+    let below = |log: &[(i64, u8)], hw: Offset| log.iter().filter(|(o, _)| *o < hw.0).copied().collect::<Vec<_>>();
+    let diverged = below(&a, hw(&c[0])) != below(&b, hw(&c[0]));
+    (lost, diverged, a.len().min(b.len()))
+}
+
+#[test]
+fn kip101_leader_epoch_truncation_keeps_acknowledged_data_and_the_hw_mutant_loses_it() {
+    let (lost, diverged, compared) = kip101(TruncationPolicy::LeaderEpoch);
+    assert!(compared >= 2, "compared {compared} records");
+    assert!(
+        !lost && !diverged,
+        "leader-epoch truncation: lost {lost}, diverged {diverged}"
+    );
+    // The negative control: the pre-KIP-101 rule must be caught by the same checks.
+    let (lost, diverged, _) = kip101(TruncationPolicy::HighWatermark);
+    assert!(lost || diverged, "the HW-truncation mutant went unnoticed");
+    assert!(lost, "the acknowledged m1 is gone from the new leader");
+}
+
+#[test]
+fn hw_checkpoint_survives_a_restart_and_open_keeps_replicas_offline_until_told() {
+    let (mut c, rec) = three_in_sync();
+    produce(&mut c[0], 1, 1, 0).expect("m1");
+    for now in 1..5 {
+        pump(&mut c, 1, 0, now);
+        pump(&mut c, 2, 0, now);
+    }
+    assert_eq!(hw(&c[1]), Offset(1));
+    restart(&mut c, 1, TruncationPolicy::LeaderEpoch);
+    assert_eq!(hw(&c[1]), Offset(1), "the HW came back from the checkpoint");
+    assert_eq!(
+        produce(&mut c[1], 2, 1, 0),
+        Err(ErrorCode::NotLeaderOrFollower),
+        "offline until told"
+    );
+    assert!(c[1].broker.follower_tasks().is_empty());
+    apply(&mut c, &[1], &rec, &zk(0, 1, &[0, 1, 2]), 0, 10);
+    assert_eq!(c[1].broker.follower_tasks().len(), 1);
+}

@@ -1,0 +1,212 @@
+//! The follower side of replication on a node: one task that, for every partition this broker
+//! follows, asks the partition's leader what [`Broker::follower_tasks`] says (OffsetForLeaderEpoch
+//! to truncate, then Fetch with `replica_id` = this broker and `current_leader_epoch`, KIP-320)
+//! and hands each answer back to the [`Broker`]. The leader's address comes from the cluster view
+//! ([`Broker::set_cluster_view`]).
+//!
+//! Fault model: a leader may be gone, slow, or answer garbage; each failure drops that leader's
+//! connection and backs off, the other leaders carry on. Stale answers (the epoch moved on while
+//! a request was out) are ignored by the broker. Fencing errors park the partition until new
+//! partition state arrives. Partitions are served one request at a time, in order (simple, and
+//! enough for tests; a fetcher per leader is the obvious next step).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::broker::{FollowerAction, FollowerTask};
+use crate::client::conn::KafkaConn;
+use crate::client::{code, ClientError};
+use crate::error_code::ErrorCode;
+use crate::ids::{BrokerId, LeaderEpoch, Offset};
+use crate::protocol::api::fetch::{FetchPartition, FetchRequest, FetchTopic};
+use crate::protocol::api::offset_for_leader_epoch::{
+    OffsetForLeaderEpochRequest, OffsetForLeaderPartition, OffsetForLeaderTopic,
+};
+use crate::protocol::{Request, Response};
+use crate::runtime::Runtime;
+
+use super::SharedBroker;
+
+/// How the fetcher asks.
+#[derive(Clone, Debug)]
+pub struct ReplicaFetcherConfig {
+    pub client_id: String,
+    /// `replica.fetch.wait.max.ms`
+    pub fetch_wait_max_ms: i32,
+    /// `replica.fetch.max.bytes`
+    pub fetch_max_bytes: i32,
+    /// `replica.fetch.backoff.ms`: the pause after an error, and between looks when idle.
+    pub backoff_ms: u64,
+    /// `replica.socket.timeout.ms`
+    pub request_timeout_ms: u64,
+}
+
+impl Default for ReplicaFetcherConfig {
+    fn default() -> Self {
+        ReplicaFetcherConfig {
+            client_id: "replica-fetcher".into(),
+            fetch_wait_max_ms: 100,
+            fetch_max_bytes: 1 << 20,
+            backoff_ms: 50,
+            request_timeout_ms: 30_000,
+        }
+    }
+}
+
+/// The Fetch version the fetcher speaks (names topics; v13 would name them by id).
+const FETCH_VERSION: i16 = 12;
+const OFFSET_FOR_LEADER_EPOCH_VERSION: i16 = 4;
+
+/// Runs the replica fetcher for as long as the node lives (spawn it in cluster mode).
+pub async fn run_replica_fetcher<R: Runtime>(rt: R, broker: SharedBroker, config: ReplicaFetcherConfig) {
+    let mut conns: BTreeMap<BrokerId, KafkaConn<R>> = BTreeMap::new();
+    loop {
+        let tasks = broker.borrow().follower_tasks();
+        let mut trouble = tasks.is_empty();
+        for task in tasks {
+            if let Err(why) = step(&rt, &broker, &config, &mut conns, &task).await {
+                tracing::debug!(topic = %task.topic, partition = task.partition, leader = task.leader.0, %why, "replica fetch failed");
+                trouble = true;
+            }
+        }
+        if trouble {
+            rt.sleep(Duration::from_millis(config.backoff_ms.max(1))).await;
+        }
+    }
+}
+
+/// One request for one partition, and its answer applied. `Err` says why to back off.
+async fn step<R: Runtime>(
+    rt: &R,
+    broker: &SharedBroker,
+    config: &ReplicaFetcherConfig,
+    conns: &mut BTreeMap<BrokerId, KafkaConn<R>>,
+    task: &FollowerTask,
+) -> Result<(), String> {
+    let (me, addr) = {
+        let b = broker.borrow();
+        let addr = b
+            .cluster_view()
+            .and_then(|v| v.brokers.iter().find(|r| r.id == task.leader))
+            .map(|r| format!("{}:{}", r.host, r.port));
+        (b.config().broker_id, addr)
+    };
+    let addr = addr.ok_or_else(|| format!("leader {} is not in the cluster view", task.leader.0))?;
+    if conns.get(&task.leader).is_none_or(|c| c.addr != addr) {
+        let conn = KafkaConn::connect(rt, &addr, &config.client_id, config.request_timeout_ms)
+            .await
+            .map_err(|e| e.to_string())?;
+        conns.insert(task.leader, conn);
+    }
+    let conn = conns.get_mut(&task.leader).expect("connected above");
+    let request = match task.action {
+        FollowerAction::Truncate { epoch } => Request::OffsetForLeaderEpoch(OffsetForLeaderEpochRequest {
+            replica_id: me.0,
+            topics: vec![OffsetForLeaderTopic {
+                topic: task.topic.clone(),
+                partitions: vec![OffsetForLeaderPartition {
+                    partition: task.partition,
+                    current_leader_epoch: task.leader_epoch.0,
+                    leader_epoch: epoch.0,
+                }],
+            }],
+        }),
+        FollowerAction::Fetch { offset } => Request::Fetch(FetchRequest {
+            replica_id: me.0,
+            max_wait_ms: config.fetch_wait_max_ms,
+            min_bytes: 1,
+            max_bytes: config.fetch_max_bytes,
+            isolation_level: 0,
+            session_id: 0,
+            session_epoch: -1,
+            topics: vec![FetchTopic {
+                topic: task.topic.clone(),
+                topic_id: crate::protocol::Uuid::ZERO,
+                partitions: vec![FetchPartition {
+                    partition: task.partition,
+                    current_leader_epoch: task.leader_epoch.0,
+                    fetch_offset: offset.0,
+                    last_fetched_epoch: -1,
+                    log_start_offset: -1,
+                    partition_max_bytes: config.fetch_max_bytes,
+                }],
+            }],
+            forgotten_topics: vec![],
+            rack_id: String::new(),
+        }),
+    };
+    let version = match task.action {
+        FollowerAction::Truncate { .. } => OFFSET_FOR_LEADER_EPOCH_VERSION,
+        FollowerAction::Fetch { .. } => FETCH_VERSION,
+    };
+    let response = match conn.call(&request, version).await {
+        Ok(r) => r,
+        Err(e) => {
+            conns.remove(&task.leader);
+            return Err(e.to_string());
+        }
+    };
+    let now = rt.now_ms();
+    let mut code_seen = ErrorCode::None;
+    let applied = match (task.action, response) {
+        (FollowerAction::Truncate { epoch }, Response::OffsetForLeaderEpoch(resp)) => {
+            let p = resp
+                .topics
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .find(|p| p.partition == task.partition)
+                .ok_or("the leader's answer lacks the partition")?;
+            let answer = if p.error_code != 0 {
+                code_seen = code(p.error_code);
+                Err(code_seen)
+            } else {
+                Ok((LeaderEpoch(p.leader_epoch), Offset(p.end_offset)))
+            };
+            rt.with_disk(|disk| {
+                broker.borrow_mut().follower_truncate(
+                    disk,
+                    &task.topic,
+                    task.partition,
+                    task.leader_epoch,
+                    epoch,
+                    answer,
+                )
+            })
+        }
+        (FollowerAction::Fetch { offset }, Response::Fetch(resp)) => {
+            let p = resp
+                .topics
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .find(|p| p.partition_index == task.partition)
+                .ok_or("the leader's answer lacks the partition")?;
+            let empty = bytes::Bytes::new();
+            let result = if p.error_code != 0 {
+                code_seen = code(p.error_code);
+                Err(code_seen)
+            } else {
+                Ok((&p.records.as_ref().unwrap_or(&empty)[..], Offset(p.high_watermark)))
+            };
+            rt.with_disk(|disk| {
+                broker.borrow_mut().follower_fetched(
+                    disk,
+                    &task.topic,
+                    task.partition,
+                    task.leader_epoch,
+                    offset,
+                    result,
+                    now,
+                )
+            })
+        }
+        (_, other) => {
+            conns.remove(&task.leader);
+            return Err(ClientError::Protocol(format!("unexpected response {}", other.api_key())).to_string());
+        }
+    };
+    applied.map_err(|e| format!("applying the leader's answer: {e}"))?;
+    if code_seen != ErrorCode::None {
+        return Err(format!("leader answered {code_seen:?}"));
+    }
+    Ok(())
+}

@@ -1,0 +1,331 @@
+//! Replication between broker nodes over an in-process network: the real accept loops, request
+//! handlers and replica fetchers, on a single-threaded executor with a virtual clock (1 ms per
+//! round). The test plays the coordinator: it hands each broker the partition state.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, VecDeque};
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::replica_fetcher::{run_replica_fetcher, ReplicaFetcherConfig};
+use super::*;
+use crate::broker::ClusterView;
+use crate::client::conn::KafkaConn;
+use crate::cluster::{BrokerRegistration, PartitionState, TopicRecord};
+use crate::disk::mem::MemDisk;
+use crate::ids::{BrokerId, LeaderEpoch, Offset};
+use crate::protocol::api::produce::{ProducePartition, ProduceRequest, ProduceTopic};
+use crate::protocol::Response;
+use crate::record::{build_batch, NewRecord, ProducerFields};
+use crate::runtime::{Connection, Listener};
+
+type Task = Pin<Box<dyn Future<Output = ()>>>;
+type Queue = Rc<RefCell<VecDeque<Bytes>>>;
+
+#[derive(Default)]
+struct Net {
+    now_ms: Cell<i64>,
+    listeners: RefCell<BTreeMap<String, Rc<RefCell<VecDeque<Pipe>>>>>,
+    spawned: RefCell<Vec<Task>>,
+}
+
+#[derive(Clone)]
+struct Rt {
+    net: Rc<Net>,
+    disk: Rc<RefCell<MemDisk>>,
+}
+
+struct Pipe {
+    inbox: Queue,
+    outbox: Queue,
+    peer: String,
+}
+
+impl Connection for Pipe {
+    async fn send(&mut self, frame: Bytes) -> Result<(), NetError> {
+        self.outbox.borrow_mut().push_back(frame);
+        Ok(())
+    }
+    async fn recv(&mut self) -> Result<Option<Bytes>, NetError> {
+        let inbox = self.inbox.clone();
+        poll_fn(move |_| match inbox.borrow_mut().pop_front() {
+            Some(frame) => Poll::Ready(Ok(Some(frame))),
+            None => Poll::Pending,
+        })
+        .await
+    }
+    fn peer(&self) -> String {
+        self.peer.clone()
+    }
+}
+
+struct Accepting(Rc<RefCell<VecDeque<Pipe>>>);
+
+impl Listener for Accepting {
+    type Conn = Pipe;
+    async fn accept(&mut self) -> Result<Pipe, NetError> {
+        let queue = self.0.clone();
+        poll_fn(move |_| match queue.borrow_mut().pop_front() {
+            Some(conn) => Poll::Ready(Ok(conn)),
+            None => Poll::Pending,
+        })
+        .await
+    }
+}
+
+impl Runtime for Rt {
+    type Disk = MemDisk;
+    type Conn = Pipe;
+    type Listener = Accepting;
+    fn now_ms(&self) -> i64 {
+        self.net.now_ms.get()
+    }
+    fn monotonic_ms(&self) -> u64 {
+        u64::try_from(self.net.now_ms.get()).expect("the clock starts at 0")
+    }
+    fn sleep(&self, duration: Duration) -> impl Future<Output = ()> {
+        let net = self.net.clone();
+        let until = net.now_ms.get() + i64::try_from(duration.as_millis()).expect("short");
+        poll_fn(move |_| {
+            if net.now_ms.get() >= until {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+    }
+    fn spawn(&self, task: impl Future<Output = ()> + 'static) {
+        self.net.spawned.borrow_mut().push(Box::pin(task));
+    }
+    async fn connect(&self, addr: &str) -> Result<Pipe, NetError> {
+        let queue = self.net.listeners.borrow().get(addr).cloned();
+        let queue = queue.ok_or_else(|| NetError::Refused(addr.to_string()))?;
+        let (a, b): (Queue, Queue) = Default::default();
+        queue.borrow_mut().push_back(Pipe {
+            inbox: a.clone(),
+            outbox: b.clone(),
+            peer: "client".into(),
+        });
+        Ok(Pipe {
+            inbox: b,
+            outbox: a,
+            peer: addr.to_string(),
+        })
+    }
+    async fn listen(&self, addr: &str) -> Result<Accepting, NetError> {
+        let queue = Rc::new(RefCell::new(VecDeque::new()));
+        self.net.listeners.borrow_mut().insert(addr.to_string(), queue.clone());
+        Ok(Accepting(queue))
+    }
+    fn with_disk<T>(&self, f: impl FnOnce(&mut MemDisk) -> T) -> T {
+        f(&mut self.disk.borrow_mut())
+    }
+    fn random_u64(&self) -> u64 {
+        0x5eed
+    }
+}
+
+/// Polls every task round-robin, 1 ms of virtual time per round, until `done` or `rounds_max`.
+/// Returns the rounds it took.
+fn run(net: &Rc<Net>, tasks: &mut Vec<Task>, rounds_max: u32, done: impl Fn() -> bool) -> u32 {
+    let mut cx = Context::from_waker(Waker::noop());
+    for round in 0..rounds_max {
+        tasks.append(&mut net.spawned.borrow_mut());
+        tasks.retain_mut(|t| t.as_mut().poll(&mut cx).is_pending());
+        tasks.append(&mut net.spawned.borrow_mut());
+        if done() {
+            return round;
+        }
+        net.now_ms.set(net.now_ms.get() + 1);
+    }
+    panic!("not done within {rounds_max} rounds");
+}
+
+/// Runs `rounds` rounds with no end condition.
+fn idle(net: &Rc<Net>, tasks: &mut Vec<Task>, rounds: u32) {
+    let mut cx = Context::from_waker(Waker::noop());
+    for _ in 0..rounds {
+        tasks.append(&mut net.spawned.borrow_mut());
+        tasks.retain_mut(|t| t.as_mut().poll(&mut cx).is_pending());
+        net.now_ms.set(net.now_ms.get() + 1);
+    }
+}
+
+const T: &str = "orders";
+
+fn addr(i: i32) -> String {
+    format!("b{i}:9092")
+}
+
+fn rt_for(net: &Rc<Net>) -> Rt {
+    Rt {
+        net: net.clone(),
+        disk: Rc::new(RefCell::new(MemDisk::new())),
+    }
+}
+
+fn view(record: &TopicRecord, state: &PartitionState, live: &[i32]) -> ClusterView {
+    ClusterView {
+        brokers: live
+            .iter()
+            .map(|i| BrokerRegistration {
+                id: BrokerId(*i),
+                host: format!("b{i}"),
+                port: 9092,
+                rack: None,
+            })
+            .collect(),
+        controller: Some(BrokerId(0)),
+        topics: [(T.to_string(), (record.clone(), [(0, state.clone())].into()))].into(),
+    }
+}
+
+/// Starts broker `i` (its accept loop spawned), hands it the state; with `fetcher`, its
+/// replica fetcher too.
+fn start(rt: &Rt, i: i32, slot: &Rc<RefCell<BTreeMap<i32, SharedBroker>>>) {
+    let rt2 = rt.clone();
+    let slot = slot.clone();
+    rt.spawn(async move {
+        let mut config = NodeConfig::single_node(&addr(i), &format!("b{i}"), 9092, "c");
+        config.broker.broker_id = BrokerId(i);
+        let (broker, accept) = start_broker(rt2.clone(), config).await.expect("start");
+        rt2.spawn(accept);
+        slot.borrow_mut().insert(i, broker);
+    });
+}
+
+fn apply(rt: &Rt, broker: &SharedBroker, record: &TopicRecord, state: &PartitionState, live: &[i32]) {
+    let now = rt.now_ms();
+    rt.with_disk(|d| {
+        broker
+            .borrow_mut()
+            .apply_partition_state(d, T, record, 0, state, 0, now)
+            .expect("apply")
+    });
+    broker.borrow_mut().set_cluster_view(view(record, state, live));
+}
+
+fn produce_request(marker: u8) -> Request {
+    let batch = build_batch(
+        &[NewRecord {
+            timestamp: 1,
+            key: None,
+            value: Some(vec![marker; 4]),
+        }],
+        ProducerFields::none(),
+    );
+    Request::Produce(ProduceRequest {
+        transactional_id: None,
+        acks: -1,
+        timeout_ms: 10_000,
+        topics: vec![ProduceTopic {
+            name: T.into(),
+            partitions: vec![ProducePartition {
+                index: 0,
+                records: Some(batch.into()),
+            }],
+        }],
+    })
+}
+
+#[test]
+fn acks_all_is_answered_after_the_follower_fetched_and_a_late_follower_catches_up() {
+    let net = Rc::new(Net::default());
+    let rts: Vec<Rt> = (0..3).map(|_| rt_for(&net)).collect();
+    let brokers: Rc<RefCell<BTreeMap<i32, SharedBroker>>> = Rc::default();
+    let mut tasks = Vec::new();
+    start(&rts[0], 0, &brokers);
+    start(&rts[1], 1, &brokers);
+    run(&net, &mut tasks, 100, || brokers.borrow().len() == 2);
+    let record = TopicRecord {
+        topic_id_hex: crate::broker::TopicId::from_random(3, 4).to_hex(),
+        assignment: [(0, vec![BrokerId(0), BrokerId(1), BrokerId(2)])].into(),
+        configs: [("min.insync.replicas".to_string(), "2".to_string())].into(),
+    };
+    let state = PartitionState {
+        leader: Some(BrokerId(0)),
+        leader_epoch: LeaderEpoch(1),
+        isr: vec![BrokerId(0), BrokerId(1)],
+        controller_epoch: 1,
+    };
+    let b = |i: i32| brokers.borrow()[&i].clone();
+    apply(&rts[0], &b(0), &record, &state, &[0, 1]);
+    apply(&rts[1], &b(1), &record, &state, &[0, 1]);
+
+    // A client sends acks=all to the leader; broker 1's fetcher is not running yet.
+    let answer: Rc<RefCell<Option<Response>>> = Rc::default();
+    let (client_rt, answer2) = (rts[0].clone(), answer.clone());
+    rts[0].spawn(async move {
+        let mut conn = KafkaConn::connect(&client_rt, &addr(0), "test", 20_000)
+            .await
+            .expect("connect");
+        let resp = conn.call(&produce_request(7), 9).await.expect("answer");
+        *answer2.borrow_mut() = Some(resp);
+    });
+    run(&net, &mut tasks, 300, || {
+        b(0).borrow().offsets(T, 0).map(|o| o.2) == Ok(Offset(1))
+    });
+    // Give it time: with no follower fetching, the answer must not come.
+    let waited_from = net.now_ms.get();
+    idle(&net, &mut tasks, 500);
+    assert!(
+        answer.borrow().is_none(),
+        "acks=all answered with no follower having the record"
+    );
+    assert_eq!(b(1).borrow().offsets(T, 0).expect("hosted").2, Offset(0));
+    println!(
+        "no answer in {} ms without the follower",
+        net.now_ms.get() - waited_from
+    );
+
+    // Broker 1 starts fetching: the answer comes once it has the record and reported it.
+    rts[1].spawn(run_replica_fetcher(
+        rts[1].clone(),
+        b(1),
+        ReplicaFetcherConfig::default(),
+    ));
+    let took = run(&net, &mut tasks, 2_000, || answer.borrow().is_some());
+    let Some(Response::Produce(resp)) = answer.borrow().clone() else {
+        panic!("not a produce answer")
+    };
+    let p = &resp.topics[0].partitions[0];
+    assert_eq!((p.error_code, p.base_offset), (0, 0), "{p:?}");
+    assert_eq!(
+        b(1).borrow().offsets(T, 0).expect("hosted").2,
+        Offset(1),
+        "the follower has it"
+    );
+    assert_eq!(
+        b(0).borrow().offsets(T, 0).expect("hosted").1,
+        Offset(1),
+        "leader HW passed it"
+    );
+    println!("answered {took} ms after the follower started");
+
+    // Broker 2 starts late, out of the ISR, and catches up.
+    start(&rts[2], 2, &brokers);
+    run(&net, &mut tasks, 100, || brokers.borrow().len() == 3);
+    for i in 0..3 {
+        let live = [0, 1, 2];
+        b(i).borrow_mut().set_cluster_view(view(&record, &state, &live));
+    }
+    apply(&rts[2], &b(2), &record, &state, &[0, 1, 2]);
+    rts[2].spawn(run_replica_fetcher(
+        rts[2].clone(),
+        b(2),
+        ReplicaFetcherConfig::default(),
+    ));
+    let leader_end = b(0).borrow().offsets(T, 0).expect("hosted");
+    run(&net, &mut tasks, 2_000, || {
+        b(2).borrow().offsets(T, 0).expect("hosted") == (Offset(0), leader_end.1, leader_end.2)
+    });
+    let now = net.now_ms.get();
+    let proposals = b(0).borrow_mut().poll_isr_proposals(now);
+    assert_eq!(proposals.len(), 1, "{proposals:?}");
+    assert_eq!(proposals[0].new_state.isr, vec![BrokerId(0), BrokerId(1), BrokerId(2)]);
+}
