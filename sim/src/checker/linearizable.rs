@@ -20,6 +20,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::{AnomalyKind, Finding};
+
 /// One client operation on the coordinator, as a client saw it (Jepsen style).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CoordOp {
@@ -131,6 +133,17 @@ impl LinReport {
 
     pub fn ok(&self) -> bool {
         self.violations.is_empty() && !self.compared_nothing()
+    }
+
+    /// The violations as checker findings (`nonlinearizable`), one per path.
+    pub fn findings(&self) -> Vec<Finding> {
+        self.violations
+            .iter()
+            .map(|(path, why)| Finding {
+                kind: AnomalyKind::Nonlinearizable,
+                detail: format!("{path}: {why}"),
+            })
+            .collect()
     }
 
     pub fn summary(&self) -> String {

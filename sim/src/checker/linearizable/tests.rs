@@ -130,6 +130,7 @@ fn negative_control_stale_read_after_completed_write() {
     let r = run(&h);
     assert!(!r.ok());
     assert!(r.violations[P].contains("could not place"), "{}", r.summary());
+    assert_eq!(r.findings()[0].kind, crate::checker::AnomalyKind::Nonlinearizable);
 }
 
 #[test]
@@ -212,4 +213,82 @@ fn empty_history_compared_nothing_and_budget_reports_too_large() {
     );
     // With the default budget it finishes: memoisation keeps it small.
     assert!(run(&h).ok());
+}
+
+/// Random histories made by running the model itself, each op taking effect at a known instant
+/// inside its [invoke, complete] window (unknown ops at an instant, or never): every one must
+/// pass. Then one read per history is made to return a value nobody wrote: every one must fail.
+#[test]
+fn random_histories_from_the_model_pass_and_tampered_ones_fail() {
+    use rand_chacha::rand_core::{RngCore, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(4);
+    let mut below = |n: u64| rng.next_u64() % n;
+    let (mut passed, mut caught, mut searched_states) = (0, 0, 0);
+    for _trial in 0..200 {
+        let mut state: NodeState = None;
+        let mut ops = Vec::new();
+        let n = 4 + below(10);
+        for k in 0..n {
+            let at = 100 * (k + 1);
+            let data = vec![b'a' + u8::try_from(below(3)).expect("small")];
+            let version = state.as_ref().map_or(0, |s| s.1);
+            let expected = match below(3) {
+                0 => None,
+                1 => Some(version),
+                _ => Some(version + 1),
+            };
+            let kind = match below(5) {
+                0 => CoordOpKind::Create { data },
+                1 | 2 => CoordOpKind::Set {
+                    data,
+                    expected_version: expected,
+                },
+                3 => CoordOpKind::Delete {
+                    expected_version: expected,
+                },
+                _ => CoordOpKind::Read,
+            };
+            let unknown = below(6) == 0;
+            let took_effect = !unknown || below(2) == 0;
+            let outcome = if took_effect {
+                let (after, outcome) = apply(&state, &kind);
+                state = after;
+                outcome
+            } else {
+                CoordOutcome::Unknown
+            };
+            // Windows up to 1.5 linearization gaps wide on each side: neighbours overlap.
+            let invoke_ms = at - below(150).min(at);
+            let (complete_ms, outcome) = if unknown {
+                (None, CoordOutcome::Unknown)
+            } else {
+                (Some(at + below(150)), outcome)
+            };
+            ops.push(op(
+                u32::try_from(k).expect("small"),
+                kind,
+                invoke_ms,
+                complete_ms,
+                outcome,
+            ));
+        }
+        let good = vec![ops.iter().collect::<Vec<_>>()];
+        match check_path(&good[0], None, STATES_PER_PATH_MAX_DEFAULT) {
+            PathVerdict::Linearizable { states } => {
+                passed += 1;
+                searched_states += states;
+            }
+            other => panic!("a history made by the model was refused: {other:?}\n{ops:#?}"),
+        }
+        let mut bad = ops.clone();
+        bad.push(read(99, (100 * (n + 1), 100 * (n + 1) + 1), Some(("never", 7))));
+        if matches!(
+            check_path(&bad.iter().collect::<Vec<_>>(), None, STATES_PER_PATH_MAX_DEFAULT),
+            PathVerdict::Violation { .. }
+        ) {
+            caught += 1;
+        }
+    }
+    println!("random histories: {passed} passed ({searched_states} states searched), {caught} tampered caught");
+    assert_eq!((passed, caught), (200, 200));
 }
