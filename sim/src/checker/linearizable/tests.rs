@@ -272,8 +272,8 @@ fn random_histories_from_the_model_pass_and_tampered_ones_fail() {
                 outcome,
             ));
         }
-        let good = vec![ops.iter().collect::<Vec<_>>()];
-        match check_path(&good[0], None, STATES_PER_PATH_MAX_DEFAULT) {
+        let good: Vec<&CoordOp> = ops.iter().collect();
+        match check_path(&good, None, STATES_PER_PATH_MAX_DEFAULT) {
             PathVerdict::Linearizable { states } => {
                 passed += 1;
                 searched_states += states;
