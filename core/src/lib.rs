@@ -9,7 +9,9 @@
 pub mod broker;
 pub mod client;
 pub mod cluster;
+pub mod consensus;
 pub mod controller;
+pub mod coord;
 pub mod disk;
 pub mod error_code;
 pub mod group;

@@ -114,6 +114,9 @@ pub struct Compared {
     pub processed: usize,
     pub partitions_read: usize,
     pub final_records: usize,
+    /// Replicated clusters: leader observations and replica offsets compared.
+    pub leader_observations: usize,
+    pub replica_offsets: usize,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -148,6 +151,12 @@ impl Report {
             "compared {} sends ({} acked, {} checked against the final read, {} unknown, {} failed), {} polls, {} commits, {} processed, {} partitions read in full ({} records)",
             c.sends, c.acked, c.acked_checked, c.unknown, c.failed, c.polls, c.commits, c.processed, c.partitions_read, c.final_records
         );
+        if c.leader_observations > 0 || c.replica_offsets > 0 {
+            out.push_str(&format!(
+                ", {} leader observations, {} replica offsets below the high watermarks",
+                c.leader_observations, c.replica_offsets
+            ));
+        }
         for (kind, n) in self.counts() {
             out.push_str(&format!("\n  {kind}: {n}"));
             if let Some(first) = self.findings.iter().find(|f| f.kind == kind) {
@@ -164,6 +173,14 @@ impl Report {
 
 pub fn check(h: &History) -> Report {
     let mut report = Report::default();
+    if !h.leaders.is_empty() || !h.replicas.is_empty() {
+        let leaders = leaders::check(&h.leaders);
+        let replicas = replicas::check(&h.replicas);
+        report.compared.leader_observations = leaders.observations;
+        report.compared.replica_offsets = replicas.offsets_compared;
+        report.findings.extend(leaders.findings);
+        report.findings.extend(replicas.findings);
+    }
     let c = &mut report.compared;
     c.sends = h.sends.len();
     c.polls = h.polls.len();

@@ -111,4 +111,8 @@ pub struct History {
     /// Consumers ran until caught up after the heal: an acked record no consumer ever polled is
     /// `unseen` even if it is still in the log.
     pub consumers_drained: bool,
+    /// Replicated clusters: brokers seen acting as a partition's leader, sampled through the run.
+    pub leaders: Vec<crate::checker::leaders::LeaderObservation>,
+    /// Replicated clusters: every replica's log and high watermark at the end of the run.
+    pub replicas: Vec<crate::checker::replicas::PartitionReplicas>,
 }

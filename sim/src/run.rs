@@ -35,6 +35,8 @@ use crate::runtime::SimRuntime;
 use crate::scenario::{Scenario, SendMode};
 use crate::world::{node_ip, run_seed_with, NodeIndex, World, WorldConfig};
 
+pub mod cluster;
+
 /// Kafka's port on every simulated broker.
 pub const KAFKA_PORT: u16 = 9092;
 
@@ -318,6 +320,10 @@ async fn setup(rt: SimRuntime, w: Arc<Workload>) {
     ]
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
+    .chain(
+        t.unclean_leader_election
+            .then(|| ("unclean.leader.election.enable".to_string(), "true".to_string())),
+    )
     .collect();
     let configs: Vec<(&str, &str)> = configs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     for attempt in 0..600 {
@@ -403,14 +409,17 @@ async fn read_partition(rt: &SimRuntime, w: &Workload, p: i32) -> Result<FinalRe
 
 async fn simulate(world: World, scenario: Scenario) -> Simulated {
     let s = &scenario;
-    assert!(
-        s.cluster.brokers == 1,
-        "this version runs one broker per cluster; replication comes with issue #4"
-    );
-    let brokers: Vec<NodeIndex> = (0..s.cluster.brokers as usize)
-        .map(|i| world.add_node(&format!("broker-{i}"), move |rt| broker_main(rt, i)))
-        .collect();
-    let setup_ms = 2_000;
+    let replicated = cluster::is_cluster(s);
+    let (brokers, coordinators): (Vec<NodeIndex>, Vec<NodeIndex>) = if replicated {
+        cluster::add_nodes(&world, s)
+    } else {
+        let brokers = (0..s.cluster.brokers as usize)
+            .map(|i| world.add_node(&format!("broker-{i}"), move |rt| broker_main(rt, i)))
+            .collect();
+        (brokers, Vec::new())
+    };
+    // A cluster needs its coordinator quorum elected and its brokers registered first.
+    let setup_ms = if replicated { 5_000 } else { 2_000 };
     let w = Arc::new(Workload {
         scenario: scenario.clone(),
         brokers: brokers.len(),
@@ -429,6 +438,12 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
             .expect("the admin node is never killed");
     }
     madsim::time::sleep(Duration::from_millis(setup_ms.saturating_sub(monotonic_ms()))).await;
+    let leaders: Shared<Vec<crate::checker::leaders::LeaderObservation>> = Arc::default();
+    if replicated {
+        let t = s.topic.get_ref();
+        let (topic, partitions, out, until) = (t.name.clone(), t.partitions, leaders.clone(), w.consume_until_ms);
+        world.spawn_on(admin, move |_rt| cluster::observe_leaders(topic, partitions, out, until));
+    }
 
     let mut producers = Vec::new();
     for p in 0..s.producer.count {
@@ -451,9 +466,14 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
                 .and_then(|n| n.parse::<usize>().ok())
                 .and_then(|n| nodes.get(n).copied())
         };
+        let topic = &s.topic.get_ref().name;
         match name {
+            "leader" if replicated => cluster::current_leader(topic),
+            "follower" if replicated => cluster::current_follower(topic),
+            "controller" if replicated => cluster::current_controller(),
             "leader" | "controller" => brokers.first().copied(),
             _ => nth("broker-", &brokers)
+                .or_else(|| nth("coordinator-", &coordinators))
                 .or_else(|| nth("producer-", &producers))
                 .or_else(|| nth("consumer-", &consumers)),
         }
@@ -490,6 +510,11 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
         });
     }
     history.final_reads = reads;
+    if replicated {
+        let t = s.topic.get_ref();
+        history.leaders = std::mem::take(&mut *lock(&leaders));
+        history.replicas = cluster::collect_replicas(&world, &t.name, t.partitions);
+    }
     history.tracks_processing = s.consumer.is_some();
     history.consumers_drained = s.consumer.is_some();
     Simulated {

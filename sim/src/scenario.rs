@@ -53,7 +53,7 @@
 //! [[faults.schedule]]
 //! at_s = 20
 //! fault = "crash"          # crash | kill | pause | isolate | disk-full | sync-fail | clock-skew
-//! node = "leader"          # "leader", "controller", "broker-N", "coordinator-N", "producer-N", "consumer-N"
+//! node = "leader"          # "leader", "follower" (of partition 0), "controller", "broker-N", "coordinator-N", "producer-N", "consumer-N"
 //! heal_after_s = 5         # the opposite fault (restart, resume, repair, ...) after this long
 //!
 //! [expect]
@@ -167,12 +167,18 @@ pub struct Broker {
     /// A follower that has not caught up with the leader's log end for this long leaves the ISR.
     #[serde(rename = "replica.lag.time.max.ms", default = "defaults::replica_lag_time_max_ms")]
     pub replica_lag_time_max_ms: u64,
+    /// Simulator-only mutant (a negative control, never a Kafka setting): followers truncate to
+    /// their own high watermark when they start following a new leader, as Kafka did before
+    /// KIP-101, instead of asking the leader for their epoch's end offset.
+    #[serde(rename = "mutant.follower.truncate.to.high.watermark", default)]
+    pub mutant_truncate_to_high_watermark: bool,
 }
 
 impl Default for Broker {
     fn default() -> Self {
         Broker {
             replica_lag_time_max_ms: defaults::replica_lag_time_max_ms(),
+            mutant_truncate_to_high_watermark: false,
         }
     }
 }
@@ -512,6 +518,7 @@ impl Scenario {
             };
             let consumers = scenario.consumer.as_ref().map_or(0, |c| c.count);
             let ok_node = f.node == "leader"
+                || (f.node == "follower" && c.brokers > 1)
                 || f.node == "controller"
                 || nth_below("broker-", c.brokers)
                 || nth_below("coordinator-", c.coordinators)

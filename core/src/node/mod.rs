@@ -8,6 +8,7 @@
 //! broker carry on. The broker's state is shared by the node's tasks on one thread
 //! (`Rc<RefCell<_>>`); no borrow is held across an `.await`.
 
+pub mod cluster;
 pub mod handlers;
 pub mod replica_fetcher;
 
@@ -38,6 +39,9 @@ pub struct NodeConfig {
     pub fetch_wait_ms_max: u64,
     /// How often a waiting Fetch looks for new data.
     pub fetch_poll_ms: u64,
+    /// In cluster mode, where CreateTopics and DeleteTopics go (the coordinator holds topics);
+    /// `None` for a single node, whose broker creates and deletes them itself.
+    pub admin: Option<cluster::AdminQueue>,
 }
 
 impl NodeConfig {
@@ -53,6 +57,7 @@ impl NodeConfig {
             limits: Limits::default(),
             fetch_wait_ms_max: 30_000,
             fetch_poll_ms: 5,
+            admin: None,
         }
     }
 }
@@ -213,6 +218,10 @@ async fn handle_frame<R: Runtime>(rt: &R, broker: &SharedBroker, config: &NodeCo
         Request::ListOffsets(req) => rt
             .with_disk(|disk| handlers::list_offsets(&broker.borrow(), disk, req))
             .encode(version),
+        Request::CreateTopics(req) if config.admin.is_some() => {
+            let admin = config.admin.as_ref().expect("checked by the guard");
+            admin.create_topics(rt, req).await.encode(version)
+        }
         Request::CreateTopics(req) => rt
             .with_disk(|disk| handlers::create_topics(&mut broker.borrow_mut(), disk, req, new_id))
             .encode(version),

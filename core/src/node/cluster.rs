@@ -1,0 +1,753 @@
+//! The broker node in cluster mode: the single-node driver ([`super::start_broker`]) plus one
+//! task that ties the broker to the coordinator quorum, and the replica fetcher.
+//!
+//! What the cluster task does, per coordinator session (a new session after each expiry):
+//! 1. creates the persistent parents ([`controller::BOOTSTRAP_PATHS`]) and registers the broker
+//!    as the ephemeral `/brokers/ids/{id}` (atomically replacing its previous process's node,
+//!    whose session may not have expired yet);
+//! 2. repeatedly reads the cluster state (live brokers, topics, partition states with their
+//!    versions, deletion requests), with watches, and hands it to the broker: the cluster view
+//!    for Metadata, [`Broker::apply_partition_state`] for each partition it hosts (which makes it
+//!    leader or follower), [`Broker::remove_replica`] for topics that are gone;
+//! 3. runs for the controller office ([`controller::election`]) and, while it holds it, writes
+//!    what [`Controller::reconcile`] decides (leader elections, ISR clean-up) and carries out
+//!    deletion requests, every write fenced by the controller epoch;
+//! 4. writes the ISR changes the broker proposes as leader ([`Broker::poll_isr_proposals`]) by
+//!    compare-and-set on the partition's state znode and reports the result back;
+//! 5. serves CreateTopics and DeleteTopics handed over by connections ([`AdminQueue`]): creation
+//!    writes the topic and its partitions' initial states in one multi (any broker may; the
+//!    coordinator's create refuses a duplicate), deletion writes a request under
+//!    `/admin/delete_topics` for the controller, as Kafka's ZooKeeper mode does.
+//!
+//! The task re-reads at least every `refresh_ms` and sooner on a watch event, an admin request
+//! or an ISR proposal. Reads are a full scan: clusters in the simulator hold a few topics.
+//!
+//! Fault model: the coordinator may be unreachable (ops are retried; the broker keeps serving
+//! what it last knew, as a Kafka broker cut off from ZooKeeper does), a write's outcome may be
+//! unknown (the next read settles it), and the session may expire (its ephemerals are gone: the
+//! controller office and the registration are re-established in a new session).
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt;
+use std::rc::Rc;
+use std::time::Duration;
+
+use crate::broker::{ClusterView as BrokerView, IsrUpdateResult};
+use crate::cluster::{
+    broker_path, partition_state_path, topic_path, BrokerRegistration, PartitionState,
+    TopicRecord, BROKER_IDS_PATH, CONTROLLER_PATH, CONTROLLER_EPOCH_PATH, DELETE_TOPICS_PATH, TOPICS_PATH,
+};
+use crate::controller::{self, election, ClusterView, Controller, ControllerConfig, CreateTopicDraw, TopicView, Versioned};
+use crate::coord::client::{CoordClient, CoordClientConfig, CoordError};
+use crate::coord::tree::{CreateMode, Op, TreeError};
+use crate::error_code::ErrorCode;
+use crate::ids::BrokerId;
+use crate::protocol::api::create_topics::{CreatableTopicResult, CreateTopicsRequest, CreateTopicsResponse};
+use crate::runtime::Runtime;
+
+use super::replica_fetcher::{run_replica_fetcher, ReplicaFetcherConfig};
+use super::{start_broker, NodeConfig, NodeError, SharedBroker};
+
+/// How a broker joins its cluster.
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    /// Every coordinator's address (`host:port`).
+    pub coordinators: Vec<String>,
+    /// `zookeeper.session.timeout.ms`: how long after its last heartbeat a broker counts as dead.
+    pub session_timeout_ms: u64,
+    /// The longest the broker goes without re-reading the cluster state.
+    pub refresh_ms: u64,
+    pub controller: ControllerConfig,
+}
+
+impl ClusterConfig {
+    pub fn new(coordinators: Vec<String>) -> Self {
+        ClusterConfig {
+            coordinators,
+            session_timeout_ms: 6_000,
+            refresh_ms: 500,
+            controller: ControllerConfig::default(),
+        }
+    }
+}
+
+/// Admin requests that need the coordinator, handed from a connection to the cluster task.
+#[derive(Clone, Default)]
+pub struct AdminQueue(Rc<RefCell<VecDeque<AdminJob>>>);
+
+/// Admin jobs queued at most; more are refused at once.
+const ADMIN_JOBS_MAX: usize = 1_000;
+
+struct AdminJob {
+    request: AdminRequest,
+    reply: Rc<RefCell<Option<Vec<(String, ErrorCode, String)>>>>,
+}
+
+enum AdminRequest {
+    Create(CreateTopicsRequest),
+    Delete(Vec<String>),
+}
+
+impl fmt::Debug for AdminQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "AdminQueue({} queued)", self.0.borrow().len())
+    }
+}
+
+impl AdminQueue {
+    /// Queues a CreateTopics and waits for the cluster task's answer, at most `timeout_ms`.
+    pub async fn create_topics<R: Runtime>(&self, rt: &R, req: &CreateTopicsRequest) -> CreateTopicsResponse {
+        let names: Vec<String> = req.topics.iter().map(|t| t.name.clone()).collect();
+        let results = self
+            .submit(rt, AdminRequest::Create(req.clone()), names, req.timeout_ms)
+            .await;
+        CreateTopicsResponse {
+            throttle_time_ms: 0,
+            topics: results
+                .into_iter()
+                .map(|(name, code, message)| CreatableTopicResult {
+                    name,
+                    error_code: code.code(),
+                    error_message: (code != ErrorCode::None).then_some(message),
+                    ..CreatableTopicResult::default()
+                })
+                .collect(),
+        }
+    }
+
+    /// Queues a topic deletion; answers per topic.
+    pub async fn delete_topics<R: Runtime>(
+        &self,
+        rt: &R,
+        names: Vec<String>,
+        timeout_ms: i32,
+    ) -> Vec<(String, ErrorCode, String)> {
+        self.submit(rt, AdminRequest::Delete(names.clone()), names, timeout_ms).await
+    }
+
+    async fn submit<R: Runtime>(
+        &self,
+        rt: &R,
+        request: AdminRequest,
+        names: Vec<String>,
+        timeout_ms: i32,
+    ) -> Vec<(String, ErrorCode, String)> {
+        let fail = |code: ErrorCode, why: &str| names.iter().map(|n| (n.clone(), code, why.to_string())).collect();
+        if self.0.borrow().len() >= ADMIN_JOBS_MAX {
+            return fail(ErrorCode::RequestTimedOut, "too many admin requests queued");
+        }
+        let reply = Rc::new(RefCell::new(None));
+        self.0.borrow_mut().push_back(AdminJob {
+            request,
+            reply: reply.clone(),
+        });
+        let deadline = rt
+            .monotonic_ms()
+            .saturating_add(u64::try_from(timeout_ms.max(1_000)).unwrap_or(30_000));
+        while rt.monotonic_ms() < deadline {
+            if let Some(results) = reply.borrow_mut().take() {
+                return results;
+            }
+            rt.sleep(Duration::from_millis(5)).await;
+        }
+        fail(ErrorCode::RequestTimedOut, "the coordinator did not answer in time")
+    }
+
+    fn pop(&self) -> Option<AdminJob> {
+        self.0.borrow_mut().pop_front()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.borrow().is_empty()
+    }
+}
+
+/// Starts a broker that belongs to a cluster: the Kafka listener, the replica fetcher and the
+/// cluster task. Returns as [`start_broker`] does.
+pub async fn start_cluster_broker<R: Runtime>(
+    rt: R,
+    mut config: NodeConfig,
+    cluster: ClusterConfig,
+) -> Result<(SharedBroker, impl std::future::Future<Output = ()>), NodeError> {
+    let admin = AdminQueue::default();
+    config.admin = Some(admin.clone());
+    // Topics exist only through the coordinator: never auto-created locally.
+    config.broker.auto_create_topics = false;
+    let registration = BrokerRegistration {
+        id: config.broker.broker_id,
+        host: config.advertised.host.clone(),
+        port: config.advertised.port,
+        rack: None,
+    };
+    let (broker, accept_loop) = start_broker(rt.clone(), config).await?;
+    rt.spawn(run_replica_fetcher(
+        rt.clone(),
+        broker.clone(),
+        ReplicaFetcherConfig::default(),
+    ));
+    rt.spawn(cluster_main(rt.clone(), broker.clone(), cluster, registration, admin));
+    Ok((broker, accept_loop))
+}
+
+/// Why a session's loop ended.
+enum End {
+    Expired,
+}
+
+type Step<T> = Result<T, End>;
+
+/// Maps a coordinator error to the session's fate: expiry ends it, anything else is retried.
+fn fatal(e: &CoordError) -> bool {
+    matches!(e, CoordError::SessionExpired | CoordError::Tree(TreeError::SessionExpired))
+}
+
+async fn cluster_main<R: Runtime>(
+    rt: R,
+    broker: SharedBroker,
+    cluster: ClusterConfig,
+    registration: BrokerRegistration,
+    admin: AdminQueue,
+) {
+    let mut client_config = CoordClientConfig::new(cluster.coordinators.clone());
+    client_config.session_timeout_ms = cluster.session_timeout_ms;
+    loop {
+        let client = match CoordClient::connect(rt.clone(), client_config.clone()).await {
+            Ok(client) => client,
+            Err(e) => {
+                tracing::info!(target: "cluster", error = %e, "no coordinator session yet; retrying");
+                rt.sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        tracing::info!(target: "cluster", broker = registration.id.0, session = ?client.session(), "coordinator session opened");
+        let mut session = Session {
+            rt: rt.clone(),
+            broker: broker.clone(),
+            cluster: cluster.clone(),
+            registration: registration.clone(),
+            admin: admin.clone(),
+            client,
+            controller: None,
+        };
+        let End::Expired = session.run().await;
+        tracing::warn!(target: "cluster", broker = registration.id.0, "coordinator session expired; opening a new one");
+    }
+}
+
+struct Session<R: Runtime> {
+    rt: R,
+    broker: SharedBroker,
+    cluster: ClusterConfig,
+    registration: BrokerRegistration,
+    admin: AdminQueue,
+    client: CoordClient<R>,
+    controller: Option<Controller>,
+}
+
+/// Everything read in one scan.
+struct Scan {
+    controller_view: ClusterView,
+    broker_view: BrokerView,
+    /// `/controller`: its broker id and whether this session owns it.
+    controller: Option<(BrokerId, bool)>,
+}
+
+impl<R: Runtime> Session<R> {
+    fn me(&self) -> BrokerId {
+        self.registration.id
+    }
+
+    async fn run(&mut self) -> End {
+        if let Err(end) = self.register().await {
+            return end;
+        }
+        loop {
+            if let Err(end) = self.round().await {
+                if let Some(c) = self.controller.take() {
+                    tracing::warn!(target: "controller", broker = c.id.0, epoch = c.epoch, "controller resigns: its session ended");
+                }
+                return end;
+            }
+        }
+    }
+
+    async fn register(&mut self) -> Step<()> {
+        for path in controller::BOOTSTRAP_PATHS {
+            self.create_retrying(path, Vec::new(), CreateMode::Persistent).await?;
+        }
+        let path = broker_path(self.me());
+        let data = self.registration.encode();
+        loop {
+            match self.client.create(&path, &data, CreateMode::Ephemeral).await {
+                Ok(_) => {
+                    tracing::info!(target: "cluster", broker = self.me().0, "registered");
+                    return Ok(());
+                }
+                // The node of this broker's previous process (its session has not expired yet):
+                // replace it in one multi, so that the controller never sees the broker absent
+                // and a quick restart keeps its ISR membership, as a broker that never left.
+                // Two live processes with one broker id would fight here: ids are unique by
+                // configuration, as in Kafka.
+                Err(CoordError::Tree(TreeError::NodeExists)) => {
+                    let replace = vec![
+                        Op::Delete {
+                            path: path.clone(),
+                            expected_version: None,
+                        },
+                        Op::Create {
+                            path: path.clone(),
+                            data: data.clone(),
+                            mode: CreateMode::Ephemeral,
+                        },
+                    ];
+                    match self.client.multi(replace).await {
+                        Ok(_) => {
+                            tracing::info!(target: "cluster", broker = self.me().0, "registered, replacing the previous process's registration");
+                            return Ok(());
+                        }
+                        Err(e) if fatal(&e) => return Err(End::Expired),
+                        Err(e) => tracing::debug!(target: "cluster", error = %e, "re-registration failed; retrying"),
+                    }
+                }
+                Err(e) if fatal(&e) => return Err(End::Expired),
+                Err(e) => tracing::debug!(target: "cluster", error = %e, "registration failed; retrying"),
+            }
+            self.rt.sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Creates a persistent node, treating NodeExists as done.
+    async fn create_retrying(&self, path: &str, data: Vec<u8>, mode: CreateMode) -> Step<()> {
+        loop {
+            match self.client.create(path, &data, mode).await {
+                Ok(_) | Err(CoordError::Tree(TreeError::NodeExists)) => return Ok(()),
+                Err(e) if fatal(&e) => return Err(End::Expired),
+                Err(e) => {
+                    tracing::debug!(target: "cluster", path, error = %e, "create failed; retrying");
+                    self.rt.sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    }
+
+    /// One round: scan, apply, act as controller, answer admin requests, then wait for a reason
+    /// to scan again.
+    async fn round(&mut self) -> Step<()> {
+        let scan = match self.scan().await {
+            Ok(scan) => scan,
+            Err(e) if fatal(&e) => return Err(End::Expired),
+            Err(e) => {
+                tracing::debug!(target: "cluster", error = %e, "reading the cluster state failed; retrying");
+                self.rt.sleep(Duration::from_millis(100)).await;
+                return Ok(());
+            }
+        };
+        self.apply(&scan);
+        self.controller_duties(&scan).await?;
+        while let Some(job) = self.admin.pop() {
+            let results = self.admin_job(&scan, &job.request).await?;
+            *job.reply.borrow_mut() = Some(results);
+        }
+        self.wait().await
+    }
+
+    /// Waits until the refresh interval passes, a watch fires or an admin request arrives;
+    /// meanwhile writes the broker's ISR proposals.
+    async fn wait(&mut self) -> Step<()> {
+        let deadline = self.rt.monotonic_ms().saturating_add(self.cluster.refresh_ms);
+        while self.rt.monotonic_ms() < deadline {
+            self.isr_proposals().await?;
+            if !self.admin.is_empty() {
+                return Ok(());
+            }
+            let mut fired = false;
+            while let Some(event) = self.client.try_next_watch_event() {
+                tracing::trace!(target: "cluster", path = %event.path, kind = ?event.kind, "watch fired");
+                fired = true;
+            }
+            if fired || self.client.is_expired() {
+                return Ok(());
+            }
+            self.rt.sleep(Duration::from_millis(10)).await;
+        }
+        Ok(())
+    }
+
+    async fn isr_proposals(&mut self) -> Step<()> {
+        let now = self.rt.now_ms();
+        let proposals = self.broker.borrow_mut().poll_isr_proposals(now);
+        for p in proposals {
+            let path = partition_state_path(&p.topic, p.partition);
+            let result = match self
+                .client
+                .set_data(&path, &p.new_state.encode(), Some(p.expected_zk_version))
+                .await
+            {
+                Ok(stat) => {
+                    tracing::info!(target: "replication", topic = %p.topic, partition = p.partition,
+                        isr = ?p.new_state.isr.iter().map(|b| b.0).collect::<Vec<_>>(),
+                        epoch = p.new_state.leader_epoch.0, "ISR changed");
+                    IsrUpdateResult::Committed { zk_version: stat.version }
+                }
+                Err(e) if fatal(&e) => {
+                    self.broker
+                        .borrow_mut()
+                        .isr_update_result(&p.topic, p.partition, IsrUpdateResult::Conflict);
+                    return Err(End::Expired);
+                }
+                Err(e) => {
+                    tracing::debug!(target: "replication", topic = %p.topic, partition = p.partition, error = %e,
+                        "ISR change not written; re-reading");
+                    IsrUpdateResult::Conflict
+                }
+            };
+            self.broker.borrow_mut().isr_update_result(&p.topic, p.partition, result);
+        }
+        Ok(())
+    }
+
+    /// Reads the whole cluster state, registering watches on what the controller and the
+    /// brokers react to.
+    async fn scan(&self) -> Result<Scan, CoordError> {
+        let c = &self.client;
+        let mut live_brokers = BTreeSet::new();
+        let mut registrations = Vec::new();
+        for child in c.children(BROKER_IDS_PATH, true, false).await? {
+            let Ok(id) = child.parse::<i32>() else { continue };
+            match c.get(&broker_path(BrokerId(id)), false, false).await {
+                Ok((data, _)) => {
+                    if let Some(reg) = BrokerRegistration::decode(&data) {
+                        live_brokers.insert(reg.id);
+                        registrations.push(reg);
+                    }
+                }
+                Err(CoordError::Tree(TreeError::NoNode)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let controller = match c.get(CONTROLLER_PATH, true, false).await {
+            Ok((data, stat)) => election::parse_controller(&data)
+                .map(|id| (id, stat.ephemeral_owner == Some(c.session()))),
+            Err(CoordError::Tree(TreeError::NoNode)) => {
+                // Watch for its creation.
+                c.exists(CONTROLLER_PATH, true, false).await?;
+                None
+            }
+            Err(e) => return Err(e),
+        };
+        let mut topics = BTreeMap::new();
+        for name in c.children(TOPICS_PATH, true, false).await? {
+            let record = match c.get(&topic_path(&name), false, false).await {
+                Ok((data, _)) => match TopicRecord::decode(&data) {
+                    Some(record) => record,
+                    None => {
+                        tracing::warn!(target: "cluster", topic = %name, "topic record does not decode; ignored");
+                        continue;
+                    }
+                },
+                Err(CoordError::Tree(TreeError::NoNode)) => continue,
+                Err(e) => return Err(e),
+            };
+            let mut partitions = BTreeMap::new();
+            for &p in record.assignment.keys() {
+                match c.get(&partition_state_path(&name, p), true, false).await {
+                    Ok((data, stat)) => {
+                        if let Some(value) = PartitionState::decode(&data) {
+                            partitions.insert(
+                                p,
+                                Versioned {
+                                    value,
+                                    version: stat.version,
+                                },
+                            );
+                        }
+                    }
+                    Err(CoordError::Tree(TreeError::NoNode)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            topics.insert(name, TopicView { record, partitions });
+        }
+        let delete_requests = c
+            .children(DELETE_TOPICS_PATH, true, false)
+            .await?
+            .into_iter()
+            .collect();
+        let broker_view = BrokerView {
+            brokers: registrations,
+            controller: controller.map(|(id, _)| id),
+            topics: topics
+                .iter()
+                .map(|(name, t)| {
+                    let states = t.partitions.iter().map(|(p, v)| (*p, v.value.clone())).collect();
+                    (name.clone(), (t.record.clone(), states))
+                })
+                .collect(),
+        };
+        Ok(Scan {
+            controller_view: ClusterView {
+                live_brokers,
+                topics,
+                delete_requests,
+            },
+            broker_view,
+            controller,
+        })
+    }
+
+    /// Hands the scan to the broker: Metadata's view, the states of the partitions it hosts,
+    /// and the removal of topics that are gone.
+    fn apply(&self, scan: &Scan) {
+        let me = self.me();
+        let now = self.rt.now_ms();
+        self.rt.with_disk(|disk| {
+            let mut b = self.broker.borrow_mut();
+            b.set_cluster_view(scan.broker_view.clone());
+            for (name, t) in &scan.controller_view.topics {
+                for (p, replicas) in &t.record.assignment {
+                    if !replicas.contains(&me) {
+                        continue;
+                    }
+                    let Some(state) = t.partitions.get(p) else { continue };
+                    if let Err(e) = b.apply_partition_state(disk, name, &t.record, *p, &state.value, state.version, now) {
+                        tracing::error!(target: "replication", topic = %name, partition = p, error = %e,
+                            "could not apply the partition's state");
+                    }
+                }
+            }
+            let gone: Vec<(String, i32)> = b
+                .topics()
+                .iter()
+                .filter(|(name, _)| !scan.controller_view.topics.contains_key(*name))
+                .flat_map(|(name, meta)| (0..meta.partitions).map(move |p| (name.clone(), p)))
+                .collect();
+            for (name, p) in gone {
+                if b.log(&name, p).is_some() {
+                    tracing::info!(target: "cluster", topic = %name, partition = p, "topic deleted: replica removed");
+                    if let Err(e) = b.remove_replica(disk, &name, p) {
+                        tracing::error!(target: "cluster", topic = %name, partition = p, error = %e, "replica removal failed");
+                    }
+                }
+            }
+        });
+    }
+
+    /// Runs for the office when it is vacant; while holding it, writes the controller's
+    /// decisions.
+    async fn controller_duties(&mut self, scan: &Scan) -> Step<()> {
+        match scan.controller {
+            None => {
+                let claim = election::claim(self.me());
+                match self.execute(&claim.ops).await {
+                    Ok(()) => {
+                        tracing::info!(target: "controller", broker = self.me().0, "claimed the controller office");
+                        self.elect().await?;
+                    }
+                    Err(e) if fatal(&e) => return Err(End::Expired),
+                    Err(_) => {} // someone else won, or the outcome is unknown: the next scan tells
+                }
+                return Ok(());
+            }
+            Some((_, false)) => {
+                if let Some(c) = self.controller.take() {
+                    tracing::warn!(target: "controller", broker = c.id.0, epoch = c.epoch, "controller resigns: another broker holds the office");
+                }
+                return Ok(());
+            }
+            Some((_, true)) if self.controller.is_none() => {
+                // We hold the office (a claim whose answer was lost, or a failed bump): elect.
+                self.elect().await?;
+                return Ok(());
+            }
+            Some((_, true)) => {}
+        }
+        let Some(controller) = self.controller.clone() else { return Ok(()) };
+        let view = &scan.controller_view;
+        for change in controller.reconcile(view) {
+            let before_leader = change.before.leader.map_or(-1, |b| b.0);
+            let after_leader = change.after.leader.map_or(-1, |b| b.0);
+            match self.execute(&change.write.ops).await {
+                Ok(()) => tracing::info!(target: "controller", topic = %change.topic, partition = change.partition,
+                    leader = after_leader, previous_leader = before_leader, epoch = change.after.leader_epoch.0,
+                    isr = ?change.after.isr.iter().map(|b| b.0).collect::<Vec<_>>(), unclean = change.unclean,
+                    what = %change.write.what, "partition state changed"),
+                Err(e) => return self.write_failed(e),
+            }
+        }
+        for name in &view.delete_requests {
+            let request = format!("{DELETE_TOPICS_PATH}/{name}");
+            let ops = match controller.delete_topic(view, name) {
+                Some(write) => write.ops,
+                None => vec![controller.fence(), controller::Op::Delete { path: request, expected_version: None }],
+            };
+            match self.execute(&ops).await {
+                Ok(()) => tracing::info!(target: "controller", topic = %name, "topic deleted"),
+                Err(e) => return self.write_failed(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// A controller write failed: on the fence, the office is lost; otherwise the next scan
+    /// shows what changed.
+    fn write_failed(&mut self, e: CoordError) -> Step<()> {
+        if fatal(&e) {
+            return Err(End::Expired);
+        }
+        if let CoordError::MultiFailed { index: 0, .. } = e {
+            if let Some(c) = self.controller.take() {
+                tracing::warn!(target: "controller", broker = c.id.0, epoch = c.epoch, "controller fenced: a newer controller epoch exists");
+            }
+        } else {
+            tracing::debug!(target: "controller", error = %e, "controller write failed; re-reading");
+        }
+        Ok(())
+    }
+
+    /// Step 2 of the election: bump `/controller_epoch`.
+    async fn elect(&mut self) -> Step<()> {
+        let current = match self.client.get(CONTROLLER_EPOCH_PATH, false, true).await {
+            Ok((data, stat)) => match election::parse_epoch(&data) {
+                Some(epoch) => Some((epoch, stat.version)),
+                None => {
+                    tracing::error!(target: "controller", "/controller_epoch does not decode");
+                    return Ok(());
+                }
+            },
+            Err(CoordError::Tree(TreeError::NoNode)) => None,
+            Err(e) if fatal(&e) => return Err(End::Expired),
+            Err(_) => return Ok(()),
+        };
+        let (bump, epoch) = election::bump_epoch(current);
+        match self.execute(&bump.ops).await {
+            Ok(()) => {
+                let c = election::elected(self.me(), current, self.cluster.controller);
+                tracing::info!(target: "controller", broker = self.me().0, epoch, "became controller");
+                self.controller = Some(c);
+            }
+            Err(e) if fatal(&e) => return Err(End::Expired),
+            Err(e) => {
+                tracing::info!(target: "controller", broker = self.me().0, error = %e, "epoch bump failed; resigning");
+                let _ = self.client.delete(CONTROLLER_PATH, None).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs a controller write as one multi.
+    async fn execute(&self, ops: &[controller::Op]) -> Result<(), CoordError> {
+        let ops = ops.iter().map(to_coord_op).collect();
+        self.client.multi(ops).await.map(|_| ())
+    }
+
+    async fn admin_job(&mut self, scan: &Scan, request: &AdminRequest) -> Step<Vec<(String, ErrorCode, String)>> {
+        let mut results = Vec::new();
+        match request {
+            AdminRequest::Create(req) => {
+                // Creation conflicts only with itself: any broker may write it, unfenced.
+                let creator = Controller::new(self.me(), 0, 0, self.cluster.controller);
+                for t in &req.topics {
+                    let configs: BTreeMap<String, String> = t
+                        .configs
+                        .iter()
+                        .filter_map(|c| c.value.clone().map(|v| (c.name.clone(), v)))
+                        .collect();
+                    let draw = CreateTopicDraw {
+                        topic_id: crate::broker::TopicId::from_random(self.rt.random_u64(), self.rt.random_u64()),
+                        start_index: self.rt.random_u64() as usize,
+                        replica_shift: self.rt.random_u64() as usize,
+                    };
+                    let partitions = if t.num_partitions == -1 { 1 } else { t.num_partitions };
+                    let rf = if t.replication_factor == -1 {
+                        1
+                    } else {
+                        i32::from(t.replication_factor)
+                    };
+                    let write = match creator.create_topic(&scan.controller_view, &t.name, partitions, rf, &configs, draw)
+                    {
+                        Ok((_, write)) => write,
+                        Err(e) => {
+                            results.push((t.name.clone(), e.code, e.message));
+                            continue;
+                        }
+                    };
+                    if req.validate_only {
+                        results.push((t.name.clone(), ErrorCode::None, String::new()));
+                        continue;
+                    }
+                    let ops: Vec<controller::Op> = write
+                        .ops
+                        .into_iter()
+                        .filter(|op| !matches!(op, controller::Op::Check { .. }))
+                        .collect();
+                    let result = match self.execute(&ops).await {
+                        Ok(()) => {
+                            tracing::info!(target: "controller", topic = %t.name, partitions, replication_factor = rf, "topic created");
+                            (t.name.clone(), ErrorCode::None, String::new())
+                        }
+                        Err(e) if fatal(&e) => return Err(End::Expired),
+                        Err(CoordError::MultiFailed {
+                            error: TreeError::NodeExists,
+                            ..
+                        }) => (
+                            t.name.clone(),
+                            ErrorCode::TopicAlreadyExists,
+                            format!("topic {} already exists", t.name),
+                        ),
+                        Err(e) => (t.name.clone(), ErrorCode::RequestTimedOut, e.to_string()),
+                    };
+                    results.push(result);
+                }
+            }
+            AdminRequest::Delete(names) => {
+                for name in names {
+                    if !scan.controller_view.topics.contains_key(name) {
+                        results.push((name.clone(), ErrorCode::UnknownTopicOrPartition, format!("no topic {name}")));
+                        continue;
+                    }
+                    let path = format!("{DELETE_TOPICS_PATH}/{name}");
+                    match self.client.create(&path, &[], CreateMode::Persistent).await {
+                        Ok(_) | Err(CoordError::Tree(TreeError::NodeExists)) => {
+                            results.push((name.clone(), ErrorCode::None, String::new()))
+                        }
+                        Err(e) if fatal(&e) => return Err(End::Expired),
+                        Err(e) => results.push((name.clone(), ErrorCode::RequestTimedOut, e.to_string())),
+                    }
+                }
+            }
+        }
+        Ok(results)
+    }
+}
+
+fn to_coord_op(op: &controller::Op) -> Op {
+    match op {
+        controller::Op::Create { path, data, mode } => Op::Create {
+            path: path.clone(),
+            data: data.clone(),
+            mode: match mode {
+                controller::CreateMode::Persistent => CreateMode::Persistent,
+                controller::CreateMode::Ephemeral => CreateMode::Ephemeral,
+            },
+        },
+        controller::Op::Set {
+            path,
+            data,
+            expected_version,
+        } => Op::SetData {
+            path: path.clone(),
+            data: data.clone(),
+            expected_version: *expected_version,
+        },
+        controller::Op::Delete { path, expected_version } => Op::Delete {
+            path: path.clone(),
+            expected_version: *expected_version,
+        },
+        controller::Op::Check { path, version } => Op::Check {
+            path: path.clone(),
+            expected_version: Some(*version),
+        },
+    }
+}
+

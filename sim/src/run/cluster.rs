@@ -1,0 +1,236 @@
+//! Replicated clusters in a run: coordinator nodes running the real coordinator server, broker
+//! nodes running the cluster-mode node driver, and the harness's observers of them.
+//!
+//! A scenario with more than one broker runs this way. Node layout: brokers are nodes
+//! `0..brokers` (broker id = node index, IP 10.0.0.{i+1}), coordinators the next `coordinators`
+//! nodes, then the admin, producer and consumer nodes.
+//!
+//! Observation: the run holds one OS thread per seed and madsim runs every node on it, so each
+//! broker node puts a weak handle to its broker in a thread-local registry; the harness reads
+//! leadership from it (sampled every few ms into [`LeaderObservation`]s) and, at the end, every
+//! replica's log and high watermark (into [`PartitionReplicas`]). Reading is all it does: the
+//! harness never changes a broker's state. A killed node's tasks drop its broker, so its weak
+//! handle stops upgrading until its restart registers a new one.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::{Rc, Weak};
+use std::sync::Arc;
+use std::time::Duration;
+
+use gregor_core::broker::{Broker, TruncationPolicy};
+use gregor_core::consensus::NodeId;
+use gregor_core::coord::server::{start_coordinator, CoordNodeConfig, CoordTiming};
+use gregor_core::node::cluster::{start_cluster_broker, ClusterConfig};
+use gregor_core::node::NodeConfig;
+use gregor_core::{BrokerId, LeaderEpoch};
+
+use super::{broker_addr, lock, Shared, KAFKA_PORT};
+use crate::checker::leaders::LeaderObservation;
+use crate::checker::replicas::{PartitionReplicas, ReplicaEntry, ReplicaLog};
+use crate::runtime::SimRuntime;
+use crate::scenario::Scenario;
+use crate::world::{node_ip, NodeIndex, World};
+
+/// The coordinators' port (ZooKeeper's).
+pub const COORDINATOR_PORT: u16 = 2181;
+
+/// How often the harness samples who acts as leader.
+const LEADER_SAMPLE_MS: u64 = 5;
+
+thread_local! {
+    /// The brokers of this run, by node index (see the module comment).
+    static BROKERS: RefCell<BTreeMap<usize, Weak<RefCell<Broker>>>> = const { RefCell::new(BTreeMap::new()) };
+}
+
+/// Whether the scenario runs as a replicated cluster.
+pub fn is_cluster(s: &Scenario) -> bool {
+    s.cluster.brokers > 1
+}
+
+fn coordinator_addr(s: &Scenario, i: usize) -> String {
+    format!("{}:{COORDINATOR_PORT}", node_ip(NodeIndex(s.cluster.brokers as usize + i)))
+}
+
+fn coordinator_addrs(s: &Scenario) -> Vec<String> {
+    (0..s.cluster.coordinators as usize).map(|i| coordinator_addr(s, i)).collect()
+}
+
+/// Adds the broker nodes then the coordinator nodes; returns (brokers, coordinators).
+pub fn add_nodes(world: &World, scenario: &Scenario) -> (Vec<NodeIndex>, Vec<NodeIndex>) {
+    BROKERS.with(|b| b.borrow_mut().clear());
+    let s = Arc::new(scenario.clone());
+    let brokers = (0..scenario.cluster.brokers as usize)
+        .map(|i| {
+            let s = s.clone();
+            world.add_node(&format!("broker-{i}"), move |rt| broker_main(rt, s.clone(), i))
+        })
+        .collect();
+    let coordinators = (0..scenario.cluster.coordinators as usize)
+        .map(|i| {
+            let s = s.clone();
+            world.add_node(&format!("coordinator-{i}"), move |rt| coordinator_main(rt, s.clone(), i))
+        })
+        .collect();
+    (brokers, coordinators)
+}
+
+async fn coordinator_main(rt: SimRuntime, s: Arc<Scenario>, i: usize) {
+    let peers = (0..s.cluster.coordinators as usize)
+        .map(|j| (NodeId(j as u64 + 1), coordinator_addr(&s, j)))
+        .collect();
+    let config = CoordNodeConfig {
+        id: NodeId(i as u64 + 1),
+        peers,
+        listen: coordinator_addr(&s, i),
+        dir: "coordinator".into(),
+        timing: CoordTiming::default(),
+    };
+    match start_coordinator(rt, config) {
+        Ok(serve) => serve.await,
+        Err(e) => tracing::error!(target: "coordinator", node = i, error = %e, "coordinator failed to start"),
+    }
+}
+
+async fn broker_main(rt: SimRuntime, s: Arc<Scenario>, index: usize) {
+    let ip = node_ip(NodeIndex(index)).to_string();
+    let mut config = NodeConfig::single_node(&broker_addr(index), &ip, i32::from(KAFKA_PORT), "gregor-sim");
+    config.broker.broker_id = BrokerId(index as i32);
+    config.broker.retention_check_interval_ms = 1_000;
+    config.broker.replica_lag_time_max_ms = s.broker.replica_lag_time_max_ms as i64;
+    config.broker.hw_checkpoint_interval_ms = 1_000;
+    if s.broker.mutant_truncate_to_high_watermark {
+        config.broker.truncation = TruncationPolicy::HighWatermark;
+    }
+    let cluster = ClusterConfig::new(coordinator_addrs(&s));
+    match start_cluster_broker(rt, config, cluster).await {
+        Ok((broker, accept_loop)) => {
+            BROKERS.with(|b| b.borrow_mut().insert(index, Rc::downgrade(&broker)));
+            accept_loop.await
+        }
+        Err(e) => tracing::error!(target: "broker", error = %e, "broker failed to start"),
+    }
+}
+
+fn live_brokers() -> Vec<(usize, Rc<RefCell<Broker>>)> {
+    BROKERS.with(|b| {
+        b.borrow()
+            .iter()
+            .filter_map(|(i, w)| w.upgrade().map(|rc| (*i, rc)))
+            .collect()
+    })
+}
+
+/// Every live broker that believes it leads `topic`/`partition`, with its epoch.
+fn acting_leaders(topic: &str, partition: i32) -> Vec<(usize, LeaderEpoch)> {
+    live_brokers()
+        .into_iter()
+        .filter_map(|(i, b)| {
+            let b = b.borrow();
+            let (_, _, leader, _) = b.replica_state(topic, partition)?;
+            leader.then(|| b.leader_epoch(topic, partition).ok()).flatten().map(|e| (i, e))
+        })
+        .collect()
+}
+
+/// The node of the current leader of `topic`/0 (the highest epoch claiming it), for the
+/// nemesis's `leader` target.
+pub fn current_leader(topic: &str) -> Option<NodeIndex> {
+    acting_leaders(topic, 0)
+        .into_iter()
+        .max_by_key(|(_, e)| *e)
+        .map(|(i, _)| NodeIndex(i))
+}
+
+/// A live in-sync follower of `topic`/0 under the current leader, for the nemesis's `follower`
+/// target.
+pub fn current_follower(topic: &str) -> Option<NodeIndex> {
+    let leader = current_leader(topic)?;
+    live_brokers()
+        .into_iter()
+        .filter(|(i, _)| NodeIndex(*i) != leader)
+        .find(|(i, b)| {
+            b.borrow()
+                .replica_state(topic, 0)
+                .is_some_and(|(_, isr, is_leader, _)| !is_leader && isr.contains(&BrokerId(*i as i32)))
+        })
+        .map(|(i, _)| NodeIndex(i))
+}
+
+/// The node of the controller, as the live brokers last read it.
+pub fn current_controller() -> Option<NodeIndex> {
+    live_brokers()
+        .into_iter()
+        .filter_map(|(_, b)| b.borrow().cluster_view().and_then(|v| v.controller))
+        .max()
+        .map(|id| NodeIndex(id.0 as usize))
+}
+
+/// Samples who acts as leader of each partition until `until_ms` (virtual ms since start),
+/// recording each (broker, partition, epoch) the first time it is seen.
+pub async fn observe_leaders(topic: String, partitions: u32, out: Shared<Vec<LeaderObservation>>, until_ms: u64) {
+    let mut seen = std::collections::BTreeSet::new();
+    while super::monotonic_ms() < until_ms {
+        for p in 0..partitions as i32 {
+            for (i, epoch) in acting_leaders(&topic, p) {
+                if seen.insert((i, p, epoch)) {
+                    lock(&out).push(LeaderObservation {
+                        broker: BrokerId(i as i32),
+                        topic: topic.clone(),
+                        partition: p,
+                        leader_epoch: epoch,
+                        time_ms: super::monotonic_ms(),
+                    });
+                }
+            }
+        }
+        madsim::time::sleep(Duration::from_millis(LEADER_SAMPLE_MS)).await;
+    }
+}
+
+/// Every live replica's batches (base offset, CRC, epoch) and high watermark, per partition.
+pub fn collect_replicas(world: &World, topic: &str, partitions: u32) -> Vec<PartitionReplicas> {
+    let brokers = live_brokers();
+    (0..partitions as i32)
+        .map(|p| {
+            let mut replicas = Vec::new();
+            let mut leader_high_watermark = None;
+            for (i, b) in &brokers {
+                let b = b.borrow();
+                let Some((_, _, is_leader, _)) = b.replica_state(topic, p) else {
+                    continue;
+                };
+                let Some(log) = b.log(topic, p) else { continue };
+                let Ok((_, hw, _)) = b.offsets(topic, p) else { continue };
+                let mut entries = Vec::new();
+                let read = world.state(NodeIndex(*i)).with_disk(|disk| {
+                    log.for_each_batch_header(disk, |h| {
+                        entries.push(ReplicaEntry {
+                            offset: h.base_offset.0,
+                            hash: u64::from(h.crc),
+                            leader_epoch: h.partition_leader_epoch,
+                        })
+                    })
+                });
+                if let Err(e) = read {
+                    tracing::warn!(target: "checker", broker = i, partition = p, error = %e, "replica unreadable; left out");
+                    continue;
+                }
+                if is_leader {
+                    leader_high_watermark = Some(hw.0);
+                }
+                replicas.push(ReplicaLog {
+                    broker: BrokerId(*i as i32),
+                    entries,
+                    high_watermark: hw.0,
+                });
+            }
+            PartitionReplicas {
+                topic: topic.to_string(),
+                partition: p,
+                replicas,
+                leader_high_watermark,
+            }
+        })
+        .collect()
+}
