@@ -105,10 +105,11 @@ fn pump(c: &mut [Node], f: usize, l: usize, now: i64) -> bool {
                 let bytes = Log::read_bytes(&leader.disk, &ok.slice).expect("read");
                 Ok((bytes, ok.high_watermark))
             });
+            let leader_start = c[l].broker.offsets(T, 0).map_or(Offset(-1), |o| o.0);
             let n = &mut c[f];
             let result = answer.as_ref().map(|(b, hw)| (&b[..], *hw)).map_err(|e| *e);
             n.broker
-                .follower_fetched(&mut n.disk, T, 0, task.leader_epoch, offset, result, now)
+                .follower_fetched(&mut n.disk, T, 0, task.leader_epoch, offset, result, leader_start, now)
                 .expect("append");
         }
     }
