@@ -762,6 +762,8 @@ impl Broker {
 
     /// The leader's Fetch answer for [`FollowerAction::Fetch`]: appends the batches as the
     /// leader wrote them and sets HW = min(leader HW, own log end). Stale answers are ignored.
+    /// `leader_log_start` is the answer's log start offset (-1 if absent): a follower that
+    /// fell below it (OFFSET_OUT_OF_RANGE) empties its log and starts there, as Kafka does.
     #[allow(clippy::too_many_arguments)]
     pub fn follower_fetched<D: Disk>(
         &mut self,
@@ -771,11 +773,19 @@ impl Broker {
         leader_epoch: LeaderEpoch,
         fetched_from: Offset,
         result: Result<(&[u8], Offset), ErrorCode>,
+        leader_log_start: Offset,
         now_ms: i64,
     ) -> Result<(), LogError> {
         let Some((part, Phase::Fetching)) = self.follower_part(topic, partition, leader_epoch) else {
             return Ok(());
         };
+        if result == Err(ErrorCode::OffsetOutOfRange) && fetched_from < leader_log_start {
+            part.log.truncate_fully_and_start_at(disk, leader_log_start)?;
+            part.producers = ProducerStateTable::default();
+            part.high_watermark = leader_log_start;
+            self.hw_checkpoint_dirty = true;
+            return Ok(());
+        }
         let (records, leader_hw) = match result {
             Err(code) => {
                 Self::follower_error(part, code);

@@ -105,10 +105,11 @@ fn pump(c: &mut [Node], f: usize, l: usize, now: i64) -> bool {
                 let bytes = Log::read_bytes(&leader.disk, &ok.slice).expect("read");
                 Ok((bytes, ok.high_watermark))
             });
+            let leader_start = c[l].broker.offsets(T, 0).map_or(Offset(-1), |o| o.0);
             let n = &mut c[f];
             let result = answer.as_ref().map(|(b, hw)| (&b[..], *hw)).map_err(|e| *e);
             n.broker
-                .follower_fetched(&mut n.disk, T, 0, task.leader_epoch, offset, result, now)
+                .follower_fetched(&mut n.disk, T, 0, task.leader_epoch, offset, result, leader_start, now)
                 .expect("append");
         }
     }
@@ -470,4 +471,110 @@ fn hw_checkpoint_survives_a_restart_and_open_keeps_replicas_offline_until_told()
     assert!(c[1].broker.follower_tasks().is_empty());
     apply(&mut c, &[1], &rec, &zk(0, 1, &[0, 1, 2]), 0, 10);
     assert_eq!(c[1].broker.follower_tasks().len(), 1);
+}
+
+#[test]
+fn metadata_answers_from_the_cluster_view() {
+    use crate::cluster::BrokerRegistration;
+    use crate::protocol::api::metadata::{MetadataRequest, MetadataRequestTopic};
+    let (mut c, rec) = three_in_sync();
+    let state = zk(2, 4, &[2, 0]);
+    let view = ClusterView {
+        brokers: [0, 2]
+            .iter()
+            .map(|i| BrokerRegistration {
+                id: BrokerId(*i),
+                host: format!("h{i}"),
+                port: 9000 + i,
+                rack: None,
+            })
+            .collect(),
+        controller: Some(BrokerId(2)),
+        topics: [(T.to_string(), (rec.clone(), [(0, state)].into()))].into(),
+    };
+    c[1].broker.set_cluster_view(view);
+    let advertised = handlers::Advertised {
+        host: "h1".into(),
+        port: 9001,
+        cluster_id: "c".into(),
+    };
+    let req = MetadataRequest {
+        topics: Some(vec![
+            MetadataRequestTopic {
+                name: Some(T.into()),
+                ..MetadataRequestTopic::default()
+            },
+            MetadataRequestTopic {
+                name: Some("nope".into()),
+                ..MetadataRequestTopic::default()
+            },
+        ]),
+        allow_auto_topic_creation: true,
+        include_cluster_authorized_operations: false,
+        include_topic_authorized_operations: false,
+    };
+    let n = &mut c[1];
+    let resp = handlers::metadata(&mut n.broker, &mut n.disk, &req, &advertised, || {
+        TopicId::from_random(1, 2)
+    });
+    let brokers: Vec<(i32, String, i32)> = resp
+        .brokers
+        .iter()
+        .map(|b| (b.node_id, b.host.clone(), b.port))
+        .collect();
+    assert_eq!(brokers, vec![(0, "h0".into(), 9000), (2, "h2".into(), 9002)]);
+    assert_eq!(resp.controller_id, 2);
+    let p = &resp.topics[0].partitions[0];
+    assert_eq!((p.leader_id, p.leader_epoch), (2, 4));
+    assert_eq!(
+        (p.replica_nodes.clone(), p.isr_nodes.clone()),
+        (vec![0, 1, 2], vec![2, 0])
+    );
+    assert_eq!(p.offline_replicas, vec![1], "broker 1 is not registered in the view");
+    assert_eq!(resp.topics[1].error_code, ErrorCode::UnknownTopicOrPartition.code());
+    assert!(n.broker.topic("nope").is_none(), "no auto-create in cluster mode");
+}
+
+#[test]
+fn a_parked_acks_all_times_out_or_fails_with_its_code() {
+    use crate::protocol::api::produce::{ProducePartition, ProduceRequest, ProduceTopic};
+    let (mut c, rec) = three_in_sync();
+    let req = ProduceRequest {
+        transactional_id: None,
+        acks: -1,
+        timeout_ms: 100,
+        topics: vec![ProduceTopic {
+            name: T.into(),
+            partitions: vec![ProducePartition {
+                index: 0,
+                records: Some(batch(1).into()),
+            }],
+        }],
+    };
+    let n = &mut c[0];
+    let (mut resp, mut pending) = handlers::produce_parked(&mut n.broker, &mut n.disk, &req, 0);
+    assert_eq!(pending.len(), 1, "waits for the followers");
+    assert!(!handlers::settle_acks(&n.broker, &mut resp, &mut pending, false));
+    assert!(handlers::settle_acks(&n.broker, &mut resp, &mut pending, true));
+    assert_eq!(
+        resp.topics[0].partitions[0].error_code,
+        ErrorCode::RequestTimedOut.code()
+    );
+    // Leadership lost while parked: NOT_LEADER_OR_FOLLOWER.
+    let (mut resp, mut pending) = handlers::produce_parked(&mut n.broker, &mut n.disk, &req, 0);
+    apply(&mut c, &[0], &rec, &zk(1, 2, &[1, 2]), 1, 1);
+    assert!(handlers::settle_acks(&c[0].broker, &mut resp, &mut pending, false));
+    assert_eq!(
+        resp.topics[0].partitions[0].error_code,
+        ErrorCode::NotLeaderOrFollower.code()
+    );
+    // A single-node broker answers acks=all at once, as before.
+    let mut disk = MemDisk::new();
+    let mut single = Broker::open(&mut disk, BrokerConfig::default(), 0).expect("open");
+    single
+        .create_topic(&mut disk, T, 1, 1, &[], TopicId::from_random(1, 1), false)
+        .expect("create");
+    let (resp, pending) = handlers::produce_parked(&mut single, &mut disk, &req, 0);
+    assert!(pending.is_empty());
+    assert_eq!(resp.topics[0].partitions[0].error_code, 0);
 }

@@ -195,6 +195,7 @@ async fn step<R: Runtime>(
                     task.leader_epoch,
                     offset,
                     result,
+                    Offset(p.log_start_offset),
                     now,
                 )
             })

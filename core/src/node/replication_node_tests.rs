@@ -328,4 +328,62 @@ fn acks_all_is_answered_after_the_follower_fetched_and_a_late_follower_catches_u
     let proposals = b(0).borrow_mut().poll_isr_proposals(now);
     assert_eq!(proposals.len(), 1, "{proposals:?}");
     assert_eq!(proposals[0].new_state.isr, vec![BrokerId(0), BrokerId(1), BrokerId(2)]);
+
+    // Leadership moves to broker 1 (epoch 2): broker 0 now follows, truncating by epoch over the
+    // wire (OffsetForLeaderEpoch) before it fetches; an acks=all produce to the new leader is
+    // answered once both followers have it.
+    let state2 = PartitionState {
+        leader: Some(BrokerId(1)),
+        leader_epoch: LeaderEpoch(2),
+        isr: vec![BrokerId(0), BrokerId(1), BrokerId(2)],
+        controller_epoch: 1,
+    };
+    for i in 0..3 {
+        let now = net.now_ms.get();
+        rts[i as usize].with_disk(|d| {
+            b(i).borrow_mut()
+                .apply_partition_state(d, T, &record, 0, &state2, 5, now)
+                .expect("apply")
+        });
+        b(i).borrow_mut().set_cluster_view(view(&record, &state2, &[0, 1, 2]));
+    }
+    let truncating = b(0).borrow().follower_tasks();
+    assert!(
+        matches!(
+            truncating[0].action,
+            crate::broker::FollowerAction::Truncate { epoch: LeaderEpoch(1) }
+        ),
+        "{truncating:?}"
+    );
+    rts[0].spawn(run_replica_fetcher(
+        rts[0].clone(),
+        b(0),
+        ReplicaFetcherConfig::default(),
+    ));
+    let answer: Rc<RefCell<Option<Response>>> = Rc::default();
+    let (client_rt, answer2) = (rts[1].clone(), answer.clone());
+    rts[1].spawn(async move {
+        let mut conn = KafkaConn::connect(&client_rt, &addr(1), "test", 20_000)
+            .await
+            .expect("connect");
+        let resp = conn.call(&produce_request(8), 9).await.expect("answer");
+        *answer2.borrow_mut() = Some(resp);
+    });
+    run(&net, &mut tasks, 2_000, || answer.borrow().is_some());
+    let Some(Response::Produce(resp)) = answer.borrow().clone() else {
+        panic!("not a produce answer")
+    };
+    let p = &resp.topics[0].partitions[0];
+    assert_eq!((p.error_code, p.base_offset), (0, 1), "{p:?}");
+    run(&net, &mut tasks, 2_000, || {
+        (0..3).all(|i| b(i).borrow().offsets(T, 0).expect("hosted") == (Offset(0), Offset(2), Offset(2)))
+    });
+    let tasks_now = b(0).borrow().follower_tasks();
+    assert!(
+        matches!(
+            tasks_now[0].action,
+            crate::broker::FollowerAction::Fetch { offset: Offset(2) }
+        ),
+        "broker 0 truncated (nothing to cut) and fetched: {tasks_now:?}"
+    );
 }
