@@ -585,3 +585,44 @@ fn a_replaced_controller_is_fenced_and_a_stale_partition_write_loses() {
         .expect("deleted");
     assert!(!tree.nodes.keys().any(|p| p.starts_with("/brokers/topics/t")));
 }
+
+#[test]
+fn a_topic_record_written_alone_gets_its_partition_states() {
+    let mut v = one_partition(&[1, 2], &[0, 1, 2], None, &[], false);
+    let t = v.topics.get_mut("t").expect("t");
+    t.partitions.clear();
+    t.record.assignment.insert(1, b(&[2, 0, 1]));
+    let writes = controller().missing_partition_states(&v);
+    assert_eq!(writes.len(), 1);
+    let w = &writes[0];
+    assert!(fenced(w));
+    assert_eq!(
+        w.ops.len(),
+        1 + 1 + 2 * 2,
+        "fence, partitions node, node + state per partition"
+    );
+    let state_of = |p: i32| {
+        w.ops.iter().find_map(|op| match op {
+            Op::Create { path, data, .. } if *path == partition_state_path("t", p) => PartitionState::decode(data),
+            _ => None,
+        })
+    };
+    let p0 = state_of(0).expect("state 0");
+    assert_eq!(
+        (p0.leader, p0.isr.clone(), p0.leader_epoch),
+        (Some(BrokerId(1)), b(&[1, 2]), LeaderEpoch(0))
+    );
+    assert_eq!(state_of(1).expect("state 1").leader, Some(BrokerId(2)));
+    // A topic with a partition whose replicas are all down waits; one with states is left alone.
+    assert!(controller()
+        .missing_partition_states(&one_partition(&[1], &[0, 1], Some(1), &[1], false))
+        .is_empty());
+    v.live_brokers = [BrokerId(0)].into();
+    v.topics
+        .get_mut("t")
+        .expect("t")
+        .record
+        .assignment
+        .insert(2, b(&[1, 2]));
+    assert!(controller().missing_partition_states(&v).is_empty());
+}
