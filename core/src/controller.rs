@@ -97,6 +97,13 @@ pub struct ClusterView {
     /// The children of `/brokers/ids`: brokers whose session is alive.
     pub live_brokers: BTreeSet<BrokerId>,
     pub topics: BTreeMap<String, TopicView>,
+    /// When each live broker's current registration was created (its znode's creation index,
+    /// ZooKeeper's czxid): a broker whose registration is newer than a partition's state has
+    /// restarted (or lost its session) since that state was written — Kafka's broker epoch
+    /// (KIP-380). Empty when unknown: no restart is then detected.
+    pub registered_at: BTreeMap<BrokerId, u64>,
+    /// When each partition's state was last written (the state znode's mzxid).
+    pub state_written_at: BTreeMap<(String, i32), u64>,
     /// The children of `/admin/delete_topics`.
     pub delete_requests: BTreeSet<String>,
 }

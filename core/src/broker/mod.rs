@@ -613,9 +613,9 @@ impl Broker {
     ) -> Result<FetchOk, ErrorCode> {
         self.check_leader(topic, partition)?;
         let state = self.partition(topic, partition)?;
-        if offset > state.high_watermark {
-            return Err(ErrorCode::OffsetOutOfRange);
-        }
+        // As Kafka: out of range only outside [log start, log end]; between the high watermark
+        // and the log end (a new leader whose HW has not caught up yet) the answer is empty.
+        // Resetting a consumer there would send it back to the start of the log.
         let slice = state
             .log
             .read(disk, offset, max_bytes, Some(state.high_watermark))

@@ -11,6 +11,14 @@
 //!   offline: leader `None`, the ISR kept as it was (Kafka keeps its last members so a returning
 //!   one can lead again with all committed data).
 //! - Every leader change, including to `None`, bumps the leader epoch.
+//! - A broker that registered again after the partition's state was written (it restarted, or
+//!   its session expired and it came back: Kafka's broker epoch, KIP-380) counts as dead for
+//!   that state: as leader it is replaced, as follower it leaves the ISR, because its log may
+//!   have lost unsynced writes. Once the state is rewritten, it is live again and rejoins the
+//!   ISR through the leader when it has caught up; if it was the last ISR member it is elected
+//!   again (with a new epoch), as Kafka does.
+
+use std::collections::BTreeMap;
 
 use super::{ClusterView, Controller, Op, PartitionChange, TopicView};
 use crate::cluster::{partition_state_path, PartitionState};
@@ -89,22 +97,45 @@ impl Controller {
             if view.delete_requests.contains(name) {
                 continue;
             }
-            self.reconcile_topic(name, topic, &live, &mut changes);
+            let restarts = Restarts {
+                registered_at: &view.registered_at,
+                state_written_at: &view.state_written_at,
+            };
+            restarts.reconcile_topic(self, name, topic, &live, &mut changes);
         }
         changes
     }
+}
 
+/// What the view knows of broker restarts (see the module comment).
+struct Restarts<'a> {
+    registered_at: &'a BTreeMap<BrokerId, u64>,
+    state_written_at: &'a BTreeMap<(String, i32), u64>,
+}
+
+impl Restarts<'_> {
     fn reconcile_topic(
         &self,
+        controller: &Controller,
         name: &str,
         topic: &TopicView,
         live: &dyn Fn(BrokerId) -> bool,
         changes: &mut Vec<PartitionChange>,
     ) {
-        let unclean_allowed = self.unclean_allowed(&topic.record);
+        let this = controller;
+        let unclean_allowed = this.unclean_allowed(&topic.record);
         for (&p, state) in &topic.partitions {
             let replicas = topic.record.assignment.get(&p).map_or(&[][..], Vec::as_slice);
-            let Some((after, unclean)) = next_state(&state.value, replicas, live, unclean_allowed, self.epoch) else {
+            let written_at = self.state_written_at.get(&(name.to_string(), p)).copied();
+            let registered_at = &self.registered_at;
+            // Restarted since this state was written: not the incarnation the state names.
+            let bounced = |b: BrokerId| match (written_at, registered_at.get(&b)) {
+                (Some(w), Some(r)) => *r > w,
+                _ => false,
+            };
+            let live_here = |b: BrokerId| live(b) && !(bounced(b) && state.value.isr.contains(&b));
+            let Some((after, unclean)) = next_state(&state.value, replicas, &live_here, unclean_allowed, this.epoch)
+            else {
                 continue;
             };
             let what = format!(
@@ -121,7 +152,7 @@ impl Controller {
                     ""
                 }
             );
-            let write = self.write(
+            let write = this.write(
                 vec![Op::Set {
                     path: partition_state_path(name, p),
                     data: after.encode(),
@@ -139,7 +170,9 @@ impl Controller {
             });
         }
     }
+}
 
+impl Controller {
     /// Bonus: moves leadership back to each partition's preferred (first) replica when it is
     /// live and in the ISR (Kafka's preferred leader election), bumping the epoch.
     pub fn preferred_leader_elections(&self, view: &ClusterView) -> Vec<PartitionChange> {

@@ -413,12 +413,15 @@ impl<R: Runtime> Session<R> {
         let c = &self.client;
         let mut live_brokers = BTreeSet::new();
         let mut registrations = Vec::new();
+        let mut registered_at = BTreeMap::new();
+        let mut state_written_at = BTreeMap::new();
         for child in c.children(BROKER_IDS_PATH, true, false).await? {
             let Ok(id) = child.parse::<i32>() else { continue };
             match c.get(&broker_path(BrokerId(id)), false, false).await {
-                Ok((data, _)) => {
+                Ok((data, stat)) => {
                     if let Some(reg) = BrokerRegistration::decode(&data) {
                         live_brokers.insert(reg.id);
+                        registered_at.insert(reg.id, stat.czxid);
                         registrations.push(reg);
                     }
                 }
@@ -453,6 +456,7 @@ impl<R: Runtime> Session<R> {
             for &p in record.assignment.keys() {
                 match c.get(&partition_state_path(&name, p), true, false).await {
                     Ok((data, stat)) => {
+                        state_written_at.insert((name.clone(), p), stat.mzxid);
                         if let Some(value) = PartitionState::decode(&data) {
                             partitions.insert(
                                 p,
@@ -489,6 +493,8 @@ impl<R: Runtime> Session<R> {
             controller_view: ClusterView {
                 live_brokers,
                 topics,
+                registered_at,
+                state_written_at,
                 delete_requests,
             },
             broker_view,
@@ -510,6 +516,16 @@ impl<R: Runtime> Session<R> {
                         continue;
                     }
                     let Some(state) = t.partitions.get(p) else { continue };
+                    // A state naming this broker leader but written before its registration was
+                    // meant for its previous process, whose unsynced writes may be gone: wait
+                    // for the controller to write a state for this one (KIP-380's broker epoch).
+                    let written_at = scan.controller_view.state_written_at.get(&(name.clone(), *p));
+                    let registered_at = scan.controller_view.registered_at.get(&me);
+                    if state.value.leader == Some(me) && written_at < registered_at {
+                        tracing::debug!(target: "replication", topic = %name, partition = p,
+                            "state names this broker leader but predates its registration; waiting");
+                        continue;
+                    }
                     if let Err(e) = b.apply_partition_state(disk, name, &t.record, *p, &state.value, state.version, now) {
                         tracing::error!(target: "replication", topic = %name, partition = p, error = %e,
                             "could not apply the partition's state");
