@@ -24,6 +24,8 @@ use std::fmt;
 
 use crate::history::{History, Partition, SendOutcome, Value};
 
+pub mod linearizable;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum AnomalyKind {
     LostWrite,
