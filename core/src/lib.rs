@@ -9,6 +9,7 @@
 pub mod broker;
 pub mod client;
 pub mod cluster;
+pub mod consensus;
 pub mod coord;
 pub mod disk;
 pub mod error_code;
