@@ -3,6 +3,16 @@
 //!
 //! - [`codec`]: the bounded byte codec shared by commands, snapshots and the RPC.
 //! - [`tree`]: the data tree, sessions and watches, as a deterministic state machine.
+//! - [`server`]: one coordinator node (Raft, tree, client RPC) on a `Runtime`.
+//! - [`client`]: `CoordClient`, a session with the quorum.
+//! - [`wire`]: the client RPC and peer framing on the shared listener.
 
+pub mod client;
 pub mod codec;
+pub mod server;
 pub mod tree;
+mod wait;
+pub mod wire;
+
+pub use client::{CoordClient, CoordClientConfig, CoordError};
+pub use server::{start_coordinator, CoordNodeConfig, CoordTiming, StartError};

@@ -1,0 +1,436 @@
+//! `CoordClient`: a session with the coordinator quorum, as brokers and the controller use it.
+//!
+//! What it owns: a connection to the current leader (found by following `NotLeader` hints and
+//! trying each address in turn), the session and its heartbeat task, and the watch events
+//! delivered with responses, in order, for [`CoordClient::next_watch_event`].
+//!
+//! Contract:
+//! - Every op is retried with backoff while nothing can have happened (no connection, `NotLeader`,
+//!   `Retry`, a read that timed out). A write whose request may have reached a leader but whose
+//!   answer did not come back returns [`CoordError::Unknown`]: it may or may not apply, and the
+//!   caller must read to find out. The client never guesses.
+//! - [`CoordError::SessionExpired`] is final for this client: its ephemerals are gone (or will be
+//!   once the leader notices); the caller opens a new client and re-creates what it owned. The
+//!   client also declares its session expired on its own when no heartbeat succeeded for a whole
+//!   session timeout, so it never acts as a live owner longer than the quorum believes it is one.
+//! - Watch events of one session arrive in the order the changes applied, and before the answer
+//!   of any read issued after the change (ZooKeeper's guarantee). Watches live on the leader that
+//!   registered them: after the client changes server it delivers [`WatchEvent`]s no more for the
+//!   old registrations, and callers re-read (as on ZooKeeper's `Disconnected`) — see
+//!   [`CoordClient::server_changes`].
+//!
+//! Fault model: servers crash, stall and are partitioned; every request has a timeout; frames
+//! that do not decode close the connection and count as a lost answer.
+
+use std::cell::RefCell;
+use std::rc::{Rc, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use thiserror::Error;
+
+use super::tree::{CreateMode, Op, OpResult, SessionId, Stat, TreeError, WatchEvent};
+use super::wait::{timeout, Mailbox};
+use super::wire::{Reply, Request, RequestFrame, Response, RpcError};
+use crate::runtime::{Connection, Runtime};
+
+/// Watch events buffered for the caller at most (older ones are dropped).
+pub const CLIENT_EVENTS_MAX: usize = 10_000;
+
+#[derive(Clone, Debug)]
+pub struct CoordClientConfig {
+    /// Every coordinator's address (`host:port`).
+    pub servers: Vec<String>,
+    pub session_timeout_ms: u64,
+    /// One request's time limit (connect, send and answer).
+    pub request_timeout_ms: u64,
+    pub backoff_ms_min: u64,
+    pub backoff_ms_max: u64,
+    /// Attempts per op before [`CoordError::Unavailable`].
+    pub attempts_max: u32,
+}
+
+impl CoordClientConfig {
+    pub fn new(servers: Vec<String>) -> Self {
+        CoordClientConfig {
+            servers,
+            session_timeout_ms: 6000,
+            request_timeout_ms: 2000,
+            backoff_ms_min: 20,
+            backoff_ms_max: 500,
+            attempts_max: 30,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum CoordError {
+    #[error("{0}")]
+    Tree(TreeError),
+    #[error("multi op {index} failed: {error}")]
+    MultiFailed { index: u32, error: TreeError },
+    #[error("session expired")]
+    SessionExpired,
+    #[error("outcome unknown: the write may or may not have applied")]
+    Unknown,
+    #[error("no coordinator leader reachable")]
+    Unavailable,
+    #[error("client closed")]
+    Closed,
+}
+
+struct Inner<R: Runtime> {
+    config: CoordClientConfig,
+    conn: Option<(String, R::Conn)>,
+    leader_hint: Option<String>,
+    next_server: usize,
+    session: SessionId,
+    expired: bool,
+    closed: bool,
+    /// Monotonic ms of the last answer from a leader.
+    last_ok_ms: u64,
+    next_request_id: u64,
+    /// The address served by the last answering leader, and how often it changed.
+    server: Option<String>,
+    server_changes: u64,
+}
+
+/// A session with the coordinator. Cheap to share by reference; single-threaded.
+pub struct CoordClient<R: Runtime> {
+    rt: R,
+    inner: Rc<RefCell<Inner<R>>>,
+    events: Mailbox<WatchEvent>,
+}
+
+impl<R: Runtime> Drop for CoordClient<R> {
+    fn drop(&mut self) {
+        // Stops the heartbeat task (it holds only a weak reference).
+        self.inner.borrow_mut().closed = true;
+    }
+}
+
+enum Kind {
+    /// May be sent again after an unanswered attempt (reads, pings, session creation: a lost
+    /// CreateSession leaves an orphan session that expires).
+    Idempotent,
+    /// Unknown once sent and unanswered.
+    Write,
+}
+
+async fn call<R: Runtime>(
+    rt: &R,
+    inner: &Rc<RefCell<Inner<R>>>,
+    events: &Mailbox<WatchEvent>,
+    request: Request,
+    kind: Kind,
+) -> Result<Reply, CoordError> {
+    let (attempts, request_timeout_ms, backoff_min, backoff_max) = {
+        let i = inner.borrow();
+        (
+            i.config.attempts_max.max(1),
+            i.config.request_timeout_ms,
+            i.config.backoff_ms_min.max(1),
+            i.config.backoff_ms_max.max(1),
+        )
+    };
+    let mut backoff = backoff_min;
+    for _ in 0..attempts {
+        let (addr, conn, frame) = {
+            let mut i = inner.borrow_mut();
+            if i.closed {
+                return Err(CoordError::Closed);
+            }
+            let is_create = matches!(request, Request::CreateSession { .. });
+            if !is_create {
+                let silent_ms = rt.monotonic_ms().saturating_sub(i.last_ok_ms);
+                if i.expired || silent_ms > i.config.session_timeout_ms {
+                    i.expired = true;
+                    return Err(CoordError::SessionExpired);
+                }
+            }
+            let addr = match i.leader_hint.take() {
+                Some(a) => a,
+                None => {
+                    let n = i.config.servers.len().max(1);
+                    let a = i.config.servers.get(i.next_server % n).cloned().unwrap_or_default();
+                    a
+                }
+            };
+            let conn = match i.conn.take() {
+                Some((a, c)) if a == addr => Some(c),
+                _ => None,
+            };
+            i.next_request_id += 1;
+            let frame = RequestFrame {
+                request_id: i.next_request_id,
+                session: i.session,
+                request: request.clone(),
+            };
+            (addr, conn, frame)
+        };
+        let sent = std::cell::Cell::new(false);
+        let exchange = async {
+            let mut conn = match conn {
+                Some(c) => c,
+                None => rt.connect(&addr).await.map_err(|_| ())?,
+            };
+            sent.set(true);
+            conn.send(Bytes::from(frame.encode())).await.map_err(|_| ())?;
+            let bytes = conn.recv().await.map_err(|_| ())?.ok_or(())?;
+            let response = Response::decode(&bytes).map_err(|_| ())?;
+            if response.request_id != frame.request_id {
+                return Err(());
+            }
+            Ok((conn, response))
+        };
+        let outcome = timeout(rt, request_timeout_ms, exchange).await;
+        let (conn, response) = match outcome {
+            Some(Ok(x)) => x,
+            _ => {
+                if sent.get() && matches!(kind, Kind::Write) {
+                    return Err(CoordError::Unknown);
+                }
+                inner.borrow_mut().next_server += 1;
+                rt.sleep(Duration::from_millis(backoff)).await;
+                backoff = (backoff * 2).min(backoff_max);
+                continue;
+            }
+        };
+        for event in response.events {
+            events.push(event);
+        }
+        let answer = {
+            let mut i = inner.borrow_mut();
+            match response.result {
+                Err(RpcError::NotLeader { leader }) => {
+                    match leader {
+                        Some(l) if l != addr => i.leader_hint = Some(l),
+                        _ => i.next_server += 1,
+                    }
+                    None
+                }
+                Err(RpcError::Retry) => {
+                    i.conn = Some((addr, conn));
+                    None
+                }
+                other => {
+                    i.last_ok_ms = rt.monotonic_ms();
+                    if i.server.as_deref() != Some(addr.as_str()) {
+                        i.server_changes += u64::from(i.server.is_some());
+                        i.server = Some(addr.clone());
+                    }
+                    i.conn = Some((addr, conn));
+                    Some(match other {
+                        Ok(reply) => Ok(reply),
+                        Err(RpcError::Tree(TreeError::SessionExpired)) => {
+                            i.expired = true;
+                            Err(CoordError::SessionExpired)
+                        }
+                        Err(RpcError::Tree(e)) => Err(CoordError::Tree(e)),
+                        Err(RpcError::MultiFailed { index, error }) => Err(CoordError::MultiFailed { index, error }),
+                        // Not leader and retry were matched above; unknown stays unknown.
+                        Err(RpcError::Unknown | RpcError::NotLeader { .. } | RpcError::Retry) => {
+                            Err(CoordError::Unknown)
+                        }
+                    })
+                }
+            }
+        };
+        if let Some(answer) = answer {
+            return answer;
+        }
+        // Nothing happened (not the leader, or refused before acting): try again after a pause.
+        rt.sleep(Duration::from_millis(backoff)).await;
+        backoff = (backoff * 2).min(backoff_max);
+    }
+    Err(CoordError::Unavailable)
+}
+
+fn unexpected(reply: Reply) -> CoordError {
+    tracing::error!(?reply, "coordinator client: reply does not match the request");
+    CoordError::Unknown
+}
+
+impl<R: Runtime> CoordClient<R> {
+    /// Finds the leader, opens a session and starts heartbeating it every third of its timeout.
+    pub async fn connect(rt: R, config: CoordClientConfig) -> Result<CoordClient<R>, CoordError> {
+        let session_timeout_ms = config.session_timeout_ms;
+        let inner = Rc::new(RefCell::new(Inner {
+            config,
+            conn: None,
+            leader_hint: None,
+            next_server: 0,
+            session: SessionId(0),
+            expired: false,
+            closed: false,
+            last_ok_ms: rt.monotonic_ms(),
+            next_request_id: 0,
+            server: None,
+            server_changes: 0,
+        }));
+        let events = Mailbox::new(CLIENT_EVENTS_MAX);
+        let request = Request::CreateSession {
+            timeout_ms: session_timeout_ms,
+        };
+        let session = match call(&rt, &inner, &events, request, Kind::Idempotent).await? {
+            Reply::Session(s) => s,
+            other => return Err(unexpected(other)),
+        };
+        {
+            let mut i = inner.borrow_mut();
+            i.session = session;
+            i.last_ok_ms = rt.monotonic_ms();
+        }
+        rt.spawn(heartbeat(
+            rt.clone(),
+            Rc::downgrade(&inner),
+            events.clone(),
+            (session_timeout_ms / 3).max(1),
+        ));
+        Ok(CoordClient { rt, inner, events })
+    }
+
+    pub fn session(&self) -> SessionId {
+        self.inner.borrow().session
+    }
+
+    /// Whether the session is known to be expired (then every op fails with `SessionExpired`).
+    pub fn is_expired(&self) -> bool {
+        self.inner.borrow().expired
+    }
+
+    /// How many times the answering leader changed (watches registered before are gone).
+    pub fn server_changes(&self) -> u64 {
+        self.inner.borrow().server_changes
+    }
+
+    async fn call(&self, request: Request, kind: Kind) -> Result<Reply, CoordError> {
+        call(&self.rt, &self.inner, &self.events, request, kind).await
+    }
+
+    pub async fn create(&self, path: &str, data: &[u8], mode: CreateMode) -> Result<String, CoordError> {
+        let op = Op::Create {
+            path: path.into(),
+            data: data.to_vec(),
+            mode,
+        };
+        match self.call(Request::Write(op), Kind::Write).await? {
+            Reply::Op(OpResult::Created { path }) => Ok(path),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn set_data(&self, path: &str, data: &[u8], expected_version: Option<i32>) -> Result<Stat, CoordError> {
+        let op = Op::SetData {
+            path: path.into(),
+            data: data.to_vec(),
+            expected_version,
+        };
+        match self.call(Request::Write(op), Kind::Write).await? {
+            Reply::Op(OpResult::SetData { stat }) => Ok(stat),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn delete(&self, path: &str, expected_version: Option<i32>) -> Result<(), CoordError> {
+        let op = Op::Delete {
+            path: path.into(),
+            expected_version,
+        };
+        match self.call(Request::Write(op), Kind::Write).await? {
+            Reply::Op(OpResult::Deleted) => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Applies every op or none (`MultiFailed` names the first that failed).
+    pub async fn multi(&self, ops: Vec<Op>) -> Result<Vec<OpResult>, CoordError> {
+        match self.call(Request::Multi(ops), Kind::Write).await? {
+            Reply::Multi(results) => Ok(results),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The node's data and stat. `watch` sets a one-shot data watch (when the node exists);
+    /// `sync` makes the read linearizable.
+    pub async fn get(&self, path: &str, watch: bool, sync: bool) -> Result<(Vec<u8>, Stat), CoordError> {
+        let request = Request::Get {
+            path: path.into(),
+            watch,
+            sync,
+        };
+        match self.call(request, Kind::Idempotent).await? {
+            Reply::Data(data, stat) => Ok((data, stat)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The node's stat if it exists; `watch` fires on its creation, change or deletion.
+    pub async fn exists(&self, path: &str, watch: bool, sync: bool) -> Result<Option<Stat>, CoordError> {
+        let request = Request::Exists {
+            path: path.into(),
+            watch,
+            sync,
+        };
+        match self.call(request, Kind::Idempotent).await? {
+            Reply::Stat(stat) => Ok(stat),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn children(&self, path: &str, watch: bool, sync: bool) -> Result<Vec<String>, CoordError> {
+        let request = Request::Children {
+            path: path.into(),
+            watch,
+            sync,
+        };
+        match self.call(request, Kind::Idempotent).await? {
+            Reply::Children(names) => Ok(names),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Waits until the leader has applied everything committed before the call.
+    pub async fn sync(&self) -> Result<(), CoordError> {
+        match self.call(Request::Sync, Kind::Idempotent).await? {
+            Reply::Synced => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The next watch event, in order (events arrive with responses and heartbeats).
+    pub async fn next_watch_event(&self) -> WatchEvent {
+        self.events.recv().await
+    }
+
+    /// A watch event already delivered, without waiting.
+    pub fn try_next_watch_event(&self) -> Option<WatchEvent> {
+        self.events.try_recv()
+    }
+
+    /// Closes the session (its ephemerals are deleted) and stops heartbeating.
+    pub async fn close(&self) -> Result<(), CoordError> {
+        let result = self.call(Request::CloseSession, Kind::Write).await;
+        self.inner.borrow_mut().closed = true;
+        result.map(|_| ())
+    }
+}
+
+async fn heartbeat<R: Runtime>(rt: R, inner: Weak<RefCell<Inner<R>>>, events: Mailbox<WatchEvent>, interval_ms: u64) {
+    loop {
+        rt.sleep(Duration::from_millis(interval_ms)).await;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        {
+            let i = inner.borrow();
+            if i.closed || i.expired {
+                return;
+            }
+        }
+        let pinged = call(&rt, &inner, &events, Request::Ping, Kind::Idempotent).await;
+        if let Err(CoordError::SessionExpired | CoordError::Closed) = pinged {
+            return;
+        }
+    }
+}

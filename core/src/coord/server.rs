@@ -1,0 +1,642 @@
+//! One coordinator node: Raft (`crate::consensus`) over the runtime's network and disk, the
+//! [`Tree`] it applies committed commands to, and the client RPC ([`super::wire`]).
+//!
+//! What it owns: the node's tasks (a ticker driving Raft's timers and session expiry, one sender
+//! per peer with reconnect and backoff, one task per accepted connection), the requests waiting
+//! for their entry to apply or their read index, each session's undelivered watch events, and
+//! (on the leader) when each session was last heard from.
+//!
+//! Contract:
+//! - Only the leader serves clients; other nodes answer `NotLeader` with the leader's address.
+//! - A write is answered when the entry it proposed applies (the leader remembers index and term
+//!   of each proposal; a different term at that index means it was overwritten: `Unknown`, as is
+//!   a proposal still pending when leadership is lost or the write timeout passes).
+//! - A read with `sync` is served after a read-index round confirms leadership and the tree has
+//!   applied that index (linearizable); without, from the leader's applied state.
+//! - Watch events are queued per session when the change applies and sent, before the answer, in
+//!   the next response to that session: a read that sees a change is preceded by its event.
+//! - Heartbeats are not replicated: the leader keeps the last-heard time of each session and
+//!   proposes `CloseSession` once its timeout passed; a new leader restarts every session's timer
+//!   at its election (ZooKeeper does the same), so a session expires only after its owner stopped
+//!   reaching a leader for a whole timeout.
+//! - Snapshots: when Raft reports compaction due, the tree's snapshot is handed to `compact`.
+//!
+//! Fault model: peers and clients may vanish, stall or send garbage (a frame that does not decode
+//! closes its connection); the disk may fail (Raft then reports `Failed` and the node's future
+//! ends, to be restarted from disk). Raft tolerates the loss of any message, so peer frames are
+//! dropped when a peer's bounded outbox is full or its connection is down.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::future::Future;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use thiserror::Error;
+
+use super::tree::{Applied, Command, SessionId, Tree, TreeError, WatchEvent, WatchKind, Watches};
+use super::wait::{timeout, Mailbox, Slot};
+use super::wire::{self, FrameKind, Reply, Request, RequestFrame, Response, RpcError, EVENTS_PER_RESPONSE_MAX};
+use crate::consensus::{LogIndex, NodeId, Output, ProposeError, Raft, RaftConfig, RaftError, Role, Term};
+use crate::runtime::{Connection, Listener, Runtime};
+
+/// Undelivered watch events kept per session at most (older ones are dropped: a client that
+/// never reads again cannot hold the leader's memory).
+pub const SESSION_EVENTS_MAX: usize = 10_000;
+/// Peer frames queued per peer at most.
+pub const PEER_OUTBOX_FRAMES_MAX: usize = 4096;
+/// Raft calls made in one pump at most (outputs can ask for a sync, which can emit outputs).
+const PUMP_ROUNDS_MAX: usize = 64;
+
+/// Timers and limits of a coordinator node.
+#[derive(Clone, Debug)]
+pub struct CoordTiming {
+    pub election_timeout_ms_min: u64,
+    pub election_timeout_ms_max: u64,
+    pub heartbeat_interval_ms: u64,
+    /// The ticker wakes at least this often (session expiry checks).
+    pub tick_ms: u64,
+    /// A write not applied within this time is answered `Unknown`; a read `Retry`.
+    pub request_timeout_ms: u64,
+    /// A session's requested timeout is clamped into this range (ZooKeeper: 2 to 20 ticks).
+    pub session_timeout_ms_min: u64,
+    pub session_timeout_ms_max: u64,
+    /// Snapshot the tree and compact the log every this many entries.
+    pub snapshot_every_entries: u64,
+    /// Reconnect backoff to a peer.
+    pub peer_backoff_ms_min: u64,
+    pub peer_backoff_ms_max: u64,
+}
+
+impl Default for CoordTiming {
+    fn default() -> Self {
+        CoordTiming {
+            election_timeout_ms_min: 300,
+            election_timeout_ms_max: 600,
+            heartbeat_interval_ms: 75,
+            tick_ms: 20,
+            request_timeout_ms: 3000,
+            session_timeout_ms_min: 400,
+            session_timeout_ms_max: 60_000,
+            snapshot_every_entries: 10_000,
+            peer_backoff_ms_min: 20,
+            peer_backoff_ms_max: 1000,
+        }
+    }
+}
+
+/// One coordinator node's settings.
+#[derive(Clone, Debug)]
+pub struct CoordNodeConfig {
+    pub id: NodeId,
+    /// Every voter with its address (`host:port`), this node included.
+    pub peers: Vec<(NodeId, String)>,
+    /// The address this node listens on for peers and clients.
+    pub listen: String,
+    /// The directory (relative to the disk root) for Raft's state, log and snapshots.
+    pub dir: String,
+    pub timing: CoordTiming,
+}
+
+#[derive(Debug, Error)]
+pub enum StartError {
+    #[error("raft: {0}")]
+    Raft(#[from] RaftError),
+    #[error("config: {0}")]
+    Config(String),
+}
+
+type ReadResult = Result<LogIndex, Option<NodeId>>;
+
+struct Node {
+    config: CoordNodeConfig,
+    raft: Raft,
+    tree: Tree,
+    watches: Watches,
+    /// The last index Raft told us to apply (no-ops included).
+    applied: u64,
+    role: Role,
+    leader: Option<NodeId>,
+    writes: BTreeMap<u64, (Term, Slot<Result<Applied, RpcError>>)>,
+    reads: BTreeMap<u64, Slot<ReadResult>>,
+    next_token: u64,
+    events: BTreeMap<SessionId, VecDeque<WatchEvent>>,
+    /// Leader only: monotonic ms each live session was last heard from.
+    last_heard: BTreeMap<SessionId, u64>,
+    /// Sessions whose close the leader proposed and that have not closed yet.
+    closing: BTreeSet<SessionId>,
+    outboxes: BTreeMap<NodeId, Mailbox<Bytes>>,
+    failed: Option<RaftError>,
+}
+
+impl Node {
+    fn addr_of(&self, id: Option<NodeId>) -> Option<String> {
+        let id = id?;
+        self.config.peers.iter().find(|(p, _)| *p == id).map(|(_, a)| a.clone())
+    }
+
+    fn not_leader(&self) -> RpcError {
+        RpcError::NotLeader {
+            leader: self.addr_of(self.leader.filter(|l| *l != self.config.id)),
+        }
+    }
+
+    /// Drains Raft's outputs, running its due timeouts (a pending group-commit sync shows as a
+    /// due timeout), until it has nothing more to say.
+    fn pump<D: crate::disk::Disk>(&mut self, disk: &mut D, now_ms: u64) {
+        for _ in 0..PUMP_ROUNDS_MAX {
+            while let Some(out) = self.raft.poll_output() {
+                self.output(disk, out, now_ms);
+            }
+            if self.failed.is_some() || self.raft.poll_timeout() > now_ms {
+                break;
+            }
+            self.raft.handle_timeout(disk, now_ms);
+        }
+        if self.failed.is_none() && self.raft.compaction_due() && self.applied > 0 {
+            let snapshot = Bytes::from(self.tree.snapshot());
+            if let Err(e) = self.raft.compact(disk, LogIndex(self.applied), snapshot) {
+                tracing::warn!(node = self.config.id.0, error = %e, "coordinator: compaction refused");
+            }
+        }
+    }
+
+    fn output<D: crate::disk::Disk>(&mut self, _disk: &mut D, out: Output, now_ms: u64) {
+        match out {
+            Output::Send { to, msg } => {
+                if let Some(outbox) = self.outboxes.get(&to) {
+                    outbox.push(Bytes::from(wire::encode_peer(self.config.id, &msg)));
+                }
+            }
+            Output::Apply { index, term, command } => self.apply(index, term, &command, now_ms),
+            Output::RestoreSnapshot { index, data, .. } => match Tree::restore(&data) {
+                Ok(tree) => {
+                    self.tree = tree;
+                    self.applied = index.0;
+                    if self.role == Role::Leader {
+                        self.restart_session_timers(now_ms);
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(node = self.config.id.0, error = %e, "coordinator: snapshot does not decode");
+                    self.failed = Some(RaftError::Corrupt {
+                        path: "snapshot".into(),
+                        detail: e.to_string(),
+                    });
+                }
+            },
+            Output::ReadReady { token, index } => {
+                if let Some(slot) = self.reads.remove(&token) {
+                    slot.fill(Ok(index));
+                }
+            }
+            Output::ReadFailed { token, leader_hint } => {
+                if let Some(slot) = self.reads.remove(&token) {
+                    slot.fill(Err(leader_hint));
+                }
+            }
+            Output::RoleChanged { role, term, leader } => {
+                tracing::info!(
+                    node = self.config.id.0,
+                    ?role,
+                    term = term.0,
+                    ?leader,
+                    "coordinator: role changed"
+                );
+                let was_leader = self.role == Role::Leader;
+                self.role = role;
+                self.leader = leader;
+                if role == Role::Leader && !was_leader {
+                    self.restart_session_timers(now_ms);
+                } else if role != Role::Leader {
+                    self.last_heard.clear();
+                    self.closing.clear();
+                    // A proposal may still commit under the next leader, or not: unknown.
+                    for (_, (_, slot)) in std::mem::take(&mut self.writes) {
+                        slot.fill(Err(RpcError::Unknown));
+                    }
+                }
+            }
+            Output::Failed { error } => {
+                tracing::error!(node = self.config.id.0, error = %error, "coordinator: raft failed; stopping");
+                self.failed = Some(error);
+            }
+        }
+    }
+
+    fn restart_session_timers(&mut self, now_ms: u64) {
+        self.last_heard = self.tree.sessions().keys().map(|s| (*s, now_ms)).collect();
+        self.closing.clear();
+    }
+
+    fn apply(&mut self, index: LogIndex, term: Term, command: &[u8], now_ms: u64) {
+        self.applied = self.applied.max(index.0);
+        let mut result = None;
+        if !command.is_empty() && index.0 > self.tree.last_applied() {
+            match Command::decode(command) {
+                Ok(cmd) => {
+                    let mut changes = Vec::new();
+                    let applied = self.tree.apply(index.0, &cmd, &mut changes);
+                    for (session, event) in self.watches.fire(&changes) {
+                        let queue = self.events.entry(session).or_default();
+                        if queue.len() >= SESSION_EVENTS_MAX {
+                            queue.pop_front();
+                        }
+                        queue.push_back(event);
+                    }
+                    match (&cmd, &applied) {
+                        (Command::CreateSession { .. }, Applied::SessionCreated(s)) if self.role == Role::Leader => {
+                            self.last_heard.insert(*s, now_ms);
+                        }
+                        (Command::CloseSession { session }, _) => {
+                            self.last_heard.remove(session);
+                            self.closing.remove(session);
+                            self.watches.remove_session(*session);
+                            self.events.remove(session);
+                        }
+                        _ => {}
+                    }
+                    result = Some(applied);
+                }
+                Err(e) => {
+                    // Only this code proposes commands, so this is a version from the future
+                    // or damage Raft's CRCs missed: skip it on every replica alike.
+                    tracing::error!(node = self.config.id.0, index = index.0, error = %e, "coordinator: command does not decode; skipped");
+                }
+            }
+        }
+        // Answer the proposer, if it waits here and the entry is its own.
+        let stale: Vec<u64> = self.writes.range(..=index.0).map(|(i, _)| *i).collect();
+        for i in stale {
+            let (proposed_term, slot) = self.writes.remove(&i).expect("listed above");
+            match (&result, i == index.0 && proposed_term == term) {
+                (Some(applied), true) => slot.fill(Ok(applied.clone())),
+                _ => slot.fill(Err(RpcError::Unknown)),
+            }
+        }
+    }
+
+    /// Leader only: proposes the close of every session not heard from for its timeout.
+    fn expire_sessions<D: crate::disk::Disk>(&mut self, disk: &mut D, now_ms: u64) {
+        if self.role != Role::Leader {
+            return;
+        }
+        let mut due = Vec::new();
+        for (session, info) in self.tree.sessions() {
+            let heard = *self.last_heard.entry(*session).or_insert(now_ms);
+            if now_ms.saturating_sub(heard) > info.timeout_ms && !self.closing.contains(session) {
+                due.push(*session);
+            }
+        }
+        for session in due {
+            let command = Bytes::from(Command::CloseSession { session }.encode());
+            match self.raft.propose(disk, command, now_ms) {
+                Ok(_) => {
+                    tracing::info!(
+                        node = self.config.id.0,
+                        session = session.0,
+                        "coordinator: session expired"
+                    );
+                    self.closing.insert(session);
+                }
+                Err(e) => {
+                    tracing::debug!(node = self.config.id.0, error = %e, "coordinator: close of an expired session not proposed");
+                    break;
+                }
+            }
+        }
+    }
+
+    fn take_events(&mut self, session: SessionId) -> Vec<WatchEvent> {
+        match self.events.get_mut(&session) {
+            Some(queue) => {
+                let n = queue.len().min(EVENTS_PER_RESPONSE_MAX);
+                queue.drain(..n).collect()
+            }
+            None => Vec::new(),
+        }
+    }
+}
+
+type Shared = Rc<RefCell<Node>>;
+
+/// Opens the node's Raft state from disk and returns the future that runs the node: it listens,
+/// connects to its peers and serves until Raft fails (then it returns, to be restarted).
+pub fn start_coordinator<R: Runtime>(rt: R, config: CoordNodeConfig) -> Result<impl Future<Output = ()>, StartError> {
+    if !config.peers.iter().any(|(id, _)| *id == config.id) {
+        return Err(StartError::Config(format!(
+            "peers do not include this node {}",
+            config.id.0
+        )));
+    }
+    let voters: Vec<NodeId> = config.peers.iter().map(|(id, _)| *id).collect();
+    let mut raft_config = RaftConfig::new(config.id, voters, config.dir.clone());
+    raft_config.election_timeout_ms_min = config.timing.election_timeout_ms_min;
+    raft_config.election_timeout_ms_max = config.timing.election_timeout_ms_max;
+    raft_config.heartbeat_interval_ms = config.timing.heartbeat_interval_ms;
+    raft_config.snapshot_threshold_entries = config.timing.snapshot_every_entries;
+    let now = rt.monotonic_ms();
+    let seed = rt.random_u64();
+    let raft = rt.with_disk(|disk| Raft::open(disk, raft_config, now, seed))?;
+    let outboxes = config
+        .peers
+        .iter()
+        .filter(|(id, _)| *id != config.id)
+        .map(|(id, _)| (*id, Mailbox::new(PEER_OUTBOX_FRAMES_MAX)))
+        .collect();
+    let node = Rc::new(RefCell::new(Node {
+        config,
+        raft,
+        tree: Tree::new(),
+        watches: Watches::default(),
+        applied: 0,
+        role: Role::Follower,
+        leader: None,
+        writes: BTreeMap::new(),
+        reads: BTreeMap::new(),
+        next_token: 1,
+        events: BTreeMap::new(),
+        last_heard: BTreeMap::new(),
+        closing: BTreeSet::new(),
+        outboxes,
+        failed: None,
+    }));
+    // Outputs of open (RestoreSnapshot, Apply of the durable committed prefix) first.
+    rt.with_disk(|disk| node.borrow_mut().pump(disk, now));
+    Ok(run(rt, node))
+}
+
+async fn run<R: Runtime>(rt: R, node: Shared) {
+    let (listen, peers, tick_ms, backoff) = {
+        let n = node.borrow();
+        let peers: Vec<(String, Mailbox<Bytes>)> = n
+            .config
+            .peers
+            .iter()
+            .filter_map(|(id, addr)| n.outboxes.get(id).map(|m| (addr.clone(), m.clone())))
+            .collect();
+        let t = &n.config.timing;
+        (
+            n.config.listen.clone(),
+            peers,
+            t.tick_ms.max(1),
+            (t.peer_backoff_ms_min.max(1), t.peer_backoff_ms_max.max(1)),
+        )
+    };
+    let listener = match rt.listen(&listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(addr = %listen, error = %e, "coordinator: cannot listen");
+            return;
+        }
+    };
+    for (addr, outbox) in peers {
+        rt.spawn(peer_sender(rt.clone(), addr, outbox, backoff));
+    }
+    rt.spawn(acceptor(rt.clone(), node.clone(), listener));
+    // The ticker: Raft's timers and session expiry, until Raft fails.
+    loop {
+        let wait_ms = {
+            let mut n = node.borrow_mut();
+            let now = rt.monotonic_ms();
+            rt.with_disk(|disk| {
+                n.pump(disk, now);
+                n.expire_sessions(disk, now);
+                n.pump(disk, now);
+            });
+            if let Some(e) = &n.failed {
+                tracing::error!(node = n.config.id.0, error = %e, "coordinator: node stops");
+                return;
+            }
+            n.raft.poll_timeout().saturating_sub(now).clamp(1, tick_ms)
+        };
+        rt.sleep(Duration::from_millis(wait_ms)).await;
+    }
+}
+
+/// Sends one peer's outbox over a connection it re-opens with backoff; frames queued while the
+/// peer is unreachable are dropped when the outbox fills (Raft resends what matters).
+async fn peer_sender<R: Runtime>(rt: R, addr: String, outbox: Mailbox<Bytes>, (backoff_min, backoff_max): (u64, u64)) {
+    let mut backoff = backoff_min;
+    loop {
+        let mut conn = match rt.connect(&addr).await {
+            Ok(c) => c,
+            Err(_) => {
+                rt.sleep(Duration::from_millis(backoff)).await;
+                backoff = (backoff * 2).min(backoff_max);
+                continue;
+            }
+        };
+        backoff = backoff_min;
+        loop {
+            let frame = outbox.recv().await;
+            if conn.send(frame).await.is_err() {
+                break;
+            }
+        }
+    }
+}
+
+async fn acceptor<R: Runtime>(rt: R, node: Shared, mut listener: R::Listener) {
+    loop {
+        match listener.accept().await {
+            Ok(conn) => rt.spawn(serve_connection(rt.clone(), node.clone(), conn)),
+            Err(e) => {
+                tracing::warn!(error = %e, "coordinator: accept failed");
+                rt.sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+async fn serve_connection<R: Runtime>(rt: R, node: Shared, mut conn: R::Conn) {
+    loop {
+        let frame = match conn.recv().await {
+            Ok(Some(f)) => f,
+            Ok(None) | Err(_) => return,
+        };
+        if node.borrow().failed.is_some() {
+            return;
+        }
+        match frame.first().copied() {
+            Some(t) if t == FrameKind::Peer as u8 => {
+                let Ok((from, msg)) = wire::decode_peer(&frame) else {
+                    return;
+                };
+                let mut n = node.borrow_mut();
+                let now = rt.monotonic_ms();
+                rt.with_disk(|disk| {
+                    n.raft.handle_message(disk, from, msg, now);
+                    n.pump(disk, now);
+                });
+            }
+            Some(t) if t == FrameKind::Request as u8 => {
+                let Ok(request) = RequestFrame::decode(&frame) else {
+                    return;
+                };
+                let response = handle_request(&rt, &node, request).await;
+                if conn.send(Bytes::from(response.encode())).await.is_err() {
+                    return;
+                }
+            }
+            _ => return,
+        }
+    }
+}
+
+async fn handle_request<R: Runtime>(rt: &R, node: &Shared, frame: RequestFrame) -> Response {
+    let session = frame.session;
+    let result = answer(rt, node, session, frame.request).await;
+    let events = node.borrow_mut().take_events(session);
+    Response {
+        request_id: frame.request_id,
+        events,
+        result,
+    }
+}
+
+async fn answer<R: Runtime>(rt: &R, node: &Shared, session: SessionId, request: Request) -> Result<Reply, RpcError> {
+    let now = rt.monotonic_ms();
+    {
+        let mut n = node.borrow_mut();
+        if n.role != Role::Leader {
+            return Err(n.not_leader());
+        }
+        let needs_session = !matches!(request, Request::CreateSession { .. });
+        if needs_session {
+            if !n.tree.session_live(session) {
+                return Err(RpcError::Tree(TreeError::SessionExpired));
+            }
+            if !n.closing.contains(&session) {
+                n.last_heard.insert(session, now);
+            }
+        }
+    }
+    match request {
+        Request::CreateSession { timeout_ms } => {
+            let t = node.borrow().config.timing.clone();
+            let timeout_ms = timeout_ms.clamp(t.session_timeout_ms_min, t.session_timeout_ms_max);
+            match write(rt, node, Command::CreateSession { timeout_ms }).await? {
+                Applied::SessionCreated(s) => Ok(Reply::Session(s)),
+                _ => Err(RpcError::Unknown),
+            }
+        }
+        Request::CloseSession => {
+            write(rt, node, Command::CloseSession { session }).await?;
+            Ok(Reply::Closed)
+        }
+        Request::Ping => Ok(Reply::Pong),
+        Request::Write(op) => match write(rt, node, Command::Op { session, op }).await? {
+            Applied::Op(Ok(r)) => Ok(Reply::Op(r)),
+            Applied::Op(Err(e)) => Err(RpcError::Tree(e)),
+            _ => Err(RpcError::Unknown),
+        },
+        Request::Multi(ops) => match write(rt, node, Command::Multi { session, ops }).await? {
+            Applied::Multi(Ok(rs)) => Ok(Reply::Multi(rs)),
+            Applied::Multi(Err((index, error))) => Err(RpcError::MultiFailed {
+                index: u32::try_from(index).expect("multi ops are bounded"),
+                error,
+            }),
+            _ => Err(RpcError::Unknown),
+        },
+        Request::Sync => {
+            read_barrier(rt, node).await?;
+            Ok(Reply::Synced)
+        }
+        Request::Get { path, watch, sync } => {
+            if sync {
+                read_barrier(rt, node).await?;
+            }
+            let mut n = node.borrow_mut();
+            let r = n.tree.get(&path).map_err(RpcError::Tree)?;
+            if watch {
+                n.watches.add(session, &path, WatchKind::Data);
+            }
+            Ok(Reply::Data(r.0, r.1))
+        }
+        Request::Exists { path, watch, sync } => {
+            if sync {
+                read_barrier(rt, node).await?;
+            }
+            let mut n = node.borrow_mut();
+            let r = n.tree.exists(&path).map_err(RpcError::Tree)?;
+            if watch {
+                n.watches.add(session, &path, WatchKind::Data);
+            }
+            Ok(Reply::Stat(r))
+        }
+        Request::Children { path, watch, sync } => {
+            if sync {
+                read_barrier(rt, node).await?;
+            }
+            let mut n = node.borrow_mut();
+            let r = n.tree.children(&path).map_err(RpcError::Tree)?;
+            if watch {
+                n.watches.add(session, &path, WatchKind::Children);
+            }
+            Ok(Reply::Children(r))
+        }
+    }
+}
+
+/// Proposes `command` and waits for it to apply.
+async fn write<R: Runtime>(rt: &R, node: &Shared, command: Command) -> Result<Applied, RpcError> {
+    let slot = Slot::default();
+    let timeout_ms = {
+        let mut n = node.borrow_mut();
+        let now = rt.monotonic_ms();
+        let proposed = rt.with_disk(|disk| {
+            let r = n.raft.propose(disk, Bytes::from(command.encode()), now);
+            if let Ok((term, index)) = r {
+                n.writes.insert(index.0, (term, slot.clone()));
+            }
+            n.pump(disk, now);
+            r
+        });
+        match proposed {
+            Ok(_) => {}
+            Err(ProposeError::NotLeader(_)) => return Err(n.not_leader()),
+            Err(ProposeError::CommandTooLarge { .. }) => return Err(RpcError::Tree(TreeError::BadArguments)),
+            Err(ProposeError::Backpressure { .. }) => return Err(RpcError::Retry),
+            Err(ProposeError::Failed(_)) => return Err(RpcError::Retry),
+        }
+        n.config.timing.request_timeout_ms
+    };
+    match timeout(rt, timeout_ms, slot.wait()).await {
+        Some(r) => r,
+        None => Err(RpcError::Unknown),
+    }
+}
+
+/// Waits until a read-index round confirmed leadership and the tree applied that index.
+async fn read_barrier<R: Runtime>(rt: &R, node: &Shared) -> Result<(), RpcError> {
+    let slot = Slot::default();
+    let timeout_ms = {
+        let mut n = node.borrow_mut();
+        let token = n.next_token;
+        n.next_token += 1;
+        n.reads.insert(token, slot.clone());
+        let now = rt.monotonic_ms();
+        if n.raft.read_index(token, now).is_err() {
+            n.reads.remove(&token);
+            return Err(n.not_leader());
+        }
+        rt.with_disk(|disk| n.pump(disk, now));
+        n.config.timing.request_timeout_ms
+    };
+    let deadline = rt.monotonic_ms() + timeout_ms;
+    let index = match timeout(rt, timeout_ms, slot.wait()).await {
+        Some(Ok(index)) => index,
+        Some(Err(_)) => return Err(node.borrow().not_leader()),
+        None => return Err(RpcError::Retry),
+    };
+    // Usually applied already: the leader applies as it commits.
+    while node.borrow().applied < index.0 {
+        if rt.monotonic_ms() >= deadline {
+            return Err(RpcError::Retry);
+        }
+        rt.sleep(Duration::from_millis(1)).await;
+    }
+    Ok(())
+}

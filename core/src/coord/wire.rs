@@ -1,0 +1,581 @@
+//! The coordinator's internal RPC: client requests and responses, and the framing that lets peer
+//! Raft messages share the same listener.
+//!
+//! Contract: every frame starts with a tag byte ([`FrameKind`]); client frames then carry a
+//! version byte. The client sends one request at a time on a connection and the server answers
+//! each with one [`Response`] carrying the request's id, every watch event fired for the session
+//! since the last response (in firing order, before the answer: ZooKeeper's ordering guarantee),
+//! and the answer.
+//!
+//! Fault model: frames come from the network; decoding is bounded (limits from `tree`) and
+//! returns [`DecodeError`] on anything malformed, never panics.
+
+use super::codec::{DecodeError, Reader, Writer};
+use super::tree::{
+    decode_op, encode_op, EventKind, Op, OpResult, SessionId, Stat, TreeError, WatchEvent, MULTI_OPS_MAX, OP_BYTES_MIN,
+    PATH_BYTES_MAX,
+};
+use crate::consensus::{Message, NodeId};
+
+pub use super::tree::DATA_BYTES_MAX;
+
+const RPC_VERSION: u8 = 1;
+/// Watch events carried by one response at most (the rest wait for the next one).
+pub const EVENTS_PER_RESPONSE_MAX: usize = 1024;
+/// Children listed in one response at most.
+pub const CHILDREN_MAX: usize = 100_000;
+/// An address (`host:port`) is at most this long.
+pub const ADDR_BYTES_MAX: usize = 256;
+
+/// The first byte of every frame on a coordinator's listener.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameKind {
+    Peer = 0x50,
+    Request = 0x51,
+    Response = 0x52,
+}
+
+/// A Raft message from peer `from`, framed for the shared listener.
+pub fn encode_peer(from: NodeId, msg: &Message) -> Vec<u8> {
+    let body = msg.encode();
+    let mut w = Writer::default();
+    w.u8(FrameKind::Peer as u8);
+    w.u64(from.0);
+    w.buf.extend_from_slice(&body);
+    w.buf
+}
+
+/// Decodes a peer frame (tag included).
+pub fn decode_peer(frame: &[u8]) -> Result<(NodeId, Message), DecodeError> {
+    let mut r = Reader::new(frame);
+    if r.u8()? != FrameKind::Peer as u8 {
+        return Err(DecodeError::Invalid("not a peer frame"));
+    }
+    let from = NodeId(r.u64()?);
+    let msg = Message::decode(&frame[9..]).map_err(|_| DecodeError::Invalid("raft message"))?;
+    Ok((from, msg))
+}
+
+/// What a client asks. Reads with `sync` are linearizable (served after a read-index round);
+/// without, they are served from the leader's applied state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    CreateSession {
+        timeout_ms: u64,
+    },
+    CloseSession,
+    /// A heartbeat; also collects pending watch events.
+    Ping,
+    Write(Op),
+    Multi(Vec<Op>),
+    Get {
+        path: String,
+        watch: bool,
+        sync: bool,
+    },
+    Exists {
+        path: String,
+        watch: bool,
+        sync: bool,
+    },
+    Children {
+        path: String,
+        watch: bool,
+        sync: bool,
+    },
+    /// A barrier: answered once the leader has applied everything committed before it.
+    Sync,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestFrame {
+    pub request_id: u64,
+    /// `SessionId(0)` before a session exists.
+    pub session: SessionId,
+    pub request: Request,
+}
+
+/// A successful answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    Session(SessionId),
+    Pong,
+    Closed,
+    Op(OpResult),
+    Multi(Vec<OpResult>),
+    Data(Vec<u8>, Stat),
+    Stat(Option<Stat>),
+    Children(Vec<String>),
+    Synced,
+}
+
+/// A failed answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RpcError {
+    Tree(TreeError),
+    /// The multi's op at `index` failed; nothing applied.
+    MultiFailed {
+        index: u32,
+        error: TreeError,
+    },
+    /// Ask the leader instead (its address when known).
+    NotLeader {
+        leader: Option<String>,
+    },
+    /// The write was proposed but its outcome is not known (leadership lost, timeout).
+    Unknown,
+    /// Refused before anything happened (back-pressure, malformed request); safe to retry.
+    Retry,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Response {
+    pub request_id: u64,
+    pub events: Vec<WatchEvent>,
+    pub result: Result<Reply, RpcError>,
+}
+
+fn encode_stat(w: &mut Writer, s: &Stat) {
+    w.u64(s.czxid);
+    w.u64(s.mzxid);
+    w.i32(s.version);
+    w.i32(s.cversion);
+    match s.ephemeral_owner {
+        None => w.u8(0),
+        Some(o) => {
+            w.u8(1);
+            w.u64(o.0);
+        }
+    }
+    w.i32(s.num_children);
+}
+
+fn decode_stat(r: &mut Reader<'_>) -> Result<Stat, DecodeError> {
+    Ok(Stat {
+        czxid: r.u64()?,
+        mzxid: r.u64()?,
+        version: r.i32()?,
+        cversion: r.i32()?,
+        ephemeral_owner: if r.bool()? { Some(SessionId(r.u64()?)) } else { None },
+        num_children: r.i32()?,
+    })
+}
+
+fn encode_op_result(w: &mut Writer, r: &OpResult) {
+    match r {
+        OpResult::Created { path } => {
+            w.u8(1);
+            w.str(path);
+        }
+        OpResult::SetData { stat } => {
+            w.u8(2);
+            encode_stat(w, stat);
+        }
+        OpResult::Deleted => w.u8(3),
+        OpResult::Checked => w.u8(4),
+    }
+}
+
+fn decode_op_result(r: &mut Reader<'_>) -> Result<OpResult, DecodeError> {
+    Ok(match r.u8()? {
+        1 => OpResult::Created {
+            path: r.string("path", PATH_BYTES_MAX)?,
+        },
+        2 => OpResult::SetData { stat: decode_stat(r)? },
+        3 => OpResult::Deleted,
+        4 => OpResult::Checked,
+        t => return Err(DecodeError::Tag(t)),
+    })
+}
+
+fn event_code(kind: EventKind) -> u8 {
+    match kind {
+        EventKind::NodeCreated => 1,
+        EventKind::NodeDeleted => 2,
+        EventKind::NodeDataChanged => 3,
+        EventKind::NodeChildrenChanged => 4,
+    }
+}
+
+fn event_from_code(code: u8) -> Result<EventKind, DecodeError> {
+    Ok(match code {
+        1 => EventKind::NodeCreated,
+        2 => EventKind::NodeDeleted,
+        3 => EventKind::NodeDataChanged,
+        4 => EventKind::NodeChildrenChanged,
+        t => return Err(DecodeError::Tag(t)),
+    })
+}
+
+fn encode_read(w: &mut Writer, tag: u8, path: &str, watch: bool, sync: bool) {
+    w.u8(tag);
+    w.str(path);
+    w.u8(u8::from(watch));
+    w.u8(u8::from(sync));
+}
+
+impl RequestFrame {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.u8(FrameKind::Request as u8);
+        w.u8(RPC_VERSION);
+        w.u64(self.request_id);
+        w.u64(self.session.0);
+        match &self.request {
+            Request::CreateSession { timeout_ms } => {
+                w.u8(1);
+                w.u64(*timeout_ms);
+            }
+            Request::CloseSession => w.u8(2),
+            Request::Ping => w.u8(3),
+            Request::Write(op) => {
+                w.u8(4);
+                encode_op(&mut w, op);
+            }
+            Request::Multi(ops) => {
+                w.u8(5);
+                w.count(ops.len());
+                for op in ops {
+                    encode_op(&mut w, op);
+                }
+            }
+            Request::Get { path, watch, sync } => encode_read(&mut w, 6, path, *watch, *sync),
+            Request::Exists { path, watch, sync } => encode_read(&mut w, 7, path, *watch, *sync),
+            Request::Children { path, watch, sync } => encode_read(&mut w, 8, path, *watch, *sync),
+            Request::Sync => w.u8(9),
+        }
+        w.buf
+    }
+
+    pub fn decode(frame: &[u8]) -> Result<RequestFrame, DecodeError> {
+        let mut r = Reader::new(frame);
+        if r.u8()? != FrameKind::Request as u8 {
+            return Err(DecodeError::Invalid("not a request frame"));
+        }
+        let version = r.u8()?;
+        if version != RPC_VERSION {
+            return Err(DecodeError::Version(version));
+        }
+        let request_id = r.u64()?;
+        let session = SessionId(r.u64()?);
+        let request = match r.u8()? {
+            1 => Request::CreateSession { timeout_ms: r.u64()? },
+            2 => Request::CloseSession,
+            3 => Request::Ping,
+            4 => Request::Write(decode_op(&mut r)?),
+            5 => {
+                let n = r.count("multi ops", MULTI_OPS_MAX, OP_BYTES_MIN)?;
+                let mut ops = Vec::with_capacity(n);
+                for _ in 0..n {
+                    ops.push(decode_op(&mut r)?);
+                }
+                Request::Multi(ops)
+            }
+            tag @ 6..=8 => {
+                let path = r.string("path", PATH_BYTES_MAX)?;
+                let watch = r.bool()?;
+                let sync = r.bool()?;
+                match tag {
+                    6 => Request::Get { path, watch, sync },
+                    7 => Request::Exists { path, watch, sync },
+                    _ => Request::Children { path, watch, sync },
+                }
+            }
+            9 => Request::Sync,
+            t => return Err(DecodeError::Tag(t)),
+        };
+        r.finish()?;
+        Ok(RequestFrame {
+            request_id,
+            session,
+            request,
+        })
+    }
+}
+
+impl Response {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.u8(FrameKind::Response as u8);
+        w.u8(RPC_VERSION);
+        w.u64(self.request_id);
+        w.count(self.events.len());
+        for e in &self.events {
+            w.str(&e.path);
+            w.u8(event_code(e.kind));
+        }
+        match &self.result {
+            Ok(reply) => {
+                w.u8(0);
+                match reply {
+                    Reply::Session(s) => {
+                        w.u8(1);
+                        w.u64(s.0);
+                    }
+                    Reply::Pong => w.u8(2),
+                    Reply::Closed => w.u8(3),
+                    Reply::Op(r) => {
+                        w.u8(4);
+                        encode_op_result(&mut w, r);
+                    }
+                    Reply::Multi(rs) => {
+                        w.u8(5);
+                        w.count(rs.len());
+                        for r in rs {
+                            encode_op_result(&mut w, r);
+                        }
+                    }
+                    Reply::Data(data, stat) => {
+                        w.u8(6);
+                        w.bytes(data);
+                        encode_stat(&mut w, stat);
+                    }
+                    Reply::Stat(stat) => {
+                        w.u8(7);
+                        match stat {
+                            None => w.u8(0),
+                            Some(s) => {
+                                w.u8(1);
+                                encode_stat(&mut w, s);
+                            }
+                        }
+                    }
+                    Reply::Children(names) => {
+                        w.u8(8);
+                        w.count(names.len());
+                        for n in names {
+                            w.str(n);
+                        }
+                    }
+                    Reply::Synced => w.u8(9),
+                }
+            }
+            Err(e) => {
+                w.u8(1);
+                match e {
+                    RpcError::Tree(t) => {
+                        w.u8(1);
+                        w.u8(t.code());
+                    }
+                    RpcError::MultiFailed { index, error } => {
+                        w.u8(2);
+                        w.u32(*index);
+                        w.u8(error.code());
+                    }
+                    RpcError::NotLeader { leader } => {
+                        w.u8(3);
+                        match leader {
+                            None => w.u8(0),
+                            Some(a) => {
+                                w.u8(1);
+                                w.str(a);
+                            }
+                        }
+                    }
+                    RpcError::Unknown => w.u8(4),
+                    RpcError::Retry => w.u8(5),
+                }
+            }
+        }
+        w.buf
+    }
+
+    pub fn decode(frame: &[u8]) -> Result<Response, DecodeError> {
+        let mut r = Reader::new(frame);
+        if r.u8()? != FrameKind::Response as u8 {
+            return Err(DecodeError::Invalid("not a response frame"));
+        }
+        let version = r.u8()?;
+        if version != RPC_VERSION {
+            return Err(DecodeError::Version(version));
+        }
+        let request_id = r.u64()?;
+        let n = r.count("events", EVENTS_PER_RESPONSE_MAX, 5)?;
+        let mut events = Vec::with_capacity(n);
+        for _ in 0..n {
+            let path = r.string("path", PATH_BYTES_MAX)?;
+            let kind = event_from_code(r.u8()?)?;
+            events.push(WatchEvent { path, kind });
+        }
+        let result = if r.bool()? {
+            Err(match r.u8()? {
+                1 => RpcError::Tree(TreeError::from_code(r.u8()?)?),
+                2 => RpcError::MultiFailed {
+                    index: r.u32()?,
+                    error: TreeError::from_code(r.u8()?)?,
+                },
+                3 => RpcError::NotLeader {
+                    leader: if r.bool()? {
+                        Some(r.string("address", ADDR_BYTES_MAX)?)
+                    } else {
+                        None
+                    },
+                },
+                4 => RpcError::Unknown,
+                5 => RpcError::Retry,
+                t => return Err(DecodeError::Tag(t)),
+            })
+        } else {
+            Ok(match r.u8()? {
+                1 => Reply::Session(SessionId(r.u64()?)),
+                2 => Reply::Pong,
+                3 => Reply::Closed,
+                4 => Reply::Op(decode_op_result(&mut r)?),
+                5 => {
+                    let n = r.count("multi results", MULTI_OPS_MAX, 1)?;
+                    let mut rs = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        rs.push(decode_op_result(&mut r)?);
+                    }
+                    Reply::Multi(rs)
+                }
+                6 => {
+                    let data = r.bytes("data", DATA_BYTES_MAX)?;
+                    Reply::Data(data, decode_stat(&mut r)?)
+                }
+                7 => Reply::Stat(if r.bool()? { Some(decode_stat(&mut r)?) } else { None }),
+                8 => {
+                    let n = r.count("children", CHILDREN_MAX, 4)?;
+                    let mut names = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        names.push(r.string("child", PATH_BYTES_MAX)?);
+                    }
+                    Reply::Children(names)
+                }
+                9 => Reply::Synced,
+                t => return Err(DecodeError::Tag(t)),
+            })
+        };
+        r.finish()?;
+        Ok(Response {
+            request_id,
+            events,
+            result,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::coord::tree::CreateMode;
+
+    #[test]
+    fn requests_and_responses_round_trip() {
+        let requests = [
+            Request::CreateSession { timeout_ms: 6000 },
+            Request::CloseSession,
+            Request::Ping,
+            Request::Write(Op::Create {
+                path: "/a".into(),
+                data: b"x".to_vec(),
+                mode: CreateMode::EphemeralSequential,
+            }),
+            Request::Multi(vec![
+                Op::Check {
+                    path: "/e".into(),
+                    expected_version: Some(3),
+                },
+                Op::Delete {
+                    path: "/a".into(),
+                    expected_version: None,
+                },
+            ]),
+            Request::Get {
+                path: "/a".into(),
+                watch: true,
+                sync: false,
+            },
+            Request::Exists {
+                path: "/a".into(),
+                watch: false,
+                sync: true,
+            },
+            Request::Children {
+                path: "/".into(),
+                watch: true,
+                sync: true,
+            },
+            Request::Sync,
+        ];
+        for (i, request) in requests.into_iter().enumerate() {
+            let frame = RequestFrame {
+                request_id: i as u64,
+                session: SessionId(7),
+                request,
+            };
+            let bytes = frame.encode();
+            assert_eq!(RequestFrame::decode(&bytes), Ok(frame));
+            for cut in 0..bytes.len() {
+                assert!(RequestFrame::decode(&bytes[..cut]).is_err());
+            }
+        }
+        let stat = Stat {
+            czxid: 1,
+            mzxid: 2,
+            version: 3,
+            cversion: 4,
+            ephemeral_owner: Some(SessionId(5)),
+            num_children: 6,
+        };
+        let results = [
+            Ok(Reply::Session(SessionId(9))),
+            Ok(Reply::Pong),
+            Ok(Reply::Closed),
+            Ok(Reply::Op(OpResult::Created { path: "/x".into() })),
+            Ok(Reply::Multi(vec![
+                OpResult::Checked,
+                OpResult::SetData { stat },
+                OpResult::Deleted,
+            ])),
+            Ok(Reply::Data(b"d".to_vec(), stat)),
+            Ok(Reply::Stat(None)),
+            Ok(Reply::Stat(Some(stat))),
+            Ok(Reply::Children(vec!["a".into(), "b".into()])),
+            Ok(Reply::Synced),
+            Err(RpcError::Tree(TreeError::BadVersion)),
+            Err(RpcError::MultiFailed {
+                index: 2,
+                error: TreeError::NoNode,
+            }),
+            Err(RpcError::NotLeader {
+                leader: Some("10.0.0.2:2181".into()),
+            }),
+            Err(RpcError::NotLeader { leader: None }),
+            Err(RpcError::Unknown),
+            Err(RpcError::Retry),
+        ];
+        for (i, result) in results.into_iter().enumerate() {
+            let response = Response {
+                request_id: i as u64,
+                events: vec![WatchEvent {
+                    path: "/w".into(),
+                    kind: EventKind::NodeDeleted,
+                }],
+                result,
+            };
+            let bytes = response.encode();
+            assert_eq!(Response::decode(&bytes), Ok(response));
+            for cut in 0..bytes.len() {
+                assert!(Response::decode(&bytes[..cut]).is_err());
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn garbage_frames_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = RequestFrame::decode(&bytes);
+            let _ = Response::decode(&bytes);
+            let _ = decode_peer(&bytes);
+            for tag in [FrameKind::Request as u8, FrameKind::Response as u8] {
+                let mut framed = vec![tag, RPC_VERSION];
+                framed.extend_from_slice(&bytes);
+                let _ = RequestFrame::decode(&framed);
+                let _ = Response::decode(&framed);
+            }
+        }
+    }
+}
