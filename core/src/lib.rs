@@ -10,6 +10,7 @@ pub mod broker;
 pub mod client;
 pub mod cluster;
 pub mod consensus;
+pub mod controller;
 pub mod coord;
 pub mod disk;
 pub mod error_code;

@@ -16,6 +16,10 @@
 //! | `acked-never-processed` | acknowledged, below the group's final committed offset, never processed |
 //! | `lost-in-buffer` | an asynchronous send the application saw return, never acknowledged, not in the log: the producer's buffer died with its process (not an acknowledged write: told apart from `lost-write`) |
 //!
+//! | `two-leaders-one-epoch` | two brokers acted as leader of one partition in one leader epoch ([`leaders`]) |
+//! | `replica-divergence` | two replicas hold different batches at an offset below both their high watermarks ([`replicas`]) |
+//! | `nonlinearizable` | no order of the coordinator's client-visible ops explains what clients saw ([`linearizable`]) |
+//!
 //! A report says what it compared; [`Report::compared_nothing`] makes a run that compared
 //! nothing a failure rather than a pass.
 
@@ -24,7 +28,9 @@ use std::fmt;
 
 use crate::history::{History, Partition, SendOutcome, Value};
 
+pub mod leaders;
 pub mod linearizable;
+pub mod replicas;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum AnomalyKind {
@@ -38,10 +44,13 @@ pub enum AnomalyKind {
     CommittedOffsetRegression,
     AckedNeverProcessed,
     LostInBuffer,
+    TwoLeadersOneEpoch,
+    ReplicaDivergence,
+    Nonlinearizable,
 }
 
 impl AnomalyKind {
-    pub const ALL: [AnomalyKind; 10] = [
+    pub const ALL: [AnomalyKind; 13] = [
         AnomalyKind::LostWrite,
         AnomalyKind::Unseen,
         AnomalyKind::InconsistentOffsets,
@@ -52,6 +61,9 @@ impl AnomalyKind {
         AnomalyKind::CommittedOffsetRegression,
         AnomalyKind::AckedNeverProcessed,
         AnomalyKind::LostInBuffer,
+        AnomalyKind::TwoLeadersOneEpoch,
+        AnomalyKind::ReplicaDivergence,
+        AnomalyKind::Nonlinearizable,
     ];
 
     pub fn name(self) -> &'static str {
@@ -66,6 +78,9 @@ impl AnomalyKind {
             AnomalyKind::CommittedOffsetRegression => "committed-offset-regression",
             AnomalyKind::AckedNeverProcessed => "acked-never-processed",
             AnomalyKind::LostInBuffer => "lost-in-buffer",
+            AnomalyKind::TwoLeadersOneEpoch => "two-leaders-one-epoch",
+            AnomalyKind::ReplicaDivergence => "replica-divergence",
+            AnomalyKind::Nonlinearizable => "nonlinearizable",
         }
     }
 

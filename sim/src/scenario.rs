@@ -26,6 +26,9 @@
 //! "flush.messages" = -1
 //! "unclean.leader.election.enable" = false
 //!
+//! [broker]
+//! "replica.lag.time.max.ms" = 30000   # a follower this far behind leaves the ISR
+//!
 //! [producer]
 //! count = 2
 //! mode = "sync"            # or "async": sends return at once, results arrive later
@@ -77,6 +80,8 @@ pub struct Scenario {
     pub heal_s: u64,
     #[serde(default)]
     pub cluster: Cluster,
+    #[serde(default)]
+    pub broker: Broker,
     pub topic: Spanned<Topic>,
     pub producer: Producer,
     #[serde(default)]
@@ -132,6 +137,9 @@ mod defaults {
     pub fn min_share() -> f64 {
         0.95
     }
+    pub fn replica_lag_time_max_ms() -> u64 {
+        30_000
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -151,6 +159,27 @@ impl Default for Cluster {
         }
     }
 }
+
+/// Broker settings (Kafka names), the same for every broker of the cluster.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Broker {
+    /// A follower that has not caught up with the leader's log end for this long leaves the ISR.
+    #[serde(rename = "replica.lag.time.max.ms", default = "defaults::replica_lag_time_max_ms")]
+    pub replica_lag_time_max_ms: u64,
+}
+
+impl Default for Broker {
+    fn default() -> Self {
+        Broker {
+            replica_lag_time_max_ms: defaults::replica_lag_time_max_ms(),
+        }
+    }
+}
+
+/// The longest `replica.lag.time.max.ms` a scenario may set: beyond a scenario's length the ISR
+/// would never shrink, which a scenario should say by its topology instead.
+pub const REPLICA_LAG_TIME_MS_MAX: u64 = 600_000;
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -313,6 +342,28 @@ pub struct Expect {
 #[error("{0}")]
 pub struct ScenarioError(pub String);
 
+/// The line of `key` in `[section]` (quoted or not), else of the section's header, else 1: for
+/// errors about values that carry no span.
+fn key_line(source: &str, section: &str, key: &str) -> usize {
+    let mut in_section = false;
+    let mut header = None;
+    for (i, line) in source.lines().enumerate() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            in_section = t == format!("[{section}]");
+            if in_section {
+                header = Some(i + 1);
+            }
+            continue;
+        }
+        let k = t.split('=').next().unwrap_or("").trim().trim_matches('"');
+        if in_section && k == key {
+            return i + 1;
+        }
+    }
+    header.unwrap_or(1)
+}
+
 fn line_of(source: &str, offset: usize) -> usize {
     source[..offset.min(source.len())]
         .bytes()
@@ -344,32 +395,32 @@ impl Scenario {
         let at = |span: std::ops::Range<usize>| format!("{file}:{}", line_of(source, span.start));
         let bad = |where_: String, key: &str, why: String| Err(ScenarioError(format!("{where_}: {key}: {why}")));
         let topic = scenario.topic.get_ref();
-        let topic_at = at(scenario.topic.span());
         let c = &scenario.cluster;
+        let key_at = |section: &str, key: &str| format!("{file}:{}", key_line(source, section, key));
         if c.brokers == 0 || c.brokers > 9 {
             return bad(
-                at(0..0),
+                key_at("cluster", "brokers"),
                 "cluster.brokers",
                 format!("{} is not between 1 and 9", c.brokers),
             );
         }
         if c.coordinators == 0 || c.coordinators > 7 || c.coordinators.is_multiple_of(2) {
             return bad(
-                at(0..0),
+                key_at("cluster", "coordinators"),
                 "cluster.coordinators",
                 format!("{} is not an odd number from 1 to 7", c.coordinators),
             );
         }
         if topic.partitions == 0 || topic.partitions > 64 {
             return bad(
-                topic_at,
+                key_at("topic", "partitions"),
                 "topic.partitions",
                 format!("{} is not between 1 and 64", topic.partitions),
             );
         }
         if topic.replication_factor == 0 || topic.replication_factor > c.brokers {
             return bad(
-                topic_at,
+                key_at("topic", "replication.factor"),
                 "topic.replication.factor",
                 format!(
                     "{} is impossible with {} broker(s)",
@@ -379,12 +430,20 @@ impl Scenario {
         }
         if topic.min_insync_replicas == 0 || topic.min_insync_replicas > topic.replication_factor {
             return bad(
-                topic_at,
+                key_at("topic", "min.insync.replicas"),
                 "topic.min.insync.replicas",
                 format!(
                     "{} must be between 1 and the replication factor {}",
                     topic.min_insync_replicas, topic.replication_factor
                 ),
+            );
+        }
+        let lag_ms = scenario.broker.replica_lag_time_max_ms;
+        if lag_ms == 0 || lag_ms > REPLICA_LAG_TIME_MS_MAX {
+            return bad(
+                key_at("broker", "replica.lag.time.max.ms"),
+                "broker.replica.lag.time.max.ms",
+                format!("{lag_ms} is not between 1 and {REPLICA_LAG_TIME_MS_MAX}"),
             );
         }
         let mut log = gregor_core::log::LogConfig::default();
@@ -567,7 +626,7 @@ outcome = "no-anomalies"
         let impossible = GOOD.replace("\"replication.factor\" = 3", "\"replication.factor\" = 4");
         let e = error(&impossible);
         assert!(
-            e.contains("bad.toml:5:") && e.contains("topic.replication.factor") && e.contains("3 broker"),
+            e.contains("bad.toml:7:") && e.contains("topic.replication.factor") && e.contains("3 broker"),
             "{e}"
         );
         let e = error(&GOOD.replace("node = \"leader\"", "node = \"broker-7\""));
@@ -587,5 +646,81 @@ outcome = "no-anomalies"
         );
         let e = error(&GOOD.replace("\"linger.ms\" = 5", "\"linger.ms\" = -5"));
         assert!(e.contains("bad.toml:12:"), "{e}");
+    }
+
+    #[test]
+    fn multi_node_topology_parses_with_replication_settings_and_targets() {
+        let source = GOOD
+            .replace("brokers = 3", "brokers = 3\ncoordinators = 3")
+            .replace(
+                "\"min.insync.replicas\" = 2",
+                "\"min.insync.replicas\" = 2\n\"unclean.leader.election.enable\" = true\n[broker]\n\"replica.lag.time.max.ms\" = 10000",
+            );
+        let s = Scenario::parse(&source, "multi.toml", "multi").expect("parses");
+        assert_eq!((s.cluster.brokers, s.cluster.coordinators), (3, 3));
+        let t = s.topic.get_ref();
+        assert_eq!((t.replication_factor, t.min_insync_replicas), (3, 2));
+        assert!(t.unclean_leader_election);
+        assert_eq!(s.broker.replica_lag_time_max_ms, 10_000);
+        // Defaults: one coordinator, Kafka's 30 s lag, unclean election off.
+        let d = Scenario::parse(GOOD, "good.toml", "good").expect("parses");
+        assert_eq!(d.cluster.coordinators, 1);
+        assert_eq!(d.broker.replica_lag_time_max_ms, 30_000);
+        assert!(!d.topic.get_ref().unclean_leader_election);
+        // Every kind of fault target of a 3-broker, 3-coordinator cluster.
+        for node in [
+            "leader",
+            "controller",
+            "coordinator-0",
+            "coordinator-2",
+            "broker-2",
+            "producer-0",
+            "consumer-0",
+        ] {
+            let with = source.replace("node = \"leader\"", &format!("node = \"{node}\""));
+            assert!(Scenario::parse(&with, "t.toml", "t").is_ok(), "{node}");
+        }
+    }
+
+    #[test]
+    fn impossible_replication_settings_are_refused_with_their_line() {
+        let e = error(&GOOD.replace("\"min.insync.replicas\" = 2", "\"min.insync.replicas\" = 4"));
+        assert!(
+            e.starts_with("bad.toml:8:") && e.contains("topic.min.insync.replicas"),
+            "{e}"
+        );
+        let e = error(&GOOD.replace("\"min.insync.replicas\" = 2", "\"min.insync.replicas\" = 0"));
+        assert!(e.contains("topic.min.insync.replicas"), "{e}");
+        let e = error(&GOOD.replace("\"replication.factor\" = 3", "\"replication.factor\" = 0"));
+        assert!(
+            e.starts_with("bad.toml:7:") && e.contains("topic.replication.factor"),
+            "{e}"
+        );
+        let e = error(&GOOD.replace("brokers = 3", "brokers = 3\ncoordinators = 2"));
+        assert!(
+            e.starts_with("bad.toml:5:") && e.contains("cluster.coordinators"),
+            "{e}"
+        );
+        let e = error(&GOOD.replace("brokers = 3", "brokers = 0"));
+        assert!(e.starts_with("bad.toml:4:") && e.contains("cluster.brokers"), "{e}");
+        // coordinator-1 does not exist with the default single coordinator.
+        let e = error(&GOOD.replace("node = \"leader\"", "node = \"coordinator-1\""));
+        assert!(e.contains("bad.toml:15:") && e.contains("coordinator-1"), "{e}");
+        let lag = GOOD.replace("[producer]", "[broker]\n\"replica.lag.time.max.ms\" = 0\n[producer]");
+        let e = error(&lag);
+        assert!(
+            e.starts_with("bad.toml:10:") && e.contains("replica.lag.time.max.ms"),
+            "{e}"
+        );
+        let e = error(&GOOD.replace("[producer]", "[broker]\n\"replica.lag.time.mx\" = 5\n[producer]"));
+        assert!(
+            e.starts_with("bad.toml:10:") && e.contains("replica.lag.time.mx"),
+            "{e}"
+        );
+        let e = error(&GOOD.replace(
+            "\"min.insync.replicas\" = 2",
+            "\"unclean.leader.election.enable\" = \"yes\"",
+        ));
+        assert!(e.starts_with("bad.toml:8:"), "{e}");
     }
 }

@@ -1,0 +1,159 @@
+//! The controller as a pure decision-maker: it reads the cluster view (what it last read from the
+//! coordinator) and answers with coordinator writes as values; it performs no I/O itself. The
+//! integrator runs the reads, hands the view in, and sends each [`Write`] as one coordinator
+//! multi (all ops or none).
+//!
+//! Contract:
+//! - Every write starts with `Op::Check { path: CONTROLLER_EPOCH_PATH, version }`, the version of
+//!   `/controller_epoch` this controller set when it was elected ([`election`]). A controller that
+//!   lost its office (another bumped the epoch) has every write rejected by the coordinator.
+//! - Writes to a partition's state compare-and-set on the state znode's version read in the view,
+//!   so a concurrent ISR change by the leader makes one of the two fail; the loser re-reads.
+//! - Decisions are idempotent: [`Controller::reconcile`] on a view that needs nothing returns no
+//!   writes, so the integrator can call it after every watch without tracking what changed.
+//!
+//! Fault model: the view can be stale (a watch not yet delivered); the fencing above makes a write
+//! based on a stale view fail rather than apply. Brokers die and return at any time; their
+//! liveness is only what `/brokers/ids` (ephemeral, session-bound) says.
+
+mod assign;
+mod elect;
+pub mod election;
+mod topics;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::cluster::{PartitionState, TopicRecord, CONTROLLER_EPOCH_PATH};
+use crate::ids::BrokerId;
+
+pub use assign::assign_replicas;
+pub use topics::{CreateTopicDraw, CreateTopicError, PARTITIONS_PER_TOPIC_MAX};
+
+/// How a created node lives: a persistent node outlives its creator's session; an ephemeral one
+/// is removed when the creating session ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CreateMode {
+    Persistent,
+    Ephemeral,
+}
+
+/// One coordinator operation, independent of the coordinator client's own types (the integrator
+/// maps it to the client's multi). `expected_version: None` means "any version" (ZooKeeper's -1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    Create {
+        path: String,
+        data: Vec<u8>,
+        mode: CreateMode,
+    },
+    Set {
+        path: String,
+        data: Vec<u8>,
+        expected_version: Option<i32>,
+    },
+    Delete {
+        path: String,
+        expected_version: Option<i32>,
+    },
+    /// Fails the whole multi unless the node exists at exactly this version.
+    Check { path: String, version: i32 },
+}
+
+/// One atomic coordinator multi, and what it is for (for the replay trace).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Write {
+    pub ops: Vec<Op>,
+    pub what: String,
+}
+
+/// A znode's decoded value with the version its compare-and-set must name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Versioned<T> {
+    pub value: T,
+    pub version: i32,
+}
+
+/// One topic as read from the coordinator.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicView {
+    pub record: TopicRecord,
+    /// Partition index -> its state; a partition without a state node is absent here.
+    pub partitions: BTreeMap<i32, Versioned<PartitionState>>,
+}
+
+/// What the controller read from the coordinator.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClusterView {
+    /// The children of `/brokers/ids`: brokers whose session is alive.
+    pub live_brokers: BTreeSet<BrokerId>,
+    pub topics: BTreeMap<String, TopicView>,
+    /// The children of `/admin/delete_topics`.
+    pub delete_requests: BTreeSet<String>,
+}
+
+/// A partition's state change the controller decided, with the write that makes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionChange {
+    pub topic: String,
+    pub partition: i32,
+    pub before: PartitionState,
+    pub after: PartitionState,
+    /// The new leader was not in the ISR: data acknowledged by the old ISR may be lost.
+    pub unclean: bool,
+    pub write: Write,
+}
+
+/// The controller's settings that are not per topic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ControllerConfig {
+    /// `unclean.leader.election.enable` for topics that do not set it (Kafka's default: false).
+    pub unclean_leader_election_default: bool,
+}
+
+/// The elected controller: its broker id, its epoch and the `/controller_epoch` version that
+/// fences its writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Controller {
+    pub id: BrokerId,
+    pub epoch: i32,
+    pub epoch_version: i32,
+    pub config: ControllerConfig,
+}
+
+impl Controller {
+    pub fn new(id: BrokerId, epoch: i32, epoch_version: i32, config: ControllerConfig) -> Controller {
+        Controller {
+            id,
+            epoch,
+            epoch_version,
+            config,
+        }
+    }
+
+    /// The fence every write of this controller carries.
+    pub fn fence(&self) -> Op {
+        Op::Check {
+            path: CONTROLLER_EPOCH_PATH.to_string(),
+            version: self.epoch_version,
+        }
+    }
+
+    fn write(&self, ops: Vec<Op>, what: String) -> Write {
+        let mut all = Vec::with_capacity(ops.len() + 1);
+        all.push(self.fence());
+        all.extend(ops);
+        Write { ops: all, what }
+    }
+
+    /// Whether unclean leader election is allowed for a topic: its config, else the default.
+    pub fn unclean_allowed(&self, record: &TopicRecord) -> bool {
+        match record.configs.get("unclean.leader.election.enable").map(String::as_str) {
+            Some("true") => true,
+            Some(_) => false,
+            None => self.config.unclean_leader_election_default,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,189 @@
+//! Partition leader election and ISR clean-up when brokers die or return.
+//!
+//! For each partition, from the view alone (idempotent):
+//! - Leader live: dead followers leave the ISR (the live leader stays, so the ISR never empties).
+//!   The leader epoch does not change: the leadership did not.
+//! - Leader dead, or offline (no leader): the new leader is the first replica in assignment
+//!   order that is live and in the ISR (clean); the new ISR is the old one less dead brokers.
+//!   If there is none and unclean election is allowed (the topic's
+//!   `unclean.leader.election.enable`, else the controller default, false), the first live
+//!   replica, with ISR = [it], and the change is marked unclean. Otherwise the partition is
+//!   offline: leader `None`, the ISR kept as it was (Kafka keeps its last members so a returning
+//!   one can lead again with all committed data).
+//! - Every leader change, including to `None`, bumps the leader epoch.
+
+use super::{ClusterView, Controller, Op, PartitionChange, TopicView};
+use crate::cluster::{partition_state_path, PartitionState};
+use crate::ids::{BrokerId, LeaderEpoch};
+
+/// What one partition should become, and whether the new leader came from outside the ISR.
+/// `None` when the state needs no change.
+pub(super) fn next_state(
+    state: &PartitionState,
+    replicas: &[BrokerId],
+    live: &dyn Fn(BrokerId) -> bool,
+    unclean_allowed: bool,
+    controller_epoch: i32,
+) -> Option<(PartitionState, bool)> {
+    if let Some(leader) = state.leader.filter(|&l| live(l)) {
+        let isr: Vec<BrokerId> = state.isr.iter().copied().filter(|&b| b == leader || live(b)).collect();
+        if isr == state.isr {
+            return None;
+        }
+        let after = PartitionState {
+            isr,
+            controller_epoch,
+            ..state.clone()
+        };
+        return Some((after, false));
+    }
+    let bumped = LeaderEpoch(state.leader_epoch.0.saturating_add(1));
+    let clean = replicas.iter().copied().find(|&b| live(b) && state.isr.contains(&b));
+    let (after, unclean) = if let Some(leader) = clean {
+        let isr = state.isr.iter().copied().filter(|&b| live(b)).collect();
+        (
+            PartitionState {
+                leader: Some(leader),
+                leader_epoch: bumped,
+                isr,
+                controller_epoch,
+            },
+            false,
+        )
+    } else if let Some(leader) = replicas.iter().copied().find(|&b| live(b)).filter(|_| unclean_allowed) {
+        (
+            PartitionState {
+                leader: Some(leader),
+                leader_epoch: bumped,
+                isr: vec![leader],
+                controller_epoch,
+            },
+            true,
+        )
+    } else if state.leader.is_none() {
+        // Already offline and still nobody eligible: nothing to write.
+        return None;
+    } else {
+        (
+            PartitionState {
+                leader: None,
+                leader_epoch: bumped,
+                isr: state.isr.clone(),
+                controller_epoch,
+            },
+            false,
+        )
+    };
+    Some((after, unclean))
+}
+
+impl Controller {
+    /// Elects leaders for partitions whose leader is dead or absent and removes dead followers
+    /// from ISRs. One write per changed partition, each fenced by the controller epoch and
+    /// compare-and-set on that partition's state version, so one lost race costs one partition
+    /// a re-read, not the whole batch.
+    pub fn reconcile(&self, view: &ClusterView) -> Vec<PartitionChange> {
+        let live = |b: BrokerId| view.live_brokers.contains(&b);
+        let mut changes = Vec::new();
+        for (name, topic) in &view.topics {
+            if view.delete_requests.contains(name) {
+                continue;
+            }
+            self.reconcile_topic(name, topic, &live, &mut changes);
+        }
+        changes
+    }
+
+    fn reconcile_topic(
+        &self,
+        name: &str,
+        topic: &TopicView,
+        live: &dyn Fn(BrokerId) -> bool,
+        changes: &mut Vec<PartitionChange>,
+    ) {
+        let unclean_allowed = self.unclean_allowed(&topic.record);
+        for (&p, state) in &topic.partitions {
+            let replicas = topic.record.assignment.get(&p).map_or(&[][..], Vec::as_slice);
+            let Some((after, unclean)) = next_state(&state.value, replicas, live, unclean_allowed, self.epoch) else {
+                continue;
+            };
+            let what = format!(
+                "{name}-{p}: leader {:?} -> {:?}, epoch {} -> {}, isr {:?} -> {:?}{}",
+                state.value.leader.map(|b| b.0),
+                after.leader.map(|b| b.0),
+                state.value.leader_epoch,
+                after.leader_epoch,
+                state.value.isr.iter().map(|b| b.0).collect::<Vec<_>>(),
+                after.isr.iter().map(|b| b.0).collect::<Vec<_>>(),
+                if unclean {
+                    " (UNCLEAN: leader outside the ISR)"
+                } else {
+                    ""
+                }
+            );
+            let write = self.write(
+                vec![Op::Set {
+                    path: partition_state_path(name, p),
+                    data: after.encode(),
+                    expected_version: Some(state.version),
+                }],
+                what,
+            );
+            changes.push(PartitionChange {
+                topic: name.to_string(),
+                partition: p,
+                before: state.value.clone(),
+                after,
+                unclean,
+                write,
+            });
+        }
+    }
+
+    /// Bonus: moves leadership back to each partition's preferred (first) replica when it is
+    /// live and in the ISR (Kafka's preferred leader election), bumping the epoch.
+    pub fn preferred_leader_elections(&self, view: &ClusterView) -> Vec<PartitionChange> {
+        let mut changes = Vec::new();
+        for (name, topic) in &view.topics {
+            for (&p, state) in &topic.partitions {
+                let Some(&preferred) = topic.record.assignment.get(&p).and_then(|r| r.first()) else {
+                    continue;
+                };
+                let s = &state.value;
+                if s.leader == Some(preferred)
+                    || s.leader.is_none()
+                    || !view.live_brokers.contains(&preferred)
+                    || !s.isr.contains(&preferred)
+                {
+                    continue;
+                }
+                let after = PartitionState {
+                    leader: Some(preferred),
+                    leader_epoch: LeaderEpoch(s.leader_epoch.0.saturating_add(1)),
+                    isr: s.isr.clone(),
+                    controller_epoch: self.epoch,
+                };
+                let write = self.write(
+                    vec![Op::Set {
+                        path: partition_state_path(name, p),
+                        data: after.encode(),
+                        expected_version: Some(state.version),
+                    }],
+                    format!(
+                        "{name}-{p}: preferred leader {} (epoch {})",
+                        preferred.0, after.leader_epoch
+                    ),
+                );
+                changes.push(PartitionChange {
+                    topic: name.clone(),
+                    partition: p,
+                    before: s.clone(),
+                    after,
+                    unclean: false,
+                    write,
+                });
+            }
+        }
+        changes
+    }
+}

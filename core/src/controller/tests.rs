@@ -1,0 +1,429 @@
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::elect::next_state;
+use super::*;
+use crate::broker::topic::TopicId;
+use crate::cluster::{partition_state_path, topic_path, CONTROLLER_PATH};
+use crate::error_code::ErrorCode;
+use crate::ids::LeaderEpoch;
+
+fn b(ids: &[i32]) -> Vec<BrokerId> {
+    ids.iter().map(|&i| BrokerId(i)).collect()
+}
+
+fn controller() -> Controller {
+    Controller::new(BrokerId(0), 7, 3, ControllerConfig::default())
+}
+
+fn draw() -> CreateTopicDraw {
+    CreateTopicDraw {
+        topic_id: TopicId::from_random(1, 2),
+        start_index: 0,
+        replica_shift: 0,
+    }
+}
+
+fn view(live: &[i32]) -> ClusterView {
+    ClusterView {
+        live_brokers: b(live).into_iter().collect(),
+        ..ClusterView::default()
+    }
+}
+
+/// A view with one topic `t` of one partition on `replicas`, in the given state.
+fn one_partition(live: &[i32], replicas: &[i32], leader: Option<i32>, isr: &[i32], unclean: bool) -> ClusterView {
+    let mut v = view(live);
+    let mut configs = BTreeMap::new();
+    if unclean {
+        configs.insert("unclean.leader.election.enable".to_string(), "true".to_string());
+    }
+    let record = TopicRecord {
+        topic_id_hex: TopicId::from_random(1, 2).to_hex(),
+        assignment: [(0, b(replicas))].into(),
+        configs,
+    };
+    let state = PartitionState {
+        leader: leader.map(BrokerId),
+        leader_epoch: LeaderEpoch(4),
+        isr: b(isr),
+        controller_epoch: 6,
+    };
+    v.topics.insert(
+        "t".to_string(),
+        TopicView {
+            record,
+            partitions: [(
+                0,
+                Versioned {
+                    value: state,
+                    version: 9,
+                },
+            )]
+            .into(),
+        },
+    );
+    v
+}
+
+fn fenced(w: &Write) -> bool {
+    w.ops.first()
+        == Some(&Op::Check {
+            path: CONTROLLER_EPOCH_PATH.to_string(),
+            version: 3,
+        })
+}
+
+#[test]
+fn assignment_matches_kafka_round_robin_with_shift() {
+    // Kafka's AdminUtilsTest: 5 brokers, 10 partitions, rf 3, fixed start index 0 and shift 0.
+    let got = assign_replicas(&b(&[0, 1, 2, 3, 4]), 10, 3, 0, 0);
+    let want: BTreeMap<i32, Vec<BrokerId>> = [
+        (0, b(&[0, 1, 2])),
+        (1, b(&[1, 2, 3])),
+        (2, b(&[2, 3, 4])),
+        (3, b(&[3, 4, 0])),
+        (4, b(&[4, 0, 1])),
+        (5, b(&[0, 2, 3])),
+        (6, b(&[1, 3, 4])),
+        (7, b(&[2, 4, 0])),
+        (8, b(&[3, 0, 1])),
+        (9, b(&[4, 1, 2])),
+    ]
+    .into();
+    assert_eq!(got, want);
+    // A start index rotates the first replicas; replicas of a partition are always distinct.
+    let rotated = assign_replicas(&b(&[5, 1, 3]), 7, 3, 2, 1);
+    assert_eq!(rotated[&0][0], BrokerId(5), "start index 2 of sorted [1,3,5]");
+    for replicas in rotated.values() {
+        assert_eq!(replicas.iter().collect::<BTreeSet<_>>().len(), 3, "{replicas:?}");
+    }
+    assert_eq!(assign_replicas(&b(&[4]), 2, 1, 9, 9)[&1], b(&[4]));
+}
+
+#[test]
+fn create_topic_writes_record_and_initial_states_fenced() {
+    let c = controller();
+    let (record, w) = c
+        .create_topic(&view(&[0, 1, 2]), "orders", 2, 3, &BTreeMap::new(), draw())
+        .expect("valid");
+    assert!(fenced(&w), "{w:?}");
+    assert_eq!(record.assignment[&0], b(&[0, 1, 2]));
+    assert_eq!(record.assignment[&1], b(&[1, 2, 0]));
+    let creates: Vec<(&str, &[u8])> = w
+        .ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::Create { path, data, mode } => {
+                assert_eq!(*mode, CreateMode::Persistent);
+                Some((path.as_str(), data.as_slice()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        creates.len(),
+        2 + 2 * 2,
+        "topic, partitions, and per partition node + state"
+    );
+    assert_eq!(creates[0], (topic_path("orders").as_str(), record.encode().as_slice()));
+    let state_path = partition_state_path("orders", 1);
+    let state = creates
+        .iter()
+        .find(|(p, _)| *p == state_path)
+        .expect("state of partition 1");
+    let state = PartitionState::decode(state.1).expect("decodes");
+    assert_eq!(
+        state,
+        PartitionState {
+            leader: Some(BrokerId(1)),
+            leader_epoch: LeaderEpoch(0),
+            isr: b(&[1, 2, 0]),
+            controller_epoch: 7,
+        }
+    );
+}
+
+#[test]
+fn create_topic_refusals_carry_kafka_codes() {
+    let c = controller();
+    let v = one_partition(&[0, 1, 2], &[0, 1, 2], Some(0), &[0, 1, 2], false);
+    let none = BTreeMap::new();
+    let code = |name: &str, p: i32, rf: i32, configs: &BTreeMap<String, String>| {
+        c.create_topic(&v, name, p, rf, configs, draw())
+            .map(|_| ())
+            .map_err(|e| e.code)
+    };
+    assert_eq!(code("x", 1, 4, &none), Err(ErrorCode::InvalidReplicationFactor));
+    assert_eq!(code("x", 1, 0, &none), Err(ErrorCode::InvalidReplicationFactor));
+    assert_eq!(code("x", 1, -1, &none), Err(ErrorCode::InvalidReplicationFactor));
+    assert_eq!(code("x", 0, 1, &none), Err(ErrorCode::InvalidPartitions));
+    assert_eq!(code("t", 1, 1, &none), Err(ErrorCode::TopicAlreadyExists));
+    assert_eq!(code("a/b", 1, 1, &none), Err(ErrorCode::InvalidTopicException));
+    assert_eq!(code("", 1, 1, &none), Err(ErrorCode::InvalidTopicException));
+    let bad: BTreeMap<String, String> = [("unclean.leader.election.enable".into(), "yes".into())].into();
+    assert_eq!(code("x", 1, 1, &bad), Err(ErrorCode::InvalidConfig));
+    assert_eq!(code("x", 3, 3, &none), Ok(()));
+    let mut deleting = v.clone();
+    deleting.delete_requests.insert("gone".into());
+    assert_eq!(
+        c.create_topic(&deleting, "gone", 1, 1, &none, draw())
+            .map_err(|e| e.code)
+            .err(),
+        Some(ErrorCode::TopicAlreadyExists)
+    );
+}
+
+#[test]
+fn dead_leader_replaced_by_first_live_isr_replica_epoch_bumped() {
+    let v = one_partition(&[1, 2], &[0, 1, 2], Some(0), &[0, 2, 1], false);
+    let changes = controller().reconcile(&v);
+    assert_eq!(changes.len(), 1);
+    let ch = &changes[0];
+    assert_eq!(ch.after.leader, Some(BrokerId(1)), "assignment order, not ISR order");
+    assert_eq!(ch.after.leader_epoch, LeaderEpoch(5));
+    assert_eq!(ch.after.isr, b(&[2, 1]));
+    assert_eq!(ch.after.controller_epoch, 7);
+    assert!(!ch.unclean);
+    assert!(fenced(&ch.write));
+    assert_eq!(
+        ch.write.ops[1],
+        Op::Set {
+            path: partition_state_path("t", 0),
+            data: ch.after.encode(),
+            expected_version: Some(9),
+        }
+    );
+}
+
+#[test]
+fn live_replica_outside_isr_is_not_elected_when_unclean_is_off() {
+    let v = one_partition(&[1], &[0, 1, 2], Some(0), &[0, 2], false);
+    let ch = &controller().reconcile(&v)[0];
+    assert_eq!(ch.after.leader, None, "offline rather than unclean");
+    assert_eq!(ch.after.isr, b(&[0, 2]), "the ISR is kept while offline");
+    assert_eq!(ch.after.leader_epoch, LeaderEpoch(5));
+    // Nothing more to do while nobody eligible returns.
+    let mut offline = v.clone();
+    offline
+        .topics
+        .get_mut("t")
+        .expect("t")
+        .partitions
+        .get_mut(&0)
+        .expect("p0")
+        .value = ch.after.clone();
+    assert!(controller().reconcile(&offline).is_empty());
+    // The old leader returns: it leads again.
+    offline.live_brokers.insert(BrokerId(0));
+    let back = &controller().reconcile(&offline)[0];
+    assert_eq!(back.after.leader, Some(BrokerId(0)));
+    assert_eq!(back.after.leader_epoch, LeaderEpoch(6));
+    assert_eq!(back.after.isr, b(&[0]), "the still-dead ISR member leaves");
+}
+
+#[test]
+fn unclean_election_when_enabled_by_topic_or_default() {
+    let v = one_partition(&[2, 1], &[0, 1, 2], Some(0), &[0], true);
+    let ch = &controller().reconcile(&v)[0];
+    assert_eq!(ch.after.leader, Some(BrokerId(1)));
+    assert_eq!(ch.after.isr, b(&[1]));
+    assert!(ch.unclean);
+    assert!(ch.write.what.contains("UNCLEAN"), "{}", ch.write.what);
+    // Off by topic config overrides a permissive default.
+    let mut v2 = one_partition(&[1], &[0, 1], Some(0), &[0], false);
+    let permissive = Controller::new(
+        BrokerId(0),
+        7,
+        3,
+        ControllerConfig {
+            unclean_leader_election_default: true,
+        },
+    );
+    assert!(
+        permissive.reconcile(&v2)[0].unclean,
+        "default applies without a topic config"
+    );
+    v2.topics
+        .get_mut("t")
+        .expect("t")
+        .record
+        .configs
+        .insert("unclean.leader.election.enable".into(), "false".into());
+    assert_eq!(permissive.reconcile(&v2)[0].after.leader, None);
+}
+
+#[test]
+fn dead_followers_leave_isr_without_epoch_bump() {
+    let v = one_partition(&[0, 2], &[0, 1, 2], Some(0), &[0, 1, 2], false);
+    let ch = &controller().reconcile(&v)[0];
+    assert_eq!(ch.after.leader, Some(BrokerId(0)));
+    assert_eq!(ch.after.isr, b(&[0, 2]));
+    assert_eq!(ch.after.leader_epoch, LeaderEpoch(4), "no leader change, no bump");
+    // Nothing to do when all is well.
+    let fine = one_partition(&[0, 1, 2], &[0, 1, 2], Some(0), &[0, 1, 2], false);
+    assert!(controller().reconcile(&fine).is_empty());
+}
+
+#[test]
+fn delete_topic_removes_children_first_and_preferred_election_moves_back() {
+    let mut v = one_partition(&[0, 1], &[0, 1], Some(1), &[1, 0], false);
+    v.delete_requests.insert("t".into());
+    let w = controller().delete_topic(&v, "t").expect("known topic");
+    assert!(fenced(&w));
+    let paths: Vec<&str> = w
+        .ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::Delete { path, .. } => Some(path.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "/brokers/topics/t/partitions/0/state",
+            "/brokers/topics/t/partitions/0",
+            "/brokers/topics/t/partitions",
+            "/brokers/topics/t",
+            "/admin/delete_topics/t"
+        ]
+    );
+    assert!(controller().delete_topic(&v, "nope").is_none());
+    assert!(
+        controller().reconcile(&v).is_empty(),
+        "a topic being deleted gets no elections"
+    );
+    v.delete_requests.clear();
+    let pref = controller().preferred_leader_elections(&v);
+    assert_eq!(pref.len(), 1);
+    assert_eq!(pref[0].after.leader, Some(BrokerId(0)));
+    assert_eq!(pref[0].after.leader_epoch, LeaderEpoch(5));
+}
+
+#[test]
+fn election_protocol_claims_bumps_and_fences() {
+    let claim = election::claim(BrokerId(3));
+    assert_eq!(
+        claim.ops,
+        [Op::Create {
+            path: CONTROLLER_PATH.into(),
+            data: b"3".to_vec(),
+            mode: CreateMode::Ephemeral
+        }]
+    );
+    assert_eq!(election::parse_controller(b"3"), Some(BrokerId(3)));
+    assert_eq!(election::parse_controller(b"\xff"), None);
+    let (first, epoch) = election::bump_epoch(None);
+    assert_eq!(epoch, 1);
+    assert!(matches!(&first.ops[0], Op::Create { path, .. } if path == CONTROLLER_EPOCH_PATH));
+    let (bump, epoch) = election::bump_epoch(Some((4, 10)));
+    assert_eq!(epoch, 5);
+    assert_eq!(
+        bump.ops,
+        [Op::Set {
+            path: CONTROLLER_EPOCH_PATH.into(),
+            data: b"5".to_vec(),
+            expected_version: Some(10)
+        }]
+    );
+    assert_eq!(election::parse_epoch(b"5"), Some(5));
+    let c = election::elected(BrokerId(3), Some((4, 10)), ControllerConfig::default());
+    assert_eq!((c.epoch, c.epoch_version), (5, 11));
+    assert_eq!(
+        c.fence(),
+        Op::Check {
+            path: CONTROLLER_EPOCH_PATH.into(),
+            version: 11
+        }
+    );
+    assert_eq!(
+        election::elected(BrokerId(3), None, ControllerConfig::default()).epoch_version,
+        0
+    );
+}
+
+mod prop {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum Step {
+        Die(i32),
+        Return(i32),
+        /// The leader shrinks the ISR to these members (filtered to replicas, leader kept).
+        Shrink(Vec<i32>),
+        /// The leader adds a live replica back (caught up).
+        Expand(i32),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            (0..5i32).prop_map(Step::Die),
+            (0..5i32).prop_map(Step::Return),
+            proptest::collection::vec(0..5i32, 0..4).prop_map(Step::Shrink),
+            (0..5i32).prop_map(Step::Expand),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        #[test]
+        fn clean_elections_stay_in_isr_epochs_rise_isr_holds_leader(
+            steps in proptest::collection::vec(step(), 1..40),
+            unclean in any::<bool>(),
+        ) {
+            let replicas = b(&[0, 1, 2, 3, 4]);
+            let mut live: BTreeSet<BrokerId> = replicas.iter().copied().collect();
+            let mut state = PartitionState {
+                leader: Some(BrokerId(0)),
+                leader_epoch: LeaderEpoch(0),
+                isr: replicas.clone(),
+                controller_epoch: 7,
+            };
+            for s in steps {
+                match s {
+                    Step::Die(i) => { live.remove(&BrokerId(i)); }
+                    Step::Return(i) => { live.insert(BrokerId(i)); }
+                    Step::Shrink(keep) => {
+                        if let Some(l) = state.leader {
+                            state.isr.retain(|x| *x == l || keep.contains(&x.0));
+                        }
+                    }
+                    Step::Expand(i) => {
+                        if state.leader.is_some() && live.contains(&BrokerId(i)) && !state.isr.contains(&BrokerId(i)) {
+                            state.isr.push(BrokerId(i));
+                        }
+                    }
+                }
+                let is_live = |x: BrokerId| live.contains(&x);
+                let Some((after, was_unclean)) = next_state(&state, &replicas, &is_live, unclean, 7) else {
+                    // No change needed: the leader is live, or nobody is eligible while offline.
+                    prop_assert!(state.leader.is_none_or(|l| live.contains(&l)));
+                    continue;
+                };
+                if after.leader != state.leader {
+                    prop_assert!(after.leader_epoch > state.leader_epoch, "epoch must rise: {state:?} -> {after:?}");
+                    if let Some(l) = after.leader {
+                        prop_assert!(live.contains(&l), "a dead leader was elected");
+                        if was_unclean {
+                            prop_assert!(unclean, "unclean election while disabled");
+                            prop_assert!(!state.isr.contains(&l));
+                        } else {
+                            prop_assert!(state.isr.contains(&l), "clean election outside the ISR: {state:?} -> {after:?}");
+                        }
+                    }
+                } else {
+                    prop_assert_eq!(after.leader_epoch, state.leader_epoch);
+                }
+                if let Some(l) = after.leader {
+                    prop_assert!(after.isr.contains(&l), "ISR lacks the leader: {after:?}");
+                }
+                prop_assert!(!after.isr.is_empty(), "the ISR emptied: {state:?} -> {after:?}");
+                prop_assert!(after.isr.iter().all(|x| replicas.contains(x)));
+                // A second pass over the same liveness changes nothing: decisions are idempotent.
+                prop_assert!(next_state(&after, &replicas, &is_live, unclean, 7).is_none());
+                state = after;
+            }
+        }
+    }
+}
