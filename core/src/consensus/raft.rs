@@ -311,6 +311,12 @@ impl Raft {
         if let Err(e) = self.step(disk, from, msg, now_ms) {
             self.fail(e);
         }
+        #[cfg(test)]
+        if self.mutant == Mutant::AckBeforeSync && self.role != Role::Leader {
+            // The mutant answers now and syncs only at its next timeout.
+            self.finish_without_sync();
+            return;
+        }
         self.finish(disk);
     }
 
@@ -330,7 +336,11 @@ impl Raft {
         if self.failed.is_some() {
             return u64::MAX;
         }
-        if self.log.is_dirty() {
+        #[cfg(test)]
+        let lazy = self.mutant == Mutant::AckBeforeSync && self.role != Role::Leader;
+        #[cfg(not(test))]
+        let lazy = false;
+        if self.log.is_dirty() && !lazy {
             return 0;
         }
         match self.role {
@@ -413,17 +423,15 @@ impl Raft {
         if self.failed.is_some() {
             return;
         }
-        #[cfg(test)]
-        let skip_sync = self.mutant == Mutant::AckBeforeSync && self.role != Role::Leader;
-        #[cfg(not(test))]
-        let skip_sync = false;
-        if !skip_sync {
-            if let Err(e) = self.log.sync(disk) {
-                self.fail(e);
-                return;
-            }
-            self.synced_index = self.log.last_index();
+        if let Err(e) = self.log.sync(disk) {
+            self.fail(e);
+            return;
         }
+        self.synced_index = self.log.last_index();
+        self.finish_without_sync();
+    }
+
+    fn finish_without_sync(&mut self) {
         if self.role == Role::Leader {
             self.advance_leader_commit();
         }
