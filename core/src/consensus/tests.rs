@@ -401,10 +401,36 @@ impl Cluster {
 
     fn nemesis_step(&mut self) {
         let n = self.nodes.len() as u64;
-        match self.rng.below(10) {
+        let leader = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, node)| {
+                node.raft
+                    .as_ref()
+                    .filter(|r| r.role() == Role::Leader)
+                    .map(|r| (r.term(), i))
+            })
+            .max()
+            .map(|(_, i)| i);
+        match self.rng.below(14) {
             0..=2 => {
                 let victim = self.rng.below(n) as usize;
                 self.crash(victim);
+            }
+            10..=11 => {
+                // The leader is where acknowledged writes are most at risk.
+                if let Some(i) = leader {
+                    self.crash(i);
+                }
+            }
+            12..=13 => {
+                for g in self.group.iter_mut() {
+                    *g = 0;
+                }
+                if let Some(i) = leader {
+                    self.group[i] = 1;
+                }
             }
             3..=4 => {
                 for g in self.group.iter_mut() {
@@ -525,6 +551,65 @@ impl Cluster {
         }
     }
 
+    /// Delivers messages and fires timers until `until_ms` (no client, no nemesis).
+    fn advance(&mut self, until_ms: u64) {
+        for _ in 0..1_000_000 {
+            let mut next = until_ms;
+            if let Some(((at, _), _)) = self.net.first_key_value() {
+                next = next.min(*at);
+            }
+            for node in &self.nodes {
+                if let Some(r) = &node.raft {
+                    next = next.min(r.poll_timeout());
+                }
+            }
+            self.now_ms = self.now_ms.max(next);
+            let now = self.now_ms;
+            if let Some(entry) = self.net.first_entry() {
+                if entry.key().0 <= now {
+                    let (from, to, bytes) = entry.remove();
+                    let (fi, ti) = (from.0 as usize - 1, to.0 as usize - 1);
+                    let node = &mut self.nodes[ti];
+                    if let (true, Some(raft)) = (self.group[fi] == self.group[ti], node.raft.as_mut()) {
+                        let msg = Message::decode(&bytes).expect("our own encoding decodes");
+                        raft.handle_message(&mut node.disk, from, msg, now);
+                        self.drain(ti);
+                    }
+                    continue;
+                }
+            }
+            for i in 0..self.nodes.len() {
+                let node = &mut self.nodes[i];
+                if let Some(raft) = node.raft.as_mut().filter(|r| r.poll_timeout() <= now) {
+                    raft.handle_timeout(&mut node.disk, now);
+                    self.drain(i);
+                }
+            }
+            if now >= until_ms {
+                return;
+            }
+        }
+        panic!("advance did not reach {until_ms} ms");
+    }
+
+    /// A fault-free cluster.
+    fn quiet(seed: u64, n: u64) -> Cluster {
+        let mut c = Cluster::new(seed, n, Mutant::None);
+        c.faults = Faults {
+            drop_percent: 0,
+            duplicate_percent: 0,
+            delay_ms_max: 5,
+        };
+        c.net.clear();
+        c
+    }
+
+    fn leader(&self) -> Option<usize> {
+        self.nodes
+            .iter()
+            .position(|n| n.raft.as_ref().is_some_and(|r| r.role() == Role::Leader))
+    }
+
     fn all_caught_up(&self) -> bool {
         let Some(max) = self.nodes.iter().map(|n| n.applied).max() else {
             return false;
@@ -631,7 +716,7 @@ fn assert_clean(t: &Totals) {
 
 #[test]
 fn three_voters_stay_safe_and_live_under_faults() {
-    let t = sweep(0..150, 3, Mutant::None);
+    let t = sweep(0..300, 3, Mutant::None);
     assert_clean(&t);
     assert!(
         t.crashes > 0 && t.snapshots_installed > 0,
@@ -641,7 +726,7 @@ fn three_voters_stay_safe_and_live_under_faults() {
 
 #[test]
 fn five_voters_stay_safe_and_live_under_faults() {
-    let t = sweep(0..100, 5, Mutant::None);
+    let t = sweep(0..200, 5, Mutant::None);
     assert_clean(&t);
 }
 
@@ -699,4 +784,83 @@ fn single_voter_elects_itself_and_commits() {
         }
     }
     assert!(replayed.contains(&Bytes::from_static(b"x")));
+}
+
+#[test]
+fn partitioned_follower_does_not_disrupt_the_leader() {
+    let mut compared = 0;
+    for seed in 0..20 {
+        let mut c = Cluster::quiet(seed, 3);
+        c.advance(2_000);
+        let leader = c.leader().expect("a quiet cluster elects a leader");
+        let term = c.nodes[leader].raft.as_ref().unwrap().term();
+        let follower = (leader + 1) % 3;
+        c.group[follower] = 1;
+        c.advance(6_000);
+        c.group[follower] = 0;
+        c.advance(8_000);
+        // PreVote: the isolated follower never raised its term, so rejoining deposes nobody.
+        let raft = c.nodes[leader].raft.as_ref().unwrap();
+        assert_eq!((raft.role(), raft.term()), (Role::Leader, term), "seed {seed}");
+        assert_eq!(c.nodes[follower].raft.as_ref().unwrap().term(), term, "seed {seed}");
+        compared += 1;
+    }
+    println!("{compared} partition-and-rejoin runs kept their leader and term");
+}
+
+#[test]
+fn isolated_leader_steps_down_and_refuses_reads() {
+    let mut compared = 0;
+    for seed in 0..20 {
+        let mut c = Cluster::quiet(seed, 3);
+        c.advance(2_000);
+        let old = c.leader().expect("a quiet cluster elects a leader");
+        c.group[old] = 1;
+        c.advance(4_000);
+        // CheckQuorum: it stopped leading within about an election timeout...
+        let raft = c.nodes[old].raft.as_mut().unwrap();
+        assert_ne!(raft.role(), Role::Leader, "seed {seed}");
+        // ...so it neither serves reads nor takes writes, while the majority elected another.
+        assert!(raft.read_index(1, 4_000).is_err(), "seed {seed}");
+        let node = &mut c.nodes[old];
+        let raft = node.raft.as_mut().unwrap();
+        assert!(raft.propose(&mut node.disk, Bytes::from_static(b"x"), 4_000).is_err());
+        let new = c.leader().expect("the majority elects a new leader");
+        assert_ne!(new, old, "seed {seed}");
+        compared += 1;
+    }
+    println!("{compared} isolated leaders stepped down");
+}
+
+#[test]
+fn lagging_follower_catches_up_through_install_snapshot() {
+    let mut c = Cluster::quiet(5, 3);
+    c.advance(2_000);
+    let leader = c.leader().expect("a leader");
+    let lagger = (leader + 1) % 3;
+    c.group[lagger] = 1;
+    for k in 0..200 {
+        let node = &mut c.nodes[leader];
+        let raft = node.raft.as_mut().unwrap();
+        raft.propose(&mut node.disk, Bytes::from(format!("w{k}")), c.now_ms)
+            .unwrap();
+        c.drain(leader);
+        let t = c.now_ms + 5;
+        c.advance(t);
+    }
+    assert!(
+        c.nodes[leader].raft.as_ref().unwrap().snapshot_index() > LogIndex(0),
+        "the leader compacted"
+    );
+    c.group[lagger] = 0;
+    let t = c.now_ms + 3_000;
+    c.advance(t);
+    assert!(c.snapshots_installed > 0, "no snapshot was installed");
+    assert_eq!(c.nodes[lagger].state, c.nodes[leader].state);
+    assert!(c.checker.violations.is_empty(), "{:?}", c.checker.violations);
+    println!(
+        "lagger restored {} snapshots and holds {} entries",
+        c.snapshots_installed,
+        c.nodes[lagger].state.len()
+    );
 }
