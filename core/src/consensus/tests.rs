@@ -864,3 +864,112 @@ fn lagging_follower_catches_up_through_install_snapshot() {
         c.nodes[lagger].state.len()
     );
 }
+
+mod fuzz {
+    //! Arbitrary (even Byzantine) messages never panic a node, and its own invariants hold.
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn num() -> impl Strategy<Value = u64> {
+        prop_oneof![8 => 0u64..8, 1 => Just(u64::MAX), 1 => Just(u64::MAX - 1)]
+    }
+
+    fn message() -> impl Strategy<Value = Message> {
+        prop_oneof![
+            (num(), num(), num()).prop_map(|(t, i, lt)| Message::PreVote {
+                term: Term(t),
+                last_log_index: LogIndex(i),
+                last_log_term: Term(lt),
+            }),
+            (num(), any::<bool>()).prop_map(|(t, granted)| Message::PreVoteResponse { term: Term(t), granted }),
+            (num(), num(), num()).prop_map(|(t, i, lt)| Message::RequestVote {
+                term: Term(t),
+                last_log_index: LogIndex(i),
+                last_log_term: Term(lt),
+            }),
+            (num(), any::<bool>()).prop_map(|(t, granted)| Message::RequestVoteResponse { term: Term(t), granted }),
+            (num(), 0u64..10, num(), proptest::collection::vec(0u64..8, 0..4), num()).prop_map(
+                |(t, prev, pt, terms, commit)| Message::AppendEntries {
+                    term: Term(t),
+                    prev_log_index: LogIndex(prev),
+                    prev_log_term: Term(pt),
+                    entries: terms
+                        .iter()
+                        .enumerate()
+                        .map(|(k, et)| Entry {
+                            term: Term((*et).min(t)),
+                            index: LogIndex(prev + 1 + k as u64),
+                            command: Bytes::from(vec![k as u8]),
+                        })
+                        .collect(),
+                    leader_commit: LogIndex(commit),
+                    read_seq: 0,
+                }
+            ),
+            (num(), any::<bool>(), num(), num()).prop_map(|(t, success, i, s)| Message::AppendEntriesResponse {
+                term: Term(t),
+                success,
+                index: LogIndex(i),
+                read_seq: s,
+            }),
+            (num(), num(), num(), num(), any::<bool>()).prop_map(|(t, i, lt, offset, done)| {
+                Message::InstallSnapshot {
+                    term: Term(t),
+                    last_index: LogIndex(i),
+                    last_term: Term(lt),
+                    offset,
+                    data: Bytes::new(),
+                    done,
+                    read_seq: 0,
+                }
+            }),
+            (num(), num(), num(), any::<bool>()).prop_map(|(t, i, o, done)| Message::InstallSnapshotResponse {
+                term: Term(t),
+                last_index: LogIndex(i),
+                next_offset: o,
+                done,
+                read_seq: 0,
+            }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_messages_never_panic_a_node(
+            steps in proptest::collection::vec((1u64..=3, message(), 0u64..200), 1..60)
+        ) {
+            let mut disk = MemDisk::new();
+            let mut raft = Raft::open(&mut disk, config(NodeId(1), 3), 0, 1).unwrap();
+            let mut now = 0;
+            let mut applied = 0;
+            for (from, msg, dt) in steps {
+                now += dt;
+                raft.handle_message(&mut disk, NodeId(from), msg.clone(), now);
+                if raft.poll_timeout() <= now {
+                    raft.handle_timeout(&mut disk, now);
+                }
+                if raft.role() == Role::Leader {
+                    let _ = raft.propose(&mut disk, Bytes::from_static(b"p"), now);
+                    let _ = raft.read_index(now, now);
+                }
+                while let Some(out) = raft.poll_output() {
+                    match out {
+                        Output::Apply { index, .. } => {
+                            prop_assert_eq!(index.0, applied + 1);
+                            applied = index.0;
+                        }
+                        Output::RestoreSnapshot { index, .. } => applied = index.0,
+                        Output::Send { msg, .. } => {
+                            prop_assert_eq!(Message::decode(&msg.encode()), Ok(msg));
+                        }
+                        _ => {}
+                    }
+                }
+                prop_assert!(raft.commit_index() <= raft.last_log_index().max(raft.snapshot_index()));
+                prop_assert!(raft.applied_index() <= raft.commit_index());
+            }
+        }
+    }
+}
