@@ -221,6 +221,65 @@ fn ephemeral_node_lives_while_its_owner_heartbeats_and_goes_after_its_timeout() 
     });
 }
 
+#[test]
+fn ephemeral_node_survives_leader_crashes_while_its_owner_heartbeats() {
+    const TIMEOUT_MS: u64 = 3000;
+    run_seed(13, |world| async move {
+        let addrs = add_coordinators(&world, 3);
+        let owner = idle_node(&world, "owner");
+        let observer = idle_node(&world, "observer");
+        madsim::time::sleep(Duration::from_millis(2000)).await;
+        let expired: Arc<Mutex<Option<bool>>> = Arc::default();
+        let (owner_addrs, owner_expired) = (addrs.clone(), expired.clone());
+        let _owner = world.spawn_on(owner, move |rt| async move {
+            let c = connect(rt.clone(), client_config(&owner_addrs, TIMEOUT_MS)).await;
+            c.create("/brokers", b"", CreateMode::Persistent).await.ok();
+            c.create("/brokers/1", b"", CreateMode::Ephemeral)
+                .await
+                .expect("register");
+            loop {
+                *owner_expired.lock().expect("flag") = Some(c.is_expired());
+                rt.sleep(Duration::from_millis(100)).await;
+            }
+        });
+        madsim::time::sleep(Duration::from_millis(1000)).await;
+        let polls: Arc<Mutex<Vec<bool>>> = Arc::default();
+        let (log, observer_addrs) = (polls.clone(), addrs.clone());
+        let _observer = world.spawn_on(observer, move |rt| async move {
+            let c = connect(rt.clone(), client_config(&observer_addrs, 20_000)).await;
+            for _ in 0..1000 {
+                if let Ok(stat) = c.exists("/brokers/1", false, true).await {
+                    log.lock().expect("log").push(stat.is_some());
+                }
+                rt.sleep(Duration::from_millis(50)).await;
+            }
+        });
+        // Every coordinator in turn (so the leader too) crashes with its disk and comes back.
+        for victim in 0..3 {
+            world.kill(NodeIndex(victim));
+            madsim::time::sleep(Duration::from_millis(1500)).await;
+            world.restart(NodeIndex(victim));
+            madsim::time::sleep(Duration::from_millis(2500)).await;
+        }
+        let polls = polls.lock().expect("log").clone();
+        println!(
+            "ephemeral under leader crashes: {} polls, {} present",
+            polls.len(),
+            polls.iter().filter(|p| **p).count()
+        );
+        assert!(polls.len() > 50, "too few polls: {}", polls.len());
+        assert!(
+            polls.iter().all(|p| *p),
+            "the ephemeral vanished while its owner heartbeated"
+        );
+        assert_eq!(
+            *expired.lock().expect("flag"),
+            Some(false),
+            "the owner's session expired"
+        );
+    });
+}
+
 /// A tiny deterministic generator for the nemesis (the test's own stream, from the seed).
 struct SplitMix(u64);
 
@@ -493,6 +552,23 @@ fn three_coordinators_keep_a_linearizable_history_through_crashes_and_partitions
             println!("{}", report.summary());
             assert!(report.ok(), "{}", report.summary());
             assert!(report.too_large.is_empty(), "{}", report.summary());
+            // Negative control: the same history with one read of a value nobody wrote fails.
+            let mut tampered = history.clone();
+            let last_ms = history.iter().filter_map(|o| o.complete_ms).max().unwrap_or(0);
+            tampered.push(CoordOp {
+                process: 98,
+                path: "/k0".into(),
+                kind: CoordOpKind::Read,
+                invoke_ms: last_ms + 1,
+                complete_ms: Some(last_ms + 2),
+                outcome: CoordOutcome::Read(Some((b"never-written".to_vec(), 77))),
+            });
+            let control = check(&tampered, &BTreeMap::new(), STATES_PER_PATH_MAX);
+            assert!(
+                !control.violations.is_empty(),
+                "the checker missed a tampered read: {}",
+                control.summary()
+            );
             (report.ops_checked, report.paths_checked, faults)
         });
         println!("seed {seed}: {compared} ops on {paths} paths linearizable under {faults} faults");
