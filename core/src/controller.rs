@@ -29,6 +29,16 @@ use crate::ids::BrokerId;
 pub use assign::assign_replicas;
 pub use topics::{CreateTopicDraw, CreateTopicError, PARTITIONS_PER_TOPIC_MAX};
 
+/// The persistent parents the cluster's nodes hang under. Whoever starts a cluster creates each
+/// (in this order, a NodeExists answer meaning "already there") before any controller writes.
+pub const BOOTSTRAP_PATHS: [&str; 5] = [
+    "/brokers",
+    "/brokers/ids",
+    "/brokers/topics",
+    "/admin",
+    "/admin/delete_topics",
+];
+
 /// How a created node lives: a persistent node outlives its creator's session; an ephemeral one
 /// is removed when the creating session ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

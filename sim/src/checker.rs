@@ -17,6 +17,7 @@
 //! | `lost-in-buffer` | an asynchronous send the application saw return, never acknowledged, not in the log: the producer's buffer died with its process (not an acknowledged write: told apart from `lost-write`) |
 //!
 //! | `two-leaders-one-epoch` | two brokers acted as leader of one partition in one leader epoch ([`leaders`]) |
+//! | `two-controllers-one-epoch` | two brokers acted as controller in one controller epoch ([`leaders`]) |
 //! | `replica-divergence` | two replicas hold different batches at an offset below both their high watermarks ([`replicas`]) |
 //! | `nonlinearizable` | no order of the coordinator's client-visible ops explains what clients saw ([`linearizable`]) |
 //!
@@ -45,12 +46,13 @@ pub enum AnomalyKind {
     AckedNeverProcessed,
     LostInBuffer,
     TwoLeadersOneEpoch,
+    TwoControllersOneEpoch,
     ReplicaDivergence,
     Nonlinearizable,
 }
 
 impl AnomalyKind {
-    pub const ALL: [AnomalyKind; 13] = [
+    pub const ALL: [AnomalyKind; 14] = [
         AnomalyKind::LostWrite,
         AnomalyKind::Unseen,
         AnomalyKind::InconsistentOffsets,
@@ -62,6 +64,7 @@ impl AnomalyKind {
         AnomalyKind::AckedNeverProcessed,
         AnomalyKind::LostInBuffer,
         AnomalyKind::TwoLeadersOneEpoch,
+        AnomalyKind::TwoControllersOneEpoch,
         AnomalyKind::ReplicaDivergence,
         AnomalyKind::Nonlinearizable,
     ];
@@ -79,6 +82,7 @@ impl AnomalyKind {
             AnomalyKind::AckedNeverProcessed => "acked-never-processed",
             AnomalyKind::LostInBuffer => "lost-in-buffer",
             AnomalyKind::TwoLeadersOneEpoch => "two-leaders-one-epoch",
+            AnomalyKind::TwoControllersOneEpoch => "two-controllers-one-epoch",
             AnomalyKind::ReplicaDivergence => "replica-divergence",
             AnomalyKind::Nonlinearizable => "nonlinearizable",
         }

@@ -723,4 +723,19 @@ outcome = "no-anomalies"
         ));
         assert!(e.starts_with("bad.toml:8:"), "{e}");
     }
+
+    #[test]
+    fn every_shipped_scenario_still_parses() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+        let mut parsed = 0;
+        for entry in std::fs::read_dir(&dir).expect("scenarios/ exists") {
+            let path = entry.expect("a directory entry").path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
+                parsed += 1;
+            }
+        }
+        println!("parsed {parsed} scenarios in {}", dir.display());
+        assert!(parsed > 0, "no scenario found in {}", dir.display());
+    }
 }

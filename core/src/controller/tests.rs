@@ -427,3 +427,202 @@ mod prop {
         }
     }
 }
+
+/// A minimal coordinator tree applying [`Write`]s as ZooKeeper's multi does (all or nothing,
+/// versions counting sets, parents must exist): enough to show the fencing end to end.
+#[derive(Default)]
+struct Tree {
+    nodes: BTreeMap<String, (Vec<u8>, i32)>,
+}
+
+impl Tree {
+    fn apply(&mut self, w: &Write) -> Result<(), String> {
+        let mut next = self.nodes.clone();
+        for op in &w.ops {
+            match op {
+                Op::Create { path, data, .. } => {
+                    let parent = path.rsplit_once('/').map_or("", |(p, _)| p);
+                    if !parent.is_empty() && !next.contains_key(parent) {
+                        return Err(format!("no parent for {path}"));
+                    }
+                    if next.insert(path.clone(), (data.clone(), 0)).is_some() {
+                        return Err(format!("node exists: {path}"));
+                    }
+                }
+                Op::Set {
+                    path,
+                    data,
+                    expected_version,
+                } => {
+                    let node = next.get_mut(path).ok_or(format!("no node {path}"))?;
+                    if expected_version.is_some_and(|v| v != node.1) {
+                        return Err(format!("bad version at {path}"));
+                    }
+                    *node = (data.clone(), node.1 + 1);
+                }
+                Op::Delete { path, expected_version } => {
+                    let node = next.get(path).ok_or(format!("no node {path}"))?;
+                    if expected_version.is_some_and(|v| v != node.1) {
+                        return Err(format!("bad version at {path}"));
+                    }
+                    next.remove(path);
+                }
+                Op::Check { path, version } => {
+                    if next.get(path).map(|n| n.1) != Some(*version) {
+                        return Err(format!("check failed at {path}"));
+                    }
+                }
+            }
+        }
+        self.nodes = next;
+        Ok(())
+    }
+
+    fn epoch(&self) -> Option<(i32, i32)> {
+        let (data, version) = self.nodes.get(CONTROLLER_EPOCH_PATH)?;
+        Some((election::parse_epoch(data)?, *version))
+    }
+
+    /// The controller's view of topic `t` (what the integrator reads).
+    fn view(&self, live: &[i32]) -> ClusterView {
+        let mut v = view(live);
+        if let Some((data, _)) = self.nodes.get(&topic_path("t")) {
+            let record = TopicRecord::decode(data).expect("record");
+            let partitions = record
+                .assignment
+                .keys()
+                .map(|&p| {
+                    let (data, version) = &self.nodes[&partition_state_path("t", p)];
+                    let value = PartitionState::decode(data).expect("state");
+                    (
+                        p,
+                        Versioned {
+                            value,
+                            version: *version,
+                        },
+                    )
+                })
+                .collect();
+            v.topics.insert("t".into(), TopicView { record, partitions });
+        }
+        v
+    }
+}
+
+#[test]
+fn a_replaced_controller_is_fenced_and_a_stale_partition_write_loses() {
+    let mut tree = Tree::default();
+    for path in BOOTSTRAP_PATHS {
+        let create = Write {
+            ops: vec![Op::Create {
+                path: path.into(),
+                data: vec![],
+                mode: CreateMode::Persistent,
+            }],
+            what: "bootstrap".into(),
+        };
+        tree.apply(&create).expect("bootstrap");
+    }
+    // Broker 0 wins the claim and sets epoch 1.
+    tree.apply(&election::claim(BrokerId(0))).expect("first claim");
+    assert!(
+        tree.apply(&election::claim(BrokerId(1))).is_err(),
+        "one controller at a time"
+    );
+    let read = tree.epoch();
+    tree.apply(&election::bump_epoch(read).0).expect("epoch 1");
+    let a = election::elected(BrokerId(0), read, ControllerConfig::default());
+    let (_, create) = a
+        .create_topic(&tree.view(&[0, 1, 2]), "t", 1, 3, &BTreeMap::new(), draw())
+        .expect("valid");
+    tree.apply(&create).expect("topic created");
+    // Broker 0's session expires: /controller goes, broker 1 is elected with epoch 2.
+    tree.nodes.remove(CONTROLLER_PATH);
+    tree.apply(&election::claim(BrokerId(1))).expect("second claim");
+    let read = tree.epoch();
+    assert_eq!(read, Some((1, 0)));
+    tree.apply(&election::bump_epoch(read).0).expect("epoch 2");
+    let ctl_b = election::elected(BrokerId(1), read, ControllerConfig::default());
+    assert_eq!(ctl_b.epoch, 2);
+    // Broker 0 (still alive as a broker, believing it is controller) and broker 1 both react to
+    // the same view in which the leader (broker 0) is gone: only the current controller applies.
+    let after_death = tree.view(&[1, 2]);
+    let stale = a.reconcile(&after_death);
+    assert_eq!(stale.len(), 1);
+    let e = tree
+        .apply(&stale[0].write)
+        .expect_err("a stale controller's write must fail");
+    assert!(e.contains("check failed at /controller_epoch"), "{e}");
+    let fresh = ctl_b.reconcile(&after_death);
+    tree.apply(&fresh[0].write)
+        .expect("the current controller's write applies");
+    let state = &tree.view(&[1, 2]).topics["t"].partitions[&0];
+    assert_eq!(state.value.leader, Some(BrokerId(1)));
+    assert_eq!(state.value.controller_epoch, 2);
+    // A decision made on a state version that has since moved (the leader shrank its ISR) loses.
+    let before_shrink = tree.view(&[1]);
+    let mut shrunk = state.value.clone();
+    shrunk.isr = b(&[1]);
+    let leader_cas = Write {
+        ops: vec![Op::Set {
+            path: partition_state_path("t", 0),
+            data: shrunk.encode(),
+            expected_version: Some(state.version),
+        }],
+        what: "leader shrinks the ISR".into(),
+    };
+    tree.apply(&leader_cas).expect("leader's CAS");
+    let late = ctl_b.reconcile(&before_shrink);
+    assert_eq!(late.len(), 1, "broker 2 died: the controller would remove it");
+    assert!(tree
+        .apply(&late[0].write)
+        .expect_err("stale version")
+        .contains("bad version"));
+    // Re-read, re-decide: nothing left to do, the ISR already lacks broker 2.
+    assert!(ctl_b.reconcile(&tree.view(&[1])).is_empty());
+    // Deletion removes every node of the topic.
+    tree.apply(&ctl_b.delete_topic(&tree.view(&[1]), "t").expect("known"))
+        .expect("deleted");
+    assert!(!tree.nodes.keys().any(|p| p.starts_with("/brokers/topics/t")));
+}
+
+#[test]
+fn a_topic_record_written_alone_gets_its_partition_states() {
+    let mut v = one_partition(&[1, 2], &[0, 1, 2], None, &[], false);
+    let t = v.topics.get_mut("t").expect("t");
+    t.partitions.clear();
+    t.record.assignment.insert(1, b(&[2, 0, 1]));
+    let writes = controller().missing_partition_states(&v);
+    assert_eq!(writes.len(), 1);
+    let w = &writes[0];
+    assert!(fenced(w));
+    assert_eq!(
+        w.ops.len(),
+        1 + 1 + 2 * 2,
+        "fence, partitions node, node + state per partition"
+    );
+    let state_of = |p: i32| {
+        w.ops.iter().find_map(|op| match op {
+            Op::Create { path, data, .. } if *path == partition_state_path("t", p) => PartitionState::decode(data),
+            _ => None,
+        })
+    };
+    let p0 = state_of(0).expect("state 0");
+    assert_eq!(
+        (p0.leader, p0.isr.clone(), p0.leader_epoch),
+        (Some(BrokerId(1)), b(&[1, 2]), LeaderEpoch(0))
+    );
+    assert_eq!(state_of(1).expect("state 1").leader, Some(BrokerId(2)));
+    // A topic with a partition whose replicas are all down waits; one with states is left alone.
+    assert!(controller()
+        .missing_partition_states(&one_partition(&[1], &[0, 1], Some(1), &[1], false))
+        .is_empty());
+    v.live_brokers = [BrokerId(0)].into();
+    v.topics
+        .get_mut("t")
+        .expect("t")
+        .record
+        .assignment
+        .insert(2, b(&[1, 2]));
+    assert!(controller().missing_partition_states(&v).is_empty());
+}

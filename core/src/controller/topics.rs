@@ -114,6 +114,57 @@ impl Controller {
         Ok((record, self.write(ops, what)))
     }
 
+    /// Kafka's ZooKeeper-mode path for a topic whose record was written without its partition
+    /// nodes (by a broker auto-creating it, or an admin): lays out each partition's state, leader
+    /// = first live replica, ISR = the live replicas, epoch 0. One write per such topic; a topic
+    /// with no live replica waits (no write) until one registers. Racing controllers are safe:
+    /// the create of the `partitions` node fails the loser's whole multi.
+    pub fn missing_partition_states(&self, view: &ClusterView) -> Vec<Write> {
+        let mut writes = Vec::new();
+        for (name, topic) in &view.topics {
+            if !topic.partitions.is_empty() || view.delete_requests.contains(name) {
+                continue;
+            }
+            let mut ops = vec![Op::Create {
+                path: partitions_path(name),
+                data: Vec::new(),
+                mode: CreateMode::Persistent,
+            }];
+            let mut all_have_a_live_replica = true;
+            for (&p, replicas) in &topic.record.assignment {
+                let isr: Vec<BrokerId> = replicas
+                    .iter()
+                    .copied()
+                    .filter(|b| view.live_brokers.contains(b))
+                    .collect();
+                let Some(&leader) = isr.first() else {
+                    all_have_a_live_replica = false;
+                    break;
+                };
+                let state = PartitionState {
+                    leader: Some(leader),
+                    leader_epoch: LeaderEpoch(0),
+                    isr,
+                    controller_epoch: self.epoch,
+                };
+                for (path, data) in [
+                    (partition_path(name, p), Vec::new()),
+                    (partition_state_path(name, p), state.encode()),
+                ] {
+                    ops.push(Op::Create {
+                        path,
+                        data,
+                        mode: CreateMode::Persistent,
+                    });
+                }
+            }
+            if all_have_a_live_replica && !topic.record.assignment.is_empty() {
+                writes.push(self.write(ops, format!("partition states of new topic {name}")));
+            }
+        }
+        writes
+    }
+
     /// Decides a DeleteTopics: removes the topic's nodes, children first (a node with children
     /// cannot be deleted), and its deletion request if there is one. `None` for an unknown topic
     /// (UNKNOWN_TOPIC_OR_PARTITION to the client).

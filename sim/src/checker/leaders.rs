@@ -4,6 +4,10 @@
 //! observed leading one partition in one epoch is `two-leaders-one-epoch`, whatever the times:
 //! an epoch is handed out once, so even non-overlapping leaderships in one epoch are a bug.
 //!
+//! The same rule for the controller: [`check_controllers`] takes observations of brokers acting
+//! as controller (a fenced write the coordinator accepted) with their controller epoch; two
+//! brokers in one epoch is `two-controllers-one-epoch`.
+//!
 //! Trusts only the observations; the brokers' claims about who else leads are not inputs.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -82,6 +86,45 @@ pub fn check(observations: &[LeaderObservation]) -> LeadersReport {
     report
 }
 
+/// A broker seen acting as controller (a write of its accepted) in a controller epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ControllerObservation {
+    pub broker: BrokerId,
+    pub controller_epoch: i32,
+    pub time_ms: u64,
+}
+
+/// One controller per controller epoch; the report's `epochs` counts controller epochs.
+pub fn check_controllers(observations: &[ControllerObservation]) -> LeadersReport {
+    let mut by_epoch: BTreeMap<i32, BTreeMap<BrokerId, u64>> = BTreeMap::new();
+    for o in observations {
+        let first = by_epoch
+            .entry(o.controller_epoch)
+            .or_default()
+            .entry(o.broker)
+            .or_insert(o.time_ms);
+        *first = (*first).min(o.time_ms);
+    }
+    let mut report = LeadersReport {
+        observations: observations.len(),
+        epochs: by_epoch.len(),
+        findings: Vec::new(),
+    };
+    for (epoch, brokers) in &by_epoch {
+        if brokers.len() > 1 {
+            let seen: Vec<String> = brokers
+                .iter()
+                .map(|(b, t)| format!("broker {} at {t} ms", b.0))
+                .collect();
+            report.findings.push(Finding {
+                kind: AnomalyKind::TwoControllersOneEpoch,
+                detail: format!("controller epoch {epoch} held by {seen:?}"),
+            });
+        }
+    }
+    report
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,5 +163,21 @@ mod tests {
         assert_eq!(r.findings.len(), 1);
         assert_eq!(r.findings[0].kind, AnomalyKind::TwoLeadersOneEpoch);
         assert!(r.findings[0].detail.contains("t-0 epoch 3"), "{}", r.findings[0].detail);
+    }
+
+    #[test]
+    fn one_controller_per_epoch_and_its_negative_control() {
+        let c = |broker, epoch, time_ms| ControllerObservation {
+            broker: BrokerId(broker),
+            controller_epoch: epoch,
+            time_ms,
+        };
+        let r = check_controllers(&[c(0, 1, 1), c(0, 1, 3), c(2, 2, 9)]);
+        assert!(r.findings.is_empty() && r.epochs == 2 && !r.compared_nothing());
+        // A deposed controller whose write was accepted after another took its epoch.
+        let r = check_controllers(&[c(0, 1, 1), c(2, 1, 9)]);
+        assert_eq!(r.findings.len(), 1);
+        assert_eq!(r.findings[0].kind, AnomalyKind::TwoControllersOneEpoch);
+        assert!(check_controllers(&[]).compared_nothing());
     }
 }

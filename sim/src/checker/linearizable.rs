@@ -306,7 +306,10 @@ pub fn check_path(ops: &[&CoordOp], initial: NodeState, states_max: usize) -> Pa
         if is_call {
             let op = ops[i];
             let (after, outcome) = apply(&state, &op.kind);
-            if op.is_unknown() || outcome == op.outcome {
+            // An unknown op that would change nothing here is no different from one that never
+            // took effect (always allowed): placing it would only multiply the states searched.
+            let pointless = op.is_unknown() && after == state;
+            if !pointless && (op.is_unknown() || outcome == op.outcome) {
                 let mut bits = linearized.clone();
                 bits[i / 64] |= 1 << (i % 64);
                 if seen.insert((bits.clone(), after.clone())) {

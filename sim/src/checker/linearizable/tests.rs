@@ -272,8 +272,8 @@ fn random_histories_from_the_model_pass_and_tampered_ones_fail() {
                 outcome,
             ));
         }
-        let good = vec![ops.iter().collect::<Vec<_>>()];
-        match check_path(&good[0], None, STATES_PER_PATH_MAX_DEFAULT) {
+        let good: Vec<&CoordOp> = ops.iter().collect();
+        match check_path(&good, None, STATES_PER_PATH_MAX_DEFAULT) {
             PathVerdict::Linearizable { states } => {
                 passed += 1;
                 searched_states += states;
@@ -291,4 +291,54 @@ fn random_histories_from_the_model_pass_and_tampered_ones_fail() {
     }
     println!("random histories: {passed} passed ({searched_states} states searched), {caught} tampered caught");
     assert_eq!((passed, caught), (200, 200));
+}
+
+/// A coordinator-like history (clients doing CAS loops, some answers lost in crashes) on one hot
+/// path: the search must finish well inside the default budget.
+#[test]
+fn a_long_history_with_many_unknown_ops_stays_within_budget() {
+    use rand_chacha::rand_core::{RngCore, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+    let mut below = |n: u64| rng.next_u64() % n;
+    let mut state: NodeState = Some((b"0".to_vec(), 0));
+    let mut ops = Vec::new();
+    for k in 0..300u64 {
+        let at = 10 * (k + 3);
+        let version = state.as_ref().map_or(0, |s| s.1);
+        let kind = if below(3) == 0 {
+            CoordOpKind::Read
+        } else {
+            CoordOpKind::Set {
+                data: k.to_string().into_bytes(),
+                expected_version: Some(if below(4) == 0 {
+                    version.saturating_sub(1)
+                } else {
+                    version
+                }),
+            }
+        };
+        let unknown = below(8) == 0;
+        let (after, outcome) = apply(&state, &kind);
+        if !unknown || below(2) == 0 {
+            state = after;
+        }
+        let invoke_ms = at - below(25);
+        let (complete_ms, outcome) = if unknown {
+            (None, CoordOutcome::Unknown)
+        } else {
+            (Some(at + below(25)), outcome)
+        };
+        ops.push(op(
+            u32::try_from(k % 7).expect("small"),
+            kind,
+            invoke_ms,
+            complete_ms,
+            outcome,
+        ));
+    }
+    let initial: BTreeMap<String, (Vec<u8>, i32)> = [(P.to_string(), (b"0".to_vec(), 0))].into();
+    let r = check(&ops, &initial, STATES_PER_PATH_MAX_DEFAULT);
+    println!("{}", r.summary());
+    assert!(r.ok(), "{}", r.summary());
+    assert!(r.unknown_ops > 10, "{}", r.summary());
 }
