@@ -143,9 +143,19 @@ fn one_node_coordinator_serves_writes_reads_watches_and_sessions() {
             .expect("client a ran");
         let seen = world
             .spawn_on(b, move |rt| async move {
-                let c = connect(rt, client_config(&addrs_b, 2000)).await;
+                let c = connect(rt.clone(), client_config(&addrs_b, 2000)).await;
                 let gone = c.exists("/e", false, true).await.expect("exists");
-                let kept = c.get("/a", false, true).await.expect("get").0;
+                let kept = c.get("/a", true, true).await.expect("get").0;
+                // Another session's write fires c's watch; c's next read that sees the write
+                // is preceded by the event (ZooKeeper's ordering guarantee).
+                let other = connect(rt, client_config(&addrs_b, 2000)).await;
+                other.set_data("/a", b"w", None).await.expect("set by another session");
+                let (now, _) = c.get("/a", false, false).await.expect("get");
+                assert_eq!(now, b"w".to_vec());
+                let event = c
+                    .try_next_watch_event()
+                    .expect("the event came before the read's answer");
+                assert_eq!((event.path.as_str(), event.kind), ("/a", EventKind::NodeDataChanged));
                 (gone, kept)
             })
             .await
