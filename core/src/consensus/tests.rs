@@ -973,3 +973,89 @@ mod fuzz {
         }
     }
 }
+
+/// A `MemDisk` whose syncs of the log file can be made to fail (model rule 5).
+struct FlakyDisk {
+    inner: MemDisk,
+    fail_sync: bool,
+}
+
+impl crate::disk::Disk for FlakyDisk {
+    fn create(&mut self, path: &str) -> Result<(), crate::disk::DiskError> {
+        self.inner.create(path)
+    }
+    fn len(&self, path: &str) -> Result<u64, crate::disk::DiskError> {
+        self.inner.len(path)
+    }
+    fn append(&mut self, path: &str, data: &[u8]) -> Result<u64, crate::disk::DiskError> {
+        self.inner.append(path, data)
+    }
+    fn read_at(&self, path: &str, pos: u64, buf: &mut [u8]) -> Result<(), crate::disk::DiskError> {
+        self.inner.read_at(path, pos, buf)
+    }
+    fn sync(&mut self, path: &str) -> Result<(), crate::disk::DiskError> {
+        if self.fail_sync && path.ends_with("/log") {
+            return Err(crate::disk::DiskError::Io {
+                path: path.to_string(),
+                detail: "EIO".to_string(),
+            });
+        }
+        self.inner.sync(path)
+    }
+    fn truncate(&mut self, path: &str, len: u64) -> Result<(), crate::disk::DiskError> {
+        self.inner.truncate(path, len)
+    }
+    fn rename(&mut self, from: &str, to: &str) -> Result<(), crate::disk::DiskError> {
+        self.inner.rename(from, to)
+    }
+    fn remove(&mut self, path: &str) -> Result<(), crate::disk::DiskError> {
+        self.inner.remove(path)
+    }
+    fn list(&self, dir: &str) -> Result<Vec<String>, crate::disk::DiskError> {
+        self.inner.list(dir)
+    }
+    fn exists(&self, path: &str) -> bool {
+        self.inner.exists(path)
+    }
+}
+
+#[test]
+fn a_failed_sync_makes_the_node_inert_and_withholds_its_acknowledgement() {
+    // A follower whose sync fails must not acknowledge the entries it could not make durable.
+    let mut disk = FlakyDisk {
+        inner: MemDisk::new(),
+        fail_sync: false,
+    };
+    let mut raft = Raft::open(&mut disk, config(NodeId(2), 3), 0, 3).unwrap();
+    disk.fail_sync = true;
+    let append = Message::AppendEntries {
+        term: Term(1),
+        prev_log_index: LogIndex(0),
+        prev_log_term: Term(0),
+        entries: vec![Entry {
+            term: Term(1),
+            index: LogIndex(1),
+            command: Bytes::from_static(b"a"),
+        }],
+        leader_commit: LogIndex(0),
+        read_seq: 0,
+    };
+    raft.handle_message(&mut disk, NodeId(1), append, 10);
+    let outputs: Vec<Output> = std::iter::from_fn(|| raft.poll_output()).collect();
+    assert!(
+        !outputs.iter().any(|o| matches!(o, Output::Send { .. })),
+        "acknowledged after a failed sync: {outputs:?}"
+    );
+    assert!(
+        outputs.iter().any(|o| matches!(o, Output::Failed { .. })),
+        "{outputs:?}"
+    );
+    assert!(raft.failed().is_some());
+    assert_eq!(raft.poll_timeout(), u64::MAX, "an inert node wants no timers");
+    // Re-opening from disk (after the crash the driver must treat this as) works again.
+    disk.fail_sync = false;
+    disk.inner.crash(CrashMode::DropUnsynced);
+    let raft = Raft::open(&mut disk, config(NodeId(2), 3), 20, 3).unwrap();
+    assert_eq!(raft.term(), Term(1), "the term was persisted before the append");
+    assert_eq!(raft.last_log_index(), LogIndex(0), "the unsynced entry is gone");
+}
