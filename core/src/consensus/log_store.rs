@@ -104,9 +104,9 @@ impl LogStore {
                 let contiguous = match entries.back() {
                     Some((last, _)) => {
                         let last: &Entry = last;
-                        last.index.0 + 1 == entry.index.0
+                        last.index.0.checked_add(1) == Some(entry.index.0)
                     }
-                    None => entry.index.0 == snapshot_index.0 + 1,
+                    None => snapshot_index.0.checked_add(1) == Some(entry.index.0),
                 };
                 if !contiguous || snapshot_entry_matches == Some(false) {
                     break;

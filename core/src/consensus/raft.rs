@@ -252,7 +252,7 @@ impl Raft {
                 max: self.config.uncommitted_entries_max,
             });
         }
-        let index = LogIndex(self.log.last_index().0 + 1);
+        let index = LogIndex(self.log.last_index().0.saturating_add(1));
         let entry = Entry {
             term: self.hard.term,
             index,
@@ -311,6 +311,12 @@ impl Raft {
         if let Err(e) = self.step(disk, from, msg, now_ms) {
             self.fail(e);
         }
+        #[cfg(test)]
+        if self.mutant == Mutant::AckBeforeSync && self.role != Role::Leader {
+            // The mutant answers now and syncs only at its next timeout.
+            self.finish_without_sync();
+            return;
+        }
         self.finish(disk);
     }
 
@@ -330,7 +336,11 @@ impl Raft {
         if self.failed.is_some() {
             return u64::MAX;
         }
-        if self.log.is_dirty() {
+        #[cfg(test)]
+        let lazy = self.mutant == Mutant::AckBeforeSync && self.role != Role::Leader;
+        #[cfg(not(test))]
+        let lazy = false;
+        if self.log.is_dirty() && !lazy {
             return 0;
         }
         match self.role {
@@ -413,17 +423,15 @@ impl Raft {
         if self.failed.is_some() {
             return;
         }
-        #[cfg(test)]
-        let skip_sync = self.mutant == Mutant::AckBeforeSync && self.role != Role::Leader;
-        #[cfg(not(test))]
-        let skip_sync = false;
-        if !skip_sync {
-            if let Err(e) = self.log.sync(disk) {
-                self.fail(e);
-                return;
-            }
-            self.synced_index = self.log.last_index();
+        if let Err(e) = self.log.sync(disk) {
+            self.fail(e);
+            return;
         }
+        self.synced_index = self.log.last_index();
+        self.finish_without_sync();
+    }
+
+    fn finish_without_sync(&mut self) {
         if self.role == Role::Leader {
             self.advance_leader_commit();
         }
@@ -458,7 +466,7 @@ impl Raft {
 
     fn apply_committed(&mut self) {
         while self.applied_index < self.commit_index {
-            let index = LogIndex(self.applied_index.0 + 1);
+            let index = LogIndex(self.applied_index.0.saturating_add(1));
             let entry = self
                 .log
                 .get(index)
@@ -545,9 +553,9 @@ impl Raft {
                 let ids: Vec<NodeId> = self.peers.keys().copied().collect();
                 for id in ids {
                     let peer = self.peers.get_mut(&id).expect("listed above");
-                    if peer.match_known && peer.next_index > LogIndex(peer.match_index.0 + 1) {
+                    if peer.match_known && peer.next_index > LogIndex(peer.match_index.0.saturating_add(1)) {
                         // Retransmit what was sent but not acknowledged (it may have been lost).
-                        peer.next_index = LogIndex(peer.match_index.0 + 1);
+                        peer.next_index = LogIndex(peer.match_index.0.saturating_add(1));
                     }
                     self.send_append(id);
                 }
@@ -570,7 +578,7 @@ impl Raft {
             return self.start_election(disk, now_ms);
         }
         let msg = Message::PreVote {
-            term: Term(self.hard.term.0 + 1),
+            term: Term(self.hard.term.0.saturating_add(1)),
             last_log_index: self.log.last_index(),
             last_log_term: self.log.last_term(),
         };
@@ -584,7 +592,7 @@ impl Raft {
 
     fn start_election<D: Disk>(&mut self, disk: &mut D, now_ms: u64) -> Result<(), RaftError> {
         self.hard = HardState {
-            term: Term(self.hard.term.0 + 1),
+            term: Term(self.hard.term.0.saturating_add(1)),
             voted_for: Some(self.config.id),
         };
         self.persist_hard_state(disk)?;
@@ -613,7 +621,7 @@ impl Raft {
         self.role = Role::Leader;
         self.leader = Some(self.config.id);
         self.votes.clear();
-        let next_index = LogIndex(self.log.last_index().0 + 1);
+        let next_index = LogIndex(self.log.last_index().0.saturating_add(1));
         self.peers = self
             .config
             .voters
@@ -683,7 +691,7 @@ impl Raft {
         );
         if let Some(last) = entries.last() {
             let peer = self.peers.get_mut(&id).expect("looked up above");
-            peer.next_index = LogIndex(last.index.0 + 1);
+            peer.next_index = LogIndex(last.index.0.saturating_add(1));
         }
         let msg = Message::AppendEntries {
             term: self.hard.term,
@@ -726,7 +734,7 @@ impl Raft {
             }
             Message::PreVoteResponse { term, granted } => {
                 if granted {
-                    if self.role == Role::PreCandidate && term.0 == self.hard.term.0 + 1 {
+                    if self.role == Role::PreCandidate && Some(term.0) == self.hard.term.0.checked_add(1) {
                         self.votes.insert(from);
                         if self.votes.len() >= self.quorum() {
                             self.start_election(disk, now_ms)?;
@@ -918,14 +926,14 @@ impl Raft {
     ) -> Result<(bool, LogIndex), RaftError> {
         let last = self.log.last_index();
         if prev_log_index > last {
-            return Ok((false, LogIndex(last.0 + 1)));
+            return Ok((false, LogIndex(last.0.saturating_add(1))));
         }
         let snapshot_index = self.log.snapshot_index();
         if prev_log_index >= snapshot_index {
             match self.log.term_at(prev_log_index) {
                 Some(t) if t == prev_log_term => {}
                 _ => {
-                    let floor = LogIndex(self.commit_index.0 + 1);
+                    let floor = LogIndex(self.commit_index.0.saturating_add(1));
                     let hint = self.log.first_index_of_term_run(prev_log_index, floor).max(floor);
                     return Ok((false, hint));
                 }
@@ -944,7 +952,7 @@ impl Raft {
                     if entry.index <= self.commit_index {
                         // Only a broken leader overwrites committed entries: refuse, keep ours.
                         tracing::error!(index = entry.index.0, "leader tried to overwrite a committed entry");
-                        return Ok((false, LogIndex(self.commit_index.0 + 1)));
+                        return Ok((false, LogIndex(self.commit_index.0.saturating_add(1))));
                     }
                     self.log.truncate_from(disk, entry.index)?;
                     self.synced_index = self.synced_index.min(LogIndex(entry.index.0 - 1));
@@ -975,13 +983,15 @@ impl Raft {
                 peer.match_index = index;
             }
             if peer.next_index <= peer.match_index {
-                peer.next_index = LogIndex(peer.match_index.0 + 1);
+                peer.next_index = LogIndex(peer.match_index.0.saturating_add(1));
             }
             if peer.next_index <= last {
                 self.send_append(from);
             }
         } else {
-            let next = index.max(LogIndex(peer.match_index.0 + 1)).min(LogIndex(last.0 + 1));
+            let next = index
+                .max(LogIndex(peer.match_index.0.saturating_add(1)))
+                .min(LogIndex(last.0.saturating_add(1)));
             if next < peer.next_index || !peer.match_known {
                 peer.next_index = next.max(LogIndex(1));
                 peer.snapshot_offset = 0;
@@ -1003,7 +1013,7 @@ impl Raft {
         if last_index <= self.commit_index {
             // Everything it covers is committed here already.
             self.incoming = None;
-            return Ok((offset + data.len() as u64, true));
+            return Ok((offset.saturating_add(data.len() as u64), true));
         }
         if offset == 0 {
             self.incoming = Some(IncomingSnapshot {
@@ -1062,7 +1072,7 @@ impl Raft {
         if done {
             peer.match_known = true;
             peer.match_index = peer.match_index.max(last_index);
-            peer.next_index = LogIndex(peer.match_index.0 + 1);
+            peer.next_index = LogIndex(peer.match_index.0.saturating_add(1));
             peer.snapshot_offset = 0;
         } else if next_offset > peer.snapshot_offset {
             peer.snapshot_offset = next_offset;

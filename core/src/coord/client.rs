@@ -126,9 +126,19 @@ async fn call<R: Runtime>(
 ) -> Result<Reply, CoordError> {
     let (attempts, request_timeout_ms, backoff_min, backoff_max) = {
         let i = inner.borrow();
+        // A heartbeat that waits longer than a third of the session timeout for a dead leader
+        // would let the session lapse before the next server is tried (ZooKeeper's client
+        // likewise divides the session timeout among the servers).
+        let request_timeout_ms = match request {
+            Request::Ping => i
+                .config
+                .request_timeout_ms
+                .min((i.config.session_timeout_ms / 3).max(1)),
+            _ => i.config.request_timeout_ms,
+        };
         (
             i.config.attempts_max.max(1),
-            i.config.request_timeout_ms,
+            request_timeout_ms,
             i.config.backoff_ms_min.max(1),
             i.config.backoff_ms_max.max(1),
         )

@@ -1,0 +1,588 @@
+//! The coordinator end to end on the simulator: coordinator nodes (`start_coordinator`) and
+//! `CoordClient`s on their own nodes, talking simulated TCP, under crashes and partitions.
+//!
+//! - `one_node_coordinator_serves_writes_reads_watches_and_sessions`: dev mode (a 1-node quorum).
+//! - `ephemeral_node_lives_while_its_owner_heartbeats_and_goes_after_its_timeout`: session expiry
+//!   on the leader's timer: never before the owner stops, within timeout + slack after.
+//! - `three_coordinators_keep_a_linearizable_history_through_crashes_and_partitions`: random
+//!   create / CAS set / delete / synced reads on a few paths while a minority is killed (disk
+//!   crash), restarted and partitioned; the history (with a final read after healing) goes
+//!   through `gregor_sim::checker::linearizable::check`.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use gregor_core::consensus::NodeId;
+use gregor_core::coord::tree::{CreateMode, EventKind, Op, TreeError};
+use gregor_core::coord::{start_coordinator, CoordClient, CoordClientConfig, CoordError, CoordNodeConfig, CoordTiming};
+use gregor_core::runtime::Runtime;
+use gregor_sim::checker::linearizable::{check, CoordOp, CoordOpKind, CoordOutcome};
+use gregor_sim::world::{run_seed, Fault, NodeIndex, World};
+
+const PORT: u16 = 2181;
+
+/// Adds `n` coordinator nodes (indexes 0..n) and returns their addresses.
+fn add_coordinators(world: &World, n: usize) -> Vec<String> {
+    add_coordinators_with(world, n, CoordTiming::default())
+}
+
+fn add_coordinators_with(world: &World, n: usize, timing: CoordTiming) -> Vec<String> {
+    let addrs: Vec<String> = (0..n).map(|i| world.addr(NodeIndex(i), PORT)).collect();
+    let peers: Vec<(NodeId, String)> = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| (NodeId(i as u64 + 1), a.clone()))
+        .collect();
+    for (i, listen) in addrs.iter().enumerate() {
+        let config = CoordNodeConfig {
+            id: NodeId(i as u64 + 1),
+            peers: peers.clone(),
+            listen: listen.clone(),
+            dir: "coord".into(),
+            timing: timing.clone(),
+        };
+        world.add_node(&format!("coord-{i}"), move |rt| {
+            let config = config.clone();
+            async move {
+                match start_coordinator(rt, config) {
+                    Ok(node) => node.await,
+                    Err(e) => tracing::error!(error = %e, "coordinator did not start"),
+                }
+            }
+        });
+    }
+    addrs
+}
+
+fn idle_node(world: &World, name: &str) -> NodeIndex {
+    world.add_node(name, |_rt| std::future::pending::<()>())
+}
+
+fn client_config(servers: &[String], session_timeout_ms: u64) -> CoordClientConfig {
+    let mut c = CoordClientConfig::new(servers.to_vec());
+    c.session_timeout_ms = session_timeout_ms;
+    c
+}
+
+async fn connect<R: Runtime>(rt: R, config: CoordClientConfig) -> CoordClient<R> {
+    for _ in 0..20 {
+        match CoordClient::connect(rt.clone(), config.clone()).await {
+            Ok(c) => return c,
+            Err(e) => tracing::info!(error = %e, "connect failed; retrying"),
+        }
+        rt.sleep(Duration::from_millis(200)).await;
+    }
+    panic!("no coordinator session after 20 attempts");
+}
+
+#[test]
+fn one_node_coordinator_serves_writes_reads_watches_and_sessions() {
+    run_seed(11, |world| async move {
+        let addrs = add_coordinators(&world, 1);
+        let a = idle_node(&world, "client-a");
+        let b = idle_node(&world, "client-b");
+        madsim::time::sleep(Duration::from_millis(1500)).await;
+        let (addrs_a, addrs_b) = (addrs.clone(), addrs.clone());
+        let checked = world
+            .spawn_on(a, move |rt| async move {
+                let c = connect(rt.clone(), client_config(&addrs_a, 2000)).await;
+                assert_eq!(c.create("/a", b"x", CreateMode::Persistent).await, Ok("/a".to_string()));
+                assert_eq!(
+                    c.create("/a", b"x", CreateMode::Persistent).await,
+                    Err(CoordError::Tree(TreeError::NodeExists))
+                );
+                let (data, stat) = c.get("/a", true, true).await.expect("get");
+                assert_eq!((data, stat.version), (b"x".to_vec(), 0));
+                assert_eq!(c.set_data("/a", b"y", Some(0)).await.map(|s| s.version), Ok(1));
+                assert_eq!(
+                    c.set_data("/a", b"z", Some(0)).await,
+                    Err(CoordError::Tree(TreeError::BadVersion))
+                );
+                // The data watch fired by the set came with (before) the set's answer.
+                let event = c
+                    .try_next_watch_event()
+                    .expect("the watch event arrived before the answer");
+                assert_eq!((event.path.as_str(), event.kind), ("/a", EventKind::NodeDataChanged));
+                assert_eq!(c.try_next_watch_event(), None, "one-shot");
+                // A failed multi applies nothing.
+                let failed = c
+                    .multi(vec![
+                        Op::Create {
+                            path: "/m".into(),
+                            data: vec![],
+                            mode: CreateMode::Persistent,
+                        },
+                        Op::Check {
+                            path: "/a".into(),
+                            expected_version: Some(5),
+                        },
+                    ])
+                    .await;
+                assert_eq!(
+                    failed,
+                    Err(CoordError::MultiFailed {
+                        index: 1,
+                        error: TreeError::BadVersion
+                    })
+                );
+                assert_eq!(c.exists("/m", false, true).await, Ok(None));
+                c.create("/e", b"", CreateMode::Ephemeral).await.expect("ephemeral");
+                c.children("/", true, true).await.expect("children watch");
+                c.exists("/e", false, true)
+                    .await
+                    .expect("exists")
+                    .expect("the ephemeral exists while its session lives");
+                // Sessions are kept alive by the heartbeat task across an idle wait.
+                rt.sleep(Duration::from_millis(5000)).await;
+                assert!(c.exists("/e", false, true).await.expect("exists").is_some());
+                c.close().await.expect("close");
+                9
+            })
+            .await
+            .expect("client a ran");
+        let seen = world
+            .spawn_on(b, move |rt| async move {
+                let c = connect(rt.clone(), client_config(&addrs_b, 2000)).await;
+                let gone = c.exists("/e", false, true).await.expect("exists");
+                let kept = c.get("/a", true, true).await.expect("get").0;
+                // Another session's write fires c's watch; c's next read that sees the write
+                // is preceded by the event (ZooKeeper's ordering guarantee).
+                let other = connect(rt, client_config(&addrs_b, 2000)).await;
+                other.set_data("/a", b"w", None).await.expect("set by another session");
+                let (now, _) = c.get("/a", false, false).await.expect("get");
+                assert_eq!(now, b"w".to_vec());
+                let event = c
+                    .try_next_watch_event()
+                    .expect("the event came before the read's answer");
+                assert_eq!((event.path.as_str(), event.kind), ("/a", EventKind::NodeDataChanged));
+                (gone, kept)
+            })
+            .await
+            .expect("client b ran");
+        assert_eq!(seen.0, None, "closing the session deleted its ephemeral");
+        assert_eq!(seen.1, b"y".to_vec());
+        println!("one-node coordinator: {checked} client steps checked");
+    });
+}
+
+#[test]
+fn ephemeral_node_lives_while_its_owner_heartbeats_and_goes_after_its_timeout() {
+    const TIMEOUT_MS: u64 = 1500;
+    // The leader's expiry tick, the close's commit and the observer's poll interval.
+    const SLACK_MS: u64 = 600;
+    run_seed(12, |world| async move {
+        let addrs = add_coordinators(&world, 3);
+        let owner = idle_node(&world, "owner");
+        let observer = idle_node(&world, "observer");
+        madsim::time::sleep(Duration::from_millis(2000)).await;
+        let owner_addrs = addrs.clone();
+        world.spawn_on(owner, move |rt| async move {
+            let c = connect(rt, client_config(&owner_addrs, TIMEOUT_MS)).await;
+            c.create("/brokers", b"", CreateMode::Persistent).await.ok();
+            c.create("/brokers/1", b"", CreateMode::Ephemeral)
+                .await
+                .expect("register");
+            // Keep the client (and its heartbeat task) alive until the node dies.
+            std::future::pending::<()>().await;
+        });
+        madsim::time::sleep(Duration::from_millis(1000)).await;
+        let polls: Arc<Mutex<Vec<(u64, bool)>>> = Arc::default();
+        let log = polls.clone();
+        let observer_addrs = addrs.clone();
+        let started = world.spawn_on(observer, move |rt| async move {
+            let c = connect(rt.clone(), client_config(&observer_addrs, 10_000)).await;
+            for _ in 0..400 {
+                let present = c.exists("/brokers/1", false, true).await.expect("exists").is_some();
+                log.lock().expect("log").push((rt.monotonic_ms(), present));
+                rt.sleep(Duration::from_millis(50)).await;
+            }
+        });
+        // The owner heartbeats for 4 timeouts, then its node dies.
+        madsim::time::sleep(Duration::from_millis(4 * TIMEOUT_MS)).await;
+        let killed_ms = u64::try_from(madsim::time::TimeHandle::current().elapsed().as_millis()).expect("ms");
+        world.kill(owner);
+        madsim::time::sleep(Duration::from_millis(TIMEOUT_MS + 2 * SLACK_MS)).await;
+        drop(started);
+        let polls = polls.lock().expect("log").clone();
+        let before: Vec<_> = polls.iter().filter(|(t, _)| *t < killed_ms).collect();
+        assert!(
+            before.len() > 20,
+            "too few polls while the owner lived: {}",
+            before.len()
+        );
+        assert!(
+            before.iter().all(|(_, present)| *present),
+            "gone while its owner heartbeated: {before:?}"
+        );
+        let gone_at = polls
+            .iter()
+            .find(|(t, present)| *t >= killed_ms && !present)
+            .map(|(t, _)| *t)
+            .expect("the ephemeral never went");
+        let after = gone_at - killed_ms;
+        println!(
+            "ephemeral: {} polls while alive all present; gone {after} ms after its owner died (timeout {TIMEOUT_MS})",
+            before.len()
+        );
+        // The last heartbeat was at most a third of the timeout before the kill.
+        assert!(after + TIMEOUT_MS / 3 + 50 >= TIMEOUT_MS, "gone too early: {after} ms");
+        assert!(after <= TIMEOUT_MS + SLACK_MS, "gone too late: {after} ms");
+    });
+}
+
+#[test]
+fn ephemeral_node_survives_leader_crashes_while_its_owner_heartbeats() {
+    const TIMEOUT_MS: u64 = 3000;
+    run_seed(13, |world| async move {
+        let addrs = add_coordinators(&world, 3);
+        let owner = idle_node(&world, "owner");
+        let observer = idle_node(&world, "observer");
+        madsim::time::sleep(Duration::from_millis(2000)).await;
+        let expired: Arc<Mutex<Option<bool>>> = Arc::default();
+        let (owner_addrs, owner_expired) = (addrs.clone(), expired.clone());
+        let _owner = world.spawn_on(owner, move |rt| async move {
+            let c = connect(rt.clone(), client_config(&owner_addrs, TIMEOUT_MS)).await;
+            c.create("/brokers", b"", CreateMode::Persistent).await.ok();
+            c.create("/brokers/1", b"", CreateMode::Ephemeral)
+                .await
+                .expect("register");
+            loop {
+                *owner_expired.lock().expect("flag") = Some(c.is_expired());
+                rt.sleep(Duration::from_millis(100)).await;
+            }
+        });
+        madsim::time::sleep(Duration::from_millis(1000)).await;
+        let polls: Arc<Mutex<Vec<bool>>> = Arc::default();
+        let (log, observer_addrs) = (polls.clone(), addrs.clone());
+        let _observer = world.spawn_on(observer, move |rt| async move {
+            let c = connect(rt.clone(), client_config(&observer_addrs, 20_000)).await;
+            for _ in 0..1000 {
+                if let Ok(stat) = c.exists("/brokers/1", false, true).await {
+                    log.lock().expect("log").push(stat.is_some());
+                }
+                rt.sleep(Duration::from_millis(50)).await;
+            }
+        });
+        // Every coordinator in turn (so the leader too) crashes with its disk and comes back.
+        for victim in 0..3 {
+            world.kill(NodeIndex(victim));
+            madsim::time::sleep(Duration::from_millis(1500)).await;
+            world.restart(NodeIndex(victim));
+            madsim::time::sleep(Duration::from_millis(2500)).await;
+        }
+        let polls = polls.lock().expect("log").clone();
+        println!(
+            "ephemeral under leader crashes: {} polls, {} present",
+            polls.len(),
+            polls.iter().filter(|p| **p).count()
+        );
+        assert!(polls.len() > 50, "too few polls: {}", polls.len());
+        assert!(
+            polls.iter().all(|p| *p),
+            "the ephemeral vanished while its owner heartbeated"
+        );
+        assert_eq!(
+            *expired.lock().expect("flag"),
+            Some(false),
+            "the owner's session expired"
+        );
+    });
+}
+
+/// A tiny deterministic generator for the nemesis (the test's own stream, from the seed).
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+type History = Arc<Mutex<Vec<CoordOp>>>;
+
+const PATHS: u64 = 3;
+const OPS_PER_CLIENT: u32 = 40;
+
+/// One client process: random ops on a few paths, each recorded as the client saw it.
+async fn workload<R: Runtime>(rt: R, process: u32, servers: Vec<String>, history: History) {
+    let mut client = connect(rt.clone(), client_config(&servers, 3000)).await;
+    let mut versions: BTreeMap<String, i32> = BTreeMap::new();
+    for i in 0..OPS_PER_CLIENT {
+        let path = format!("/k{}", rt.random_u64() % PATHS);
+        let data = format!("p{process}-{i}").into_bytes();
+        let expected_version = match rt.random_u64() % 3 {
+            0 => None,
+            _ => Some(versions.get(&path).copied().unwrap_or(0)),
+        };
+        let kind = match rt.random_u64() % 4 {
+            0 => CoordOpKind::Read,
+            1 => CoordOpKind::Create { data: data.clone() },
+            2 => CoordOpKind::Set {
+                data: data.clone(),
+                expected_version,
+            },
+            _ => CoordOpKind::Delete { expected_version },
+        };
+        let invoke_ms = rt.monotonic_ms();
+        let outcome = match &kind {
+            CoordOpKind::Read => client.get(&path, false, true).await.map(|(d, st)| {
+                versions.insert(path.clone(), st.version);
+                CoordOutcome::Read(Some((d, st.version)))
+            }),
+            CoordOpKind::Create { data } => client
+                .create(&path, data, CreateMode::Persistent)
+                .await
+                .map(|_| CoordOutcome::Created),
+            CoordOpKind::Set { data, expected_version } => client
+                .set_data(&path, data, *expected_version)
+                .await
+                .map(|st| CoordOutcome::SetOk { version: st.version }),
+            CoordOpKind::Delete { expected_version } => client
+                .delete(&path, *expected_version)
+                .await
+                .map(|()| CoordOutcome::Deleted),
+        };
+        let outcome = match outcome {
+            Ok(o) => Some(o),
+            Err(CoordError::Tree(TreeError::NoNode)) if kind == CoordOpKind::Read => Some(CoordOutcome::Read(None)),
+            Err(CoordError::Tree(TreeError::NoNode)) => Some(CoordOutcome::NoNode),
+            Err(CoordError::Tree(TreeError::NodeExists)) => Some(CoordOutcome::NodeExists),
+            Err(CoordError::Tree(TreeError::BadVersion)) => Some(CoordOutcome::BadVersion),
+            Err(CoordError::Unknown) if kind != CoordOpKind::Read => Some(CoordOutcome::Unknown),
+            // Refused before it took effect (no leader reachable, session gone): not an op.
+            Err(e) => {
+                if matches!(e, CoordError::SessionExpired) {
+                    client = connect(rt.clone(), client_config(&servers, 3000)).await;
+                }
+                None
+            }
+        };
+        let Some(outcome) = outcome else { continue };
+        let complete_ms = (outcome != CoordOutcome::Unknown).then(|| rt.monotonic_ms());
+        history.lock().expect("history").push(CoordOp {
+            process,
+            path: path.clone(),
+            kind,
+            invoke_ms,
+            complete_ms,
+            outcome,
+        });
+        rt.sleep(Duration::from_millis(rt.random_u64() % 100)).await;
+    }
+}
+
+/// Explored states per path at most before the checker calls a path too large.
+const STATES_PER_PATH_MAX: usize = 2_000_000;
+
+fn linearizable(ops: &[CoordOp]) -> Option<bool> {
+    let report = check(ops, &BTreeMap::new(), STATES_PER_PATH_MAX);
+    if !report.too_large.is_empty() {
+        return None;
+    }
+    Some(report.ok())
+}
+
+fn op(process: u32, kind: CoordOpKind, invoke_ms: u64, complete_ms: Option<u64>, outcome: CoordOutcome) -> CoordOp {
+    CoordOp {
+        process,
+        path: "/k".into(),
+        kind,
+        invoke_ms,
+        complete_ms,
+        outcome,
+    }
+}
+
+#[test]
+fn the_checker_catches_a_stale_read_and_two_cas_winners_in_histories_recorded_here() {
+    let create = op(
+        0,
+        CoordOpKind::Create { data: b"a".to_vec() },
+        0,
+        Some(10),
+        CoordOutcome::Created,
+    );
+    let set = |p, t0, t1, outcome| {
+        op(
+            p,
+            CoordOpKind::Set {
+                data: b"b".to_vec(),
+                expected_version: Some(0),
+            },
+            t0,
+            Some(t1),
+            outcome,
+        )
+    };
+    let read = |t0, v: Option<(&[u8], i32)>| {
+        op(
+            2,
+            CoordOpKind::Read,
+            t0,
+            Some(t0 + 1),
+            CoordOutcome::Read(v.map(|(d, v)| (d.to_vec(), v))),
+        )
+    };
+    let good = vec![
+        create.clone(),
+        set(1, 20, 30, CoordOutcome::SetOk { version: 1 }),
+        read(40, Some((b"b", 1))),
+    ];
+    assert_eq!(linearizable(&good), Some(true));
+    let stale = vec![
+        create.clone(),
+        set(1, 20, 30, CoordOutcome::SetOk { version: 1 }),
+        read(40, Some((b"a", 0))),
+    ];
+    assert_eq!(
+        linearizable(&stale),
+        Some(false),
+        "a read after a completed write saw the old value"
+    );
+    let two_winners = vec![
+        create.clone(),
+        set(1, 20, 30, CoordOutcome::SetOk { version: 1 }),
+        set(2, 20, 30, CoordOutcome::SetOk { version: 1 }),
+    ];
+    assert_eq!(
+        linearizable(&two_winners),
+        Some(false),
+        "two CAS winners from one version"
+    );
+    let unknown = vec![
+        create,
+        op(
+            1,
+            CoordOpKind::Set {
+                data: b"b".to_vec(),
+                expected_version: None,
+            },
+            20,
+            None,
+            CoordOutcome::Unknown,
+        ),
+        read(100, Some((b"b", 1))),
+        read(200, Some((b"b", 1))),
+    ];
+    assert_eq!(linearizable(&unknown), Some(true), "an unknown write may have applied");
+}
+
+#[test]
+fn three_coordinators_keep_a_linearizable_history_through_crashes_and_partitions() {
+    let mut total = 0;
+    for seed in 21..31 {
+        let (compared, paths, faults) = run_seed(seed, move |world| async move {
+            // Odd seeds snapshot every few entries, so compaction, InstallSnapshot to a node that
+            // was down and restore at restart run under the same faults.
+            let timing = CoordTiming {
+                snapshot_every_entries: if seed % 2 == 1 { 16 } else { 10_000 },
+                ..CoordTiming::default()
+            };
+            let addrs = add_coordinators_with(&world, 3, timing);
+            let clients: Vec<NodeIndex> = (0..3).map(|i| idle_node(&world, &format!("client-{i}"))).collect();
+            madsim::time::sleep(Duration::from_millis(1500)).await;
+            let history: History = Arc::default();
+            let handles: Vec<_> = clients
+                .iter()
+                .enumerate()
+                .map(|(p, &node)| {
+                    let (servers, history) = (addrs.clone(), history.clone());
+                    world.spawn_on(node, move |rt| workload(rt, p as u32, servers, history))
+                })
+                .collect();
+            // The nemesis: one coordinator at a time is killed (its disk crashes) and restarted,
+            // or cut off from the other two and rejoined.
+            let mut rng = SplitMix(world.seed());
+            let mut faults = 0;
+            for _ in 0..8 {
+                madsim::time::sleep(Duration::from_millis(300 + rng.below(700))).await;
+                let victim = NodeIndex(rng.below(3) as usize);
+                let fault = if rng.below(2) == 0 {
+                    Fault::Kill(victim)
+                } else {
+                    Fault::Isolate(victim)
+                };
+                world.inject(&fault);
+                faults += 1;
+                madsim::time::sleep(Duration::from_millis(500 + rng.below(1500))).await;
+                world.inject(&fault.opposite());
+            }
+            for h in handles {
+                madsim::time::timeout(Duration::from_secs(120), h)
+                    .await
+                    .expect("the workload ends")
+                    .expect("the client ran");
+            }
+            // The final state, read after healing, joins the history.
+            let (servers, final_history) = (addrs.clone(), history.clone());
+            let reader = idle_node(&world, "final-reader");
+            world
+                .spawn_on(reader, move |rt| async move {
+                    let c = connect(rt.clone(), client_config(&servers, 3000)).await;
+                    for k in 0..PATHS {
+                        let path = format!("/k{k}");
+                        let invoke_ms = rt.monotonic_ms();
+                        let read = match c.get(&path, false, true).await {
+                            Ok((d, st)) => Some((d, st.version)),
+                            Err(CoordError::Tree(TreeError::NoNode)) => None,
+                            Err(e) => panic!("final read of {path}: {e}"),
+                        };
+                        final_history.lock().expect("history").push(CoordOp {
+                            process: 99,
+                            path,
+                            kind: CoordOpKind::Read,
+                            invoke_ms,
+                            complete_ms: Some(rt.monotonic_ms()),
+                            outcome: CoordOutcome::Read(read),
+                        });
+                    }
+                })
+                .await
+                .expect("the final reader ran");
+            let history = history.lock().expect("history").clone();
+            let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();
+            for op in &history {
+                let name = format!("{:?}", op.outcome);
+                *outcomes
+                    .entry(name.split(['(', ' ']).next().unwrap_or("").to_string())
+                    .or_default() += 1;
+            }
+            let span_ms = history.iter().filter_map(|o| o.complete_ms).max().unwrap_or(0)
+                - history.iter().map(|o| o.invoke_ms).min().unwrap_or(0);
+            println!("outcomes over {span_ms} ms: {outcomes:?}");
+            let report = check(&history, &BTreeMap::new(), STATES_PER_PATH_MAX);
+            println!("{}", report.summary());
+            assert!(report.ok(), "{}", report.summary());
+            assert!(report.too_large.is_empty(), "{}", report.summary());
+            // Negative control: the same history with one read of a value nobody wrote fails.
+            let mut tampered = history.clone();
+            let last_ms = history.iter().filter_map(|o| o.complete_ms).max().unwrap_or(0);
+            tampered.push(CoordOp {
+                process: 98,
+                path: "/k0".into(),
+                kind: CoordOpKind::Read,
+                invoke_ms: last_ms + 1,
+                complete_ms: Some(last_ms + 2),
+                outcome: CoordOutcome::Read(Some((b"never-written".to_vec(), 77))),
+            });
+            let control = check(&tampered, &BTreeMap::new(), STATES_PER_PATH_MAX);
+            assert!(
+                !control.violations.is_empty(),
+                "the checker missed a tampered read: {}",
+                control.summary()
+            );
+            (report.ops_checked, report.paths_checked, faults)
+        });
+        println!("seed {seed}: {compared} ops on {paths} paths linearizable under {faults} faults");
+        total += compared;
+    }
+    assert!(total > 0, "compared nothing");
+}
