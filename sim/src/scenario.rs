@@ -172,6 +172,11 @@ pub struct Broker {
     /// KIP-101, instead of asking the leader for their epoch's end offset.
     #[serde(rename = "mutant.follower.truncate.to.high.watermark", default)]
     pub mutant_truncate_to_high_watermark: bool,
+    /// Simulator-only: brokers and controller ignore restarts (no KIP-380 broker epoch), so a
+    /// quickly restarted broker keeps its leadership and ISR membership. Lets a scenario show a
+    /// fault that restart detection would otherwise mask.
+    #[serde(rename = "mutant.ignore.broker.restarts", default)]
+    pub mutant_ignore_broker_restarts: bool,
 }
 
 impl Default for Broker {
@@ -179,6 +184,7 @@ impl Default for Broker {
         Broker {
             replica_lag_time_max_ms: defaults::replica_lag_time_max_ms(),
             mutant_truncate_to_high_watermark: false,
+            mutant_ignore_broker_restarts: false,
         }
     }
 }

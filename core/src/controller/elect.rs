@@ -15,8 +15,8 @@
 //!   its session expired and it came back: Kafka's broker epoch, KIP-380) counts as dead for
 //!   that state: as leader it is replaced, as follower it leaves the ISR, because its log may
 //!   have lost unsynced writes. Once the state is rewritten, it is live again and rejoins the
-//!   ISR through the leader when it has caught up; if it was the last ISR member it is elected
-//!   again (with a new epoch), as Kafka does.
+//!   ISR through the leader when it has caught up; if it was the last ISR member the partition
+//!   goes offline and, in the next pass, it is elected again (with a new epoch), as Kafka does.
 
 use std::collections::BTreeMap;
 
@@ -133,7 +133,10 @@ impl Restarts<'_> {
                 (Some(w), Some(r)) => *r > w,
                 _ => false,
             };
-            let live_here = |b: BrokerId| live(b) && !(bounced(b) && state.value.isr.contains(&b));
+            // Only while the partition has a leader: once offline, a returning ISR member is the
+            // best there is, and leads again (as in Kafka).
+            let has_leader = state.value.leader.is_some();
+            let live_here = |b: BrokerId| live(b) && !(has_leader && bounced(b) && state.value.isr.contains(&b));
             let Some((after, unclean)) = next_state(&state.value, replicas, &live_here, unclean_allowed, this.epoch)
             else {
                 continue;

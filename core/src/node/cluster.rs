@@ -59,6 +59,11 @@ pub struct ClusterConfig {
     /// The longest the broker goes without re-reading the cluster state.
     pub refresh_ms: u64,
     pub controller: ControllerConfig,
+    /// Whether restarts are detected by registration age (KIP-380's broker epoch): the
+    /// controller moves leadership off and the ISR away from a restarted broker, and a restarted
+    /// broker does not resume leadership from a state that predates it. Always on outside the
+    /// simulator; a scenario may turn it off to show what it prevents (a negative control).
+    pub detect_restarts: bool,
 }
 
 impl ClusterConfig {
@@ -68,6 +73,7 @@ impl ClusterConfig {
             session_timeout_ms: 6_000,
             refresh_ms: 500,
             controller: ControllerConfig::default(),
+            detect_restarts: true,
         }
     }
 }
@@ -421,7 +427,9 @@ impl<R: Runtime> Session<R> {
                 Ok((data, stat)) => {
                     if let Some(reg) = BrokerRegistration::decode(&data) {
                         live_brokers.insert(reg.id);
-                        registered_at.insert(reg.id, stat.czxid);
+                        if self.cluster.detect_restarts {
+                            registered_at.insert(reg.id, stat.czxid);
+                        }
                         registrations.push(reg);
                     }
                 }
@@ -456,7 +464,9 @@ impl<R: Runtime> Session<R> {
             for &p in record.assignment.keys() {
                 match c.get(&partition_state_path(&name, p), true, false).await {
                     Ok((data, stat)) => {
-                        state_written_at.insert((name.clone(), p), stat.mzxid);
+                        if self.cluster.detect_restarts {
+                            state_written_at.insert((name.clone(), p), stat.mzxid);
+                        }
                         if let Some(value) = PartitionState::decode(&data) {
                             partitions.insert(
                                 p,
@@ -521,7 +531,7 @@ impl<R: Runtime> Session<R> {
                     // for the controller to write a state for this one (KIP-380's broker epoch).
                     let written_at = scan.controller_view.state_written_at.get(&(name.clone(), *p));
                     let registered_at = scan.controller_view.registered_at.get(&me);
-                    if state.value.leader == Some(me) && written_at < registered_at {
+                    if state.value.leader == Some(me) && written_at.is_some() && written_at < registered_at {
                         tracing::debug!(target: "replication", topic = %name, partition = p,
                             "state names this broker leader but predates its registration; waiting");
                         continue;

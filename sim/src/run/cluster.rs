@@ -102,7 +102,8 @@ async fn broker_main(rt: SimRuntime, s: Arc<Scenario>, index: usize) {
     if s.broker.mutant_truncate_to_high_watermark {
         config.broker.truncation = TruncationPolicy::HighWatermark;
     }
-    let cluster = ClusterConfig::new(coordinator_addrs(&s));
+    let mut cluster = ClusterConfig::new(coordinator_addrs(&s));
+    cluster.detect_restarts = !s.broker.mutant_ignore_broker_restarts;
     match start_cluster_broker(rt, config, cluster).await {
         Ok((broker, accept_loop)) => {
             BROKERS.with(|b| b.borrow_mut().insert(index, Rc::downgrade(&broker)));
