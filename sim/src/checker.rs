@@ -14,7 +14,11 @@
 //! | `nonmonotonic-send` | one producer's later send to a partition was acknowledged at a lower offset |
 //! | `committed-offset-regression` | a group's committed offset for a partition went backwards |
 //! | `acked-never-processed` | acknowledged, below the group's final committed offset, never processed |
+//! | `two-owners-one-generation` | two members of a group were assigned one partition in the same generation |
 //! | `lost-in-buffer` | an asynchronous send the application saw return, never acknowledged, not in the log: the producer's buffer died with its process (not an acknowledged write: told apart from `lost-write`) |
+//!
+//! Processing duplicates (a value processed more than once) are counted, not reported: at-least-
+//! once delivery shows them after every crash or rebalance with commit-after-processing.
 //!
 //! A report says what it compared; [`Report::compared_nothing`] makes a run that compared
 //! nothing a failure rather than a pass.
@@ -36,10 +40,11 @@ pub enum AnomalyKind {
     CommittedOffsetRegression,
     AckedNeverProcessed,
     LostInBuffer,
+    TwoOwnersOneGeneration,
 }
 
 impl AnomalyKind {
-    pub const ALL: [AnomalyKind; 10] = [
+    pub const ALL: [AnomalyKind; 11] = [
         AnomalyKind::LostWrite,
         AnomalyKind::Unseen,
         AnomalyKind::InconsistentOffsets,
@@ -50,6 +55,7 @@ impl AnomalyKind {
         AnomalyKind::CommittedOffsetRegression,
         AnomalyKind::AckedNeverProcessed,
         AnomalyKind::LostInBuffer,
+        AnomalyKind::TwoOwnersOneGeneration,
     ];
 
     pub fn name(self) -> &'static str {
@@ -64,6 +70,7 @@ impl AnomalyKind {
             AnomalyKind::CommittedOffsetRegression => "committed-offset-regression",
             AnomalyKind::AckedNeverProcessed => "acked-never-processed",
             AnomalyKind::LostInBuffer => "lost-in-buffer",
+            AnomalyKind::TwoOwnersOneGeneration => "two-owners-one-generation",
         }
     }
 
@@ -95,6 +102,10 @@ pub struct Compared {
     pub polls: usize,
     pub commits: usize,
     pub processed: usize,
+    /// Processings of a value beyond its first (at-least-once redelivery).
+    pub processed_duplicates: usize,
+    /// Group assignments compared for `two-owners-one-generation`.
+    pub assignments: usize,
     pub partitions_read: usize,
     pub final_records: usize,
 }
@@ -131,6 +142,12 @@ impl Report {
             "compared {} sends ({} acked, {} checked against the final read, {} unknown, {} failed), {} polls, {} commits, {} processed, {} partitions read in full ({} records)",
             c.sends, c.acked, c.acked_checked, c.unknown, c.failed, c.polls, c.commits, c.processed, c.partitions_read, c.final_records
         );
+        if c.assignments > 0 || c.processed_duplicates > 0 {
+            out.push_str(&format!(
+                "; {} group assignments, {} duplicate processings",
+                c.assignments, c.processed_duplicates
+            ));
+        }
         for (kind, n) in self.counts() {
             out.push_str(&format!("\n  {kind}: {n}"));
             if let Some(first) = self.findings.iter().find(|f| f.kind == kind) {
@@ -140,7 +157,7 @@ impl Report {
         out
     }
 
-    fn add(&mut self, kind: AnomalyKind, detail: String) {
+    pub(crate) fn add(&mut self, kind: AnomalyKind, detail: String) {
         self.findings.push(Finding { kind, detail });
     }
 }
@@ -368,8 +385,10 @@ pub fn check(h: &History) -> Report {
             }
         }
     }
+    groups::check(h, &mut report);
     report
 }
 
+mod groups;
 #[cfg(test)]
 mod tests;

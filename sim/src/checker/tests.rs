@@ -60,6 +60,7 @@ fn clean() -> History {
             },
         )]
         .into(),
+        assignments: vec![],
         tracks_processing: true,
         consumers_drained: true,
     }

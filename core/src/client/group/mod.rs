@@ -5,11 +5,11 @@
 //! Contract, as Kafka's Java consumer:
 //! - `poll` drives everything: it finds the coordinator, joins (JoinGroup, rejoining with the id
 //!   a MEMBER_ID_REQUIRED answer gives), the leader assigns with the chosen assignor
-//!   ([`assignor`]), SyncGroup hands out the assignment, heartbeats go out every
-//!   `heartbeat.interval.ms`, and a heartbeat answered REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION
-//!   or UNKNOWN_MEMBER_ID makes the next poll rejoin. Heartbeats are sent from `poll` (no
-//!   background task): an application that does not poll for `session.timeout.ms` is removed by
-//!   the coordinator, and one that exceeds `max.poll.interval.ms` leaves the group itself.
+//!   ([`assignor`]), SyncGroup hands out the assignment. A background task ([`heartbeat`],
+//!   spawned on the runtime) heartbeats every `heartbeat.interval.ms`; an answer
+//!   REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID makes the next poll rejoin.
+//!   An application that does not poll for `max.poll.interval.ms` is made to leave the group by
+//!   that task (its partitions are lost, not revoked), as in Kafka.
 //! - Before a rejoin gives partitions up, [`RebalanceListener::on_partitions_revoked`] runs
 //!   while the old generation is still valid: what it returns is committed then. Partitions
 //!   lost without a valid generation (fenced, expired) go to `on_partitions_lost`: no commit is
@@ -27,19 +27,20 @@
 //! errors come back to the caller of `poll`, who polls again.
 
 pub mod assignor;
+pub mod heartbeat;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
 use std::time::Duration;
 
 pub use assignor::{Assignor, TopicPartition};
 
 use super::consumer::{Consumer, ConsumerConfig, ConsumerRecord};
 use super::{
-    code, ClientError, Cluster, FIND_COORDINATOR_VERSION, HEARTBEAT_VERSION, JOIN_GROUP_VERSION, LEAVE_GROUP_VERSION,
+    code, ClientError, Cluster, FIND_COORDINATOR_VERSION, JOIN_GROUP_VERSION, LEAVE_GROUP_VERSION,
     OFFSET_COMMIT_VERSION, OFFSET_FETCH_VERSION, SYNC_GROUP_VERSION,
 };
 use crate::protocol::api::find_coordinator::{FindCoordinatorRequest, KEY_TYPE_GROUP};
-use crate::protocol::api::heartbeat::HeartbeatRequest;
 use crate::protocol::api::join_group::{JoinGroupProtocol, JoinGroupRequest, JoinGroupResponse};
 use crate::protocol::api::leave_group::{LeaveGroupRequest, MemberIdentity};
 use crate::protocol::api::offset_commit::{OffsetCommitPartition, OffsetCommitRequest, OffsetCommitTopic};
@@ -142,11 +143,17 @@ pub struct GroupConsumer<R: Runtime> {
     fetchers: BTreeMap<String, Consumer<R>>,
     /// The next poll must (re)join.
     rejoin: bool,
-    last_heartbeat_ms: u64,
-    last_poll_ms: Option<u64>,
+    /// Shared with the heartbeat task (started at the first join).
+    hb: heartbeat::SharedRef,
+    hb_started: bool,
     last_auto_commit_ms: u64,
     listener: Box<dyn RebalanceListener>,
+    /// Commits the coordinator accepted (auto, on revoke or asked for), until taken.
+    accepted_commits: Vec<BTreeMap<TopicPartition, i64>>,
 }
+
+/// Accepted commits kept for [`GroupConsumer::take_commits`] at most (the oldest go first).
+const ACCEPTED_COMMITS_MAX: usize = 10_000;
 
 impl<R: Runtime> GroupConsumer<R> {
     pub fn new(cluster: Cluster<R>, config: GroupConfig) -> Self {
@@ -161,10 +168,11 @@ impl<R: Runtime> GroupConsumer<R> {
             assignment: BTreeSet::new(),
             fetchers: BTreeMap::new(),
             rejoin: true,
-            last_heartbeat_ms: 0,
-            last_poll_ms: None,
+            hb: Rc::default(),
+            hb_started: false,
             last_auto_commit_ms: 0,
             listener: Box::new(NoListener),
+            accepted_commits: Vec::new(),
         }
     }
 
@@ -187,6 +195,12 @@ impl<R: Runtime> GroupConsumer<R> {
         &self.assignment
     }
 
+    /// The commits the coordinator accepted since the last call, oldest first, whoever made
+    /// them (auto-commit, a revoke, the application): what an observer of the group records.
+    pub fn take_commits(&mut self) -> Vec<BTreeMap<TopicPartition, i64>> {
+        std::mem::take(&mut self.accepted_commits)
+    }
+
     /// The next offset to read in each assigned partition whose position is known.
     pub fn positions(&self) -> BTreeMap<TopicPartition, i64> {
         self.assignment
@@ -202,14 +216,8 @@ impl<R: Runtime> GroupConsumer<R> {
     /// partition.
     pub async fn poll(&mut self) -> Result<GroupPolled, ClientError> {
         let now = self.rt.monotonic_ms();
-        if let Some(last) = self.last_poll_ms {
-            if now.saturating_sub(last) > u64::try_from(self.config.max_poll_interval_ms).unwrap_or(0) {
-                tracing::warn!(group = %self.config.group_id, member = %self.member_id, "max.poll.interval.ms exceeded; leaving the group");
-                self.leave().await;
-                self.lose_partitions();
-            }
-        }
-        self.last_poll_ms = Some(now);
+        self.take_heartbeat_news();
+        self.hb.borrow_mut().last_poll_ms = now;
         if self.config.enable_auto_commit
             && self.generation >= 0
             && !self.rejoin
@@ -221,11 +229,10 @@ impl<R: Runtime> GroupConsumer<R> {
                 self.commit_async(&positions).await;
             }
         }
-        if !self.rejoin && now.saturating_sub(self.last_heartbeat_ms) >= self.config.heartbeat_interval_ms {
-            self.heartbeat().await?;
-        }
         if self.rejoin {
-            self.join().await?;
+            let joined = self.join().await;
+            self.share_identity();
+            joined?;
         }
         let mut polled = GroupPolled::default();
         if self.assignment.is_empty() {
@@ -309,7 +316,7 @@ impl<R: Runtime> GroupConsumer<R> {
         self.revoke_all().await;
         self.leave().await;
         self.rejoin = true;
-        self.last_poll_ms = None;
+        self.share_identity();
     }
 
     async fn commit_once(&mut self, offsets: &BTreeMap<TopicPartition, i64>) -> Result<(), ClientError> {
@@ -346,7 +353,13 @@ impl<R: Runtime> GroupConsumer<R> {
             .map(|&(_, c)| code(c))
             .find(|c| *c != ErrorCode::None);
         match error {
-            None => Ok(()),
+            None => {
+                if self.accepted_commits.len() >= ACCEPTED_COMMITS_MAX {
+                    self.accepted_commits.remove(0);
+                }
+                self.accepted_commits.push(offsets.clone());
+                Ok(())
+            }
             Some(c) => {
                 self.on_group_error(c);
                 Err(ClientError::Broker(c))
@@ -376,29 +389,35 @@ impl<R: Runtime> GroupConsumer<R> {
         }
     }
 
-    async fn heartbeat(&mut self) -> Result<(), ClientError> {
-        let request = Request::Heartbeat(HeartbeatRequest {
-            group_id: self.config.group_id.clone(),
-            generation_id: self.generation,
-            member_id: self.member_id.clone(),
-            group_instance_id: None,
-        });
-        let Response::Heartbeat(resp) = self.call_coordinator(&request, HEARTBEAT_VERSION, None).await? else {
-            return Err(ClientError::Protocol("Heartbeat answered with another API".into()));
+    /// Acts on what the heartbeat task learnt since the last poll.
+    fn take_heartbeat_news(&mut self) {
+        let (error, left) = {
+            let mut hb = self.hb.borrow_mut();
+            (hb.error.take(), std::mem::take(&mut hb.left_for_poll_timeout))
         };
-        self.last_heartbeat_ms = self.rt.monotonic_ms();
-        match code(resp.error_code) {
-            ErrorCode::None => Ok(()),
-            c @ (ErrorCode::RebalanceInProgress | ErrorCode::IllegalGeneration | ErrorCode::UnknownMemberId) => {
-                tracing::debug!(group = %self.config.group_id, member = %self.member_id, code = ?c, "heartbeat: rejoin");
-                self.on_group_error(c);
-                Ok(())
-            }
-            c => {
-                self.on_group_error(c);
-                Err(ClientError::Broker(c))
-            }
+        if left {
+            self.lose_partitions();
+            self.member_id.clear();
+            self.rejoin = true;
         }
+        if let Some(c) = error {
+            self.on_group_error(c);
+        }
+        self.share_identity();
+    }
+
+    /// Tells the heartbeat task who this member is now.
+    fn share_identity(&mut self) {
+        let mut hb = self.hb.borrow_mut();
+        hb.group_id.clone_from(&self.config.group_id);
+        hb.client_id.clone_from(&self.cluster.config.client_id);
+        hb.member_id.clone_from(&self.member_id);
+        hb.generation = self.generation;
+        hb.active = !self.rejoin && self.generation >= 0 && !self.member_id.is_empty();
+        hb.coordinator.clone_from(&self.coordinator);
+        hb.interval_ms = self.config.heartbeat_interval_ms;
+        hb.max_poll_interval_ms = u64::try_from(self.config.max_poll_interval_ms).unwrap_or(0);
+        hb.request_timeout_ms = self.cluster.config.request_timeout_ms;
     }
 
     /// Partitions gone without a valid generation: no commit, the listener is told.
@@ -613,7 +632,10 @@ impl<R: Runtime> GroupConsumer<R> {
         let assigned = assignor::decode_assignment(&sync.assignment)?;
         self.generation = generation;
         self.rejoin = false;
-        self.last_heartbeat_ms = self.rt.monotonic_ms();
+        if !self.hb_started {
+            self.hb_started = true;
+            heartbeat::spawn(&self.rt, &self.hb);
+        }
         tracing::info!(group = %self.config.group_id, member = %self.member_id, generation, partitions = ?assigned, "assigned");
         self.assign(assigned).await?;
         Ok(true)

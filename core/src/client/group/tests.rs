@@ -27,6 +27,8 @@ struct World {
     disk: RefCell<MemDisk>,
     broker: SharedBroker,
     node: NodeConfig,
+    /// Tasks the consumers spawned (heartbeats); they end when their consumer is dropped.
+    spawned: RefCell<Vec<Task<'static>>>,
 }
 
 #[derive(Clone)]
@@ -101,8 +103,8 @@ impl Runtime for Rt {
             world: self.0.clone(),
         }
     }
-    fn spawn(&self, _task: impl Future<Output = ()> + 'static) {
-        panic!("the group consumer spawns nothing");
+    fn spawn(&self, task: impl Future<Output = ()> + 'static) {
+        self.0.spawned.borrow_mut().push(Box::pin(task));
     }
     async fn connect(&self, _addr: &str) -> Result<Conn, NetError> {
         Ok(Conn {
@@ -123,7 +125,7 @@ impl Runtime for Rt {
 
 type Task<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
 
-/// Polls every task in turn; when all wait, runs the broker's timers and moves time to the
+/// Polls every task in turn (and the spawned ones); when all wait, runs the broker's timers and moves time to the
 /// earliest sleep. Bounded by rounds; a round where nothing waits on a timer is a deadlock.
 fn run(rt: &Rt, mut tasks: Vec<Task<'_>>) {
     let mut done = vec![false; tasks.len()];
@@ -136,6 +138,10 @@ fn run(rt: &Rt, mut tasks: Vec<Task<'_>>) {
         if done.iter().all(|d| *d) {
             return;
         }
+        // Spawned tasks may spawn or finish: take them out while polling.
+        let mut spawned = std::mem::take(&mut *rt.0.spawned.borrow_mut());
+        spawned.retain_mut(|t| t.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending());
+        rt.0.spawned.borrow_mut().extend(spawned);
         let next =
             rt.0.timers
                 .borrow_mut()
@@ -182,6 +188,7 @@ fn setup() -> Rt {
         disk: RefCell::new(disk),
         broker: Rc::new(RefCell::new(broker)),
         node,
+        spawned: RefCell::new(Vec::new()),
     }))
 }
 
@@ -389,4 +396,51 @@ fn positions_start_at_the_committed_offset_and_a_fenced_commit_changes_nothing()
     assert_eq!(committed, Some(3), "the fenced commit changed nothing");
     assert!(a.rejoin, "a fenced member rejoins on its next poll");
     assert!(a.assignment().is_empty(), "and its partitions are lost, not revoked");
+}
+
+#[test]
+fn the_background_heartbeat_keeps_a_slow_member_and_max_poll_interval_removes_it() {
+    let rt = setup();
+    let mut a = member(&rt, "a", Assignor::Range);
+    let seen = RefCell::new(Seen::default());
+    let deadline = rt.monotonic_ms() + 60_000;
+    run(
+        &rt,
+        vec![Box::pin(poll_until(&rt, &mut a, 0, &seen, &settled(&[0]), deadline))],
+    );
+    let (member_id, generation) = (a.generation().0.to_string(), a.generation().1);
+    // 15 s of processing without a poll: past session.timeout.ms (10 s), within
+    // max.poll.interval.ms (20 s). The heartbeat task keeps the member.
+    let sleep = rt.sleep(Duration::from_millis(15_000));
+    run(&rt, vec![Box::pin(sleep)]);
+    run(&rt, vec![one_poll(&mut a)]);
+    assert_eq!(
+        a.generation(),
+        (member_id.as_str(), generation),
+        "still the same member and generation"
+    );
+    assert_eq!(a.assignment().len(), PARTITIONS as usize);
+
+    // 25 s without a poll: past max.poll.interval.ms, the task leaves the group for it.
+    let sleep = rt.sleep(Duration::from_millis(25_000));
+    run(&rt, vec![Box::pin(sleep)]);
+    assert_eq!(
+        rt.0.broker
+            .borrow()
+            .groups()
+            .group("g")
+            .map(|g| g.members.len())
+            .unwrap_or(0),
+        0,
+        "the member left"
+    );
+    run(&rt, vec![one_poll(&mut a)]);
+    assert_ne!(a.generation().0, member_id, "it rejoined as a new member");
+    assert!(a.generation().1 >= 0, "in a new generation");
+}
+
+fn one_poll(c: &mut GroupConsumer<Rt>) -> Task<'_> {
+    Box::pin(async move {
+        let _ = c.poll().await;
+    })
 }
