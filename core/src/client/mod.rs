@@ -12,6 +12,7 @@
 pub mod conn;
 pub mod consumer;
 pub mod group;
+pub mod partitioner;
 pub mod producer;
 
 use std::collections::BTreeMap;
