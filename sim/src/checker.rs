@@ -14,12 +14,15 @@
 //! | `nonmonotonic-send` | one producer's later send to a partition was acknowledged at a lower offset |
 //! | `committed-offset-regression` | a group's committed offset for a partition went backwards |
 //! | `acked-never-processed` | acknowledged, below the group's final committed offset, never processed |
+//! | `two-owners-one-generation` | two members of a group were assigned one partition in the same generation |
 //! | `lost-in-buffer` | an asynchronous send the application saw return, never acknowledged, not in the log: the producer's buffer died with its process (not an acknowledged write: told apart from `lost-write`) |
-//!
 //! | `two-leaders-one-epoch` | two brokers acted as leader of one partition in one leader epoch ([`leaders`]) |
 //! | `two-controllers-one-epoch` | two brokers acted as controller in one controller epoch ([`leaders`]) |
 //! | `replica-divergence` | two replicas hold different batches at an offset below both their high watermarks ([`replicas`]) |
 //! | `nonlinearizable` | no order of the coordinator's client-visible ops explains what clients saw ([`linearizable`]) |
+//!
+//! Processing duplicates (a value processed more than once) are counted, not reported: at-least-
+//! once delivery shows them after every crash or rebalance with commit-after-processing.
 //!
 //! A report says what it compared; [`Report::compared_nothing`] makes a run that compared
 //! nothing a failure rather than a pass.
@@ -49,10 +52,11 @@ pub enum AnomalyKind {
     TwoControllersOneEpoch,
     ReplicaDivergence,
     Nonlinearizable,
+    TwoOwnersOneGeneration,
 }
 
 impl AnomalyKind {
-    pub const ALL: [AnomalyKind; 14] = [
+    pub const ALL: [AnomalyKind; 15] = [
         AnomalyKind::LostWrite,
         AnomalyKind::Unseen,
         AnomalyKind::InconsistentOffsets,
@@ -67,6 +71,7 @@ impl AnomalyKind {
         AnomalyKind::TwoControllersOneEpoch,
         AnomalyKind::ReplicaDivergence,
         AnomalyKind::Nonlinearizable,
+        AnomalyKind::TwoOwnersOneGeneration,
     ];
 
     pub fn name(self) -> &'static str {
@@ -85,6 +90,7 @@ impl AnomalyKind {
             AnomalyKind::TwoControllersOneEpoch => "two-controllers-one-epoch",
             AnomalyKind::ReplicaDivergence => "replica-divergence",
             AnomalyKind::Nonlinearizable => "nonlinearizable",
+            AnomalyKind::TwoOwnersOneGeneration => "two-owners-one-generation",
         }
     }
 
@@ -116,6 +122,10 @@ pub struct Compared {
     pub polls: usize,
     pub commits: usize,
     pub processed: usize,
+    /// Processings of a value beyond its first (at-least-once redelivery).
+    pub processed_duplicates: usize,
+    /// Group assignments compared for `two-owners-one-generation`.
+    pub assignments: usize,
     pub partitions_read: usize,
     pub final_records: usize,
     /// Replicated clusters: leader observations and replica offsets compared.
@@ -161,6 +171,12 @@ impl Report {
                 c.leader_observations, c.replica_offsets
             ));
         }
+        if c.assignments > 0 || c.processed_duplicates > 0 {
+            out.push_str(&format!(
+                "; {} group assignments, {} duplicate processings",
+                c.assignments, c.processed_duplicates
+            ));
+        }
         for (kind, n) in self.counts() {
             out.push_str(&format!("\n  {kind}: {n}"));
             if let Some(first) = self.findings.iter().find(|f| f.kind == kind) {
@@ -170,7 +186,7 @@ impl Report {
         out
     }
 
-    fn add(&mut self, kind: AnomalyKind, detail: String) {
+    pub(crate) fn add(&mut self, kind: AnomalyKind, detail: String) {
         self.findings.push(Finding { kind, detail });
     }
 }
@@ -406,8 +422,10 @@ pub fn check(h: &History) -> Report {
             }
         }
     }
+    groups::check(h, &mut report);
     report
 }
 
+mod groups;
 #[cfg(test)]
 mod tests;

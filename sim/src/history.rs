@@ -1,5 +1,5 @@
 //! What a simulated workload did, as the checker needs it: every send with its outcome, every
-//! record a consumer polled, every offset commit, every record processed, and a final full read
+//! record a consumer polled, every offset commit, every record processed, every group assignment, and a final full read
 //! of each partition after the faults healed.
 //!
 //! Values are unique per run (`producer << 32 | sequence`), so a value names exactly one send.
@@ -87,6 +87,17 @@ pub struct Processed {
     pub value: Value,
 }
 
+/// A group member's assignment in one generation, as the member saw it after SyncGroup.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Assignment {
+    pub consumer: u32,
+    pub group: String,
+    pub member: String,
+    pub generation: i32,
+    pub partitions: Vec<Partition>,
+    pub at_ms: u64,
+}
+
 /// A partition read in full after the heal phase, from its log start.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FinalRead {
@@ -103,6 +114,8 @@ pub struct History {
     pub polls: Vec<Poll>,
     pub commits: Vec<Commit>,
     pub processed: Vec<Processed>,
+    /// Group assignments, one per member per generation it joined.
+    pub assignments: Vec<Assignment>,
     /// Filled by the final read; a partition missing here was not read.
     pub final_reads: BTreeMap<Partition, FinalRead>,
     /// The workload records what it processed: an acked record below a group's final committed

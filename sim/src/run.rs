@@ -10,10 +10,11 @@
 //! Limits of this first version (stated, not hidden): one broker per cluster (replication and the
 //! coordinator come with issue #4); sends are one record per batch; async producers queue sends
 //! in memory for a sender task but do not batch yet (issue #5); consumers read every partition
-//! by manual assignment and do not commit (groups come with issue #5).
+//! by manual assignment and do not commit, unless the scenario sets `"group.id"`: then they
+//! subscribe as one consumer group and commit per the scenario's `commit` policy.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -21,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gregor_core::client::consumer::{Consumer, ConsumerConfig};
+use gregor_core::client::group::{GroupConfig, GroupConsumer, RebalanceListener, TopicPartition};
 use gregor_core::client::producer::{Producer, ProducerConfig, SendError};
 use gregor_core::client::{ClientConfig, Cluster};
 use gregor_core::node::{start_broker, NodeConfig};
@@ -29,10 +31,10 @@ use gregor_core::runtime::Runtime;
 use gregor_core::BrokerId;
 
 use crate::checker::{self, Report};
-use crate::history::{FinalRead, History, Poll, Processed, Send, SendOutcome, Value};
+use crate::history::{Assignment, Commit, FinalRead, History, Poll, Processed, Send, SendOutcome, Value};
 use crate::nemesis::{FaultEvent, Nemesis};
 use crate::runtime::SimRuntime;
-use crate::scenario::{Scenario, SendMode};
+use crate::scenario::{CommitPolicy, Scenario, SendMode};
 use crate::world::{node_ip, run_seed_with, NodeIndex, World, WorldConfig};
 
 pub mod cluster;
@@ -266,6 +268,9 @@ async fn send_one(
 
 async fn consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions: Arc<AtomicU32>) {
     let Some(spec) = &w.scenario.consumer else { return };
+    if let Some(group_id) = &spec.group_id {
+        return group_consumer_main(rt, w.clone(), c, sessions, group_id.clone()).await;
+    }
     let topic = &w.scenario.topic.get_ref().name;
     let start_ms = w.produce_until_ms - w.scenario.duration_s * 1_000 + spec.start_after_s * 1_000;
     rt.sleep(Duration::from_millis(start_ms.saturating_sub(rt.monotonic_ms())))
@@ -303,6 +308,165 @@ async fn consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions: Arc<A
                 tracing::debug!(target: "workload", consumer = c, error = %e, "poll failed");
                 rt.sleep(Duration::from_millis(100)).await;
             }
+        }
+    }
+}
+
+/// What the application commits when partitions are revoked: its positions, when it processes
+/// what it polls before polling again (every polled record is processed by then).
+struct CommitOnRevoke(bool);
+
+impl RebalanceListener for CommitOnRevoke {
+    fn on_partitions_revoked(
+        &mut self,
+        _revoked: &BTreeSet<TopicPartition>,
+        positions: &BTreeMap<TopicPartition, i64>,
+    ) -> BTreeMap<TopicPartition, i64> {
+        if self.0 {
+            positions.clone()
+        } else {
+            BTreeMap::new()
+        }
+    }
+}
+
+/// A consumer of the scenario's consumer group: polls, processes per the commit policy, and
+/// records its polls, processing, accepted commits and assignments. A kill loses everything in
+/// its memory (positions, the hand-off queue); on restart it joins as a new member.
+async fn group_consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions: Arc<AtomicU32>, group_id: String) {
+    let spec = w
+        .scenario
+        .consumer
+        .as_ref()
+        .expect("group consumers run with a [consumer]");
+    let topic = w.scenario.topic.get_ref().name.clone();
+    let start_ms = w.produce_until_ms - w.scenario.duration_s * 1_000 + spec.start_after_s * 1_000;
+    rt.sleep(Duration::from_millis(start_ms.saturating_sub(rt.monotonic_ms())))
+        .await;
+    let mut config = GroupConfig::new(&group_id);
+    config.consumer = ConsumerConfig {
+        reset_to_earliest: spec.auto_offset_reset == "earliest",
+        ..ConsumerConfig::default()
+    };
+    config.session_timeout_ms = i32::try_from(spec.session_timeout_ms).expect("validated: at most 1800000");
+    config.heartbeat_interval_ms = u64::from(spec.session_timeout_ms / 3).min(3_000);
+    config.max_poll_interval_ms = 30_000;
+    config.assignors = spec.assignors().expect("validated when the scenario was parsed");
+    config.enable_auto_commit = spec.auto_commit();
+    config.auto_commit_interval_ms = spec.auto_commit_interval_ms;
+    let mut consumer = GroupConsumer::new(client(&rt, format!("consumer-{c}"), w.brokers), config);
+    let policy = spec.commit;
+    let commits_on_revoke = matches!(policy, CommitPolicy::AfterProcessing | CommitPolicy::BeforeProcessing);
+    consumer.subscribe(&[topic.as_str()], Box::new(CommitOnRevoke(commits_on_revoke)));
+    let processing = Duration::from_millis(spec.processing_ms);
+
+    // commit = "auto": the application hands records to a worker and keeps polling.
+    let queue: Rc<RefCell<VecDeque<Value>>> = Rc::default();
+    if policy == CommitPolicy::Auto {
+        let (rt, w, queue) = (rt.clone(), w.clone(), queue.clone());
+        rt.clone().spawn(async move {
+            while rt.monotonic_ms() < w.consume_until_ms {
+                let next = queue.borrow_mut().pop_front();
+                match next {
+                    Some(value) => {
+                        rt.sleep(processing).await;
+                        lock(&w.history).processed.push(Processed { consumer: c, value });
+                    }
+                    None => rt.sleep(Duration::from_millis(1)).await,
+                }
+            }
+        });
+    }
+
+    let mut session = sessions.fetch_add(1, Ordering::Relaxed);
+    let mut generation_seen = None;
+    while rt.monotonic_ms() < w.consume_until_ms {
+        let polled = consumer.poll().await;
+        let at_ms = rt.monotonic_ms();
+        let (member, generation) = consumer.generation();
+        if generation >= 0 && generation_seen != Some(generation) {
+            // A new assignment: positions come from committed offsets, a new poll session.
+            generation_seen = Some(generation);
+            session = sessions.fetch_add(1, Ordering::Relaxed);
+            lock(&w.history).assignments.push(Assignment {
+                consumer: c,
+                group: group_id.clone(),
+                member: member.to_string(),
+                generation,
+                partitions: consumer.assignment().iter().map(|tp| tp.partition).collect(),
+                at_ms,
+            });
+        }
+        record_commits(&w, c, &group_id, &mut consumer, at_ms);
+        let records: Vec<(i32, i64, Value)> = match polled {
+            Ok(polled) => polled
+                .records
+                .iter()
+                .filter_map(|r| {
+                    let value = r.record.value.as_deref().and_then(Value::from_bytes)?;
+                    Some((r.record.partition, r.record.offset, value))
+                })
+                .collect(),
+            Err(e) => {
+                tracing::debug!(target: "workload", consumer = c, error = %e, "group poll failed");
+                rt.sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        {
+            let mut h = lock(&w.history);
+            for &(partition, offset, value) in &records {
+                h.polls.push(Poll {
+                    consumer: c,
+                    session,
+                    partition,
+                    offset,
+                    value,
+                    at_ms,
+                });
+            }
+        }
+        if policy == CommitPolicy::BeforeProcessing && !records.is_empty() {
+            let positions = consumer.positions();
+            if let Err(e) = consumer.commit_sync(&positions).await {
+                tracing::debug!(target: "workload", consumer = c, error = %e, "commit failed");
+            }
+            record_commits(&w, c, &group_id, &mut consumer, rt.monotonic_ms());
+        }
+        match policy {
+            CommitPolicy::Auto => queue.borrow_mut().extend(records.iter().map(|r| r.2)),
+            _ => {
+                for &(_, _, value) in &records {
+                    if !processing.is_zero() {
+                        rt.sleep(processing).await;
+                    }
+                    lock(&w.history).processed.push(Processed { consumer: c, value });
+                }
+            }
+        }
+        if policy == CommitPolicy::AfterProcessing && !records.is_empty() {
+            let positions = consumer.positions();
+            if let Err(e) = consumer.commit_sync(&positions).await {
+                tracing::debug!(target: "workload", consumer = c, error = %e, "commit failed");
+            }
+            record_commits(&w, c, &group_id, &mut consumer, rt.monotonic_ms());
+        }
+    }
+}
+
+/// The commits the coordinator accepted from `consumer` since the last call, into the history.
+fn record_commits(w: &Workload, c: u32, group: &str, consumer: &mut GroupConsumer<SimRuntime>, at_ms: u64) {
+    let commits = consumer.take_commits();
+    let mut h = lock(&w.history);
+    for offsets in commits {
+        for (tp, offset) in offsets {
+            h.commits.push(Commit {
+                consumer: c,
+                group: group.to_string(),
+                partition: tp.partition,
+                offset,
+                at_ms,
+            });
         }
     }
 }

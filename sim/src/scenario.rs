@@ -47,6 +47,11 @@
 //! "auto.commit.interval.ms" = 5000
 //! "auto.offset.reset" = "earliest"
 //! start_after_s = 0        # a consumer that starts late lags behind retention
+//! "group.id" = "app"       # set: the consumers form one consumer group (subscribe)
+//! "enable.auto.commit" = false              # defaults to commit = "auto"
+//! "session.timeout.ms" = 10000
+//! "partition.assignment.strategy" = "range" # or "roundrobin", or "range,roundrobin"
+//! processing_ms = 0        # per record; with commit = "auto" processing runs behind polling
 //!
 //! [faults]
 //! profile = "none"         # or crashes | partitions | disk | mixed (`crate::nemesis::PROFILES`)
@@ -133,6 +138,12 @@ mod defaults {
     }
     pub fn earliest() -> String {
         "earliest".into()
+    }
+    pub fn session_timeout_ms() -> u32 {
+        10_000
+    }
+    pub fn range() -> String {
+        "range".into()
     }
     pub fn min_share() -> f64 {
         0.95
@@ -291,6 +302,60 @@ pub struct Consumer {
     /// Seconds after the workload starts before consumers start (a lagging consumer).
     #[serde(default)]
     pub start_after_s: u64,
+    /// `group.id`: when set, the consumers subscribe as one consumer group (Gregor's group
+    /// consumer) instead of reading every partition by manual assignment.
+    #[serde(rename = "group.id", default)]
+    pub group_id: Option<String>,
+    /// `enable.auto.commit`: defaults to `commit = "auto"`; given, it must agree with it.
+    #[serde(rename = "enable.auto.commit", default)]
+    pub enable_auto_commit: Option<bool>,
+    #[serde(rename = "session.timeout.ms", default = "defaults::session_timeout_ms")]
+    pub session_timeout_ms: u32,
+    /// `"range"` or `"roundrobin"`, or both comma-separated in preference order.
+    #[serde(rename = "partition.assignment.strategy", default = "defaults::range")]
+    pub partition_assignment_strategy: String,
+    /// Virtual ms the application spends processing each record. With `commit = "auto"` the
+    /// application hands polled records to a worker in its process and keeps polling, so
+    /// auto-commit runs ahead of processing.
+    #[serde(default)]
+    pub processing_ms: u64,
+}
+
+impl Consumer {
+    /// `partition.assignment.strategy` as assignors, in preference order.
+    pub fn assignors(&self) -> Result<Vec<gregor_core::client::group::Assignor>, String> {
+        self.partition_assignment_strategy
+            .split(',')
+            .map(|name| {
+                gregor_core::client::group::Assignor::from_name(name.trim())
+                    .ok_or_else(|| format!("partition.assignment.strategy: {name:?} is not range or roundrobin"))
+            })
+            .collect()
+    }
+
+    /// Whether auto-commit is on: `enable.auto.commit`, defaulting to `commit = "auto"`.
+    pub fn auto_commit(&self) -> bool {
+        self.enable_auto_commit.unwrap_or(self.commit == CommitPolicy::Auto)
+    }
+
+    fn group_settings_error(&self) -> Result<(), String> {
+        if self
+            .enable_auto_commit
+            .is_some_and(|on| on != (self.commit == CommitPolicy::Auto))
+        {
+            return Err("enable.auto.commit must be true exactly when commit = \"auto\"".into());
+        }
+        if self.group_id.is_none() && self.commit != CommitPolicy::None && self.enable_auto_commit.is_some() {
+            return Err("enable.auto.commit needs group.id".into());
+        }
+        if !(6_000..=1_800_000).contains(&self.session_timeout_ms) {
+            return Err(format!(
+                "session.timeout.ms {} is outside the broker's 6000..=1800000",
+                self.session_timeout_ms
+            ));
+        }
+        self.assignors().map(|_| ())
+    }
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
@@ -497,6 +562,9 @@ impl Scenario {
                     "consumer.auto.offset.reset",
                     format!("{:?} is not earliest or latest", consumer.auto_offset_reset),
                 );
+            }
+            if let Err(why) = consumer.group_settings_error() {
+                return bad(at(0..0), "consumer", why);
             }
         }
         if let Some(profile) = &scenario.faults.profile {
@@ -750,5 +818,32 @@ outcome = "no-anomalies"
         }
         println!("parsed {parsed} scenarios in {}", dir.display());
         assert!(parsed > 0, "no scenario found in {}", dir.display());
+    }
+
+    #[test]
+    fn group_consumer_settings_parse_and_contradictions_are_refused() {
+        let group = GOOD.replace(
+            "commit = \"after-processing\"",
+            "commit = \"auto\"\n\"group.id\" = \"app\"\n\"session.timeout.ms\" = 6000\n\"partition.assignment.strategy\" = \"roundrobin,range\"",
+        );
+        let s = Scenario::parse(&group, "g.toml", "g").expect("parses");
+        let c = s.consumer.as_ref().expect("a consumer");
+        assert_eq!(c.group_id.as_deref(), Some("app"));
+        assert!(c.auto_commit(), "commit = auto turns auto-commit on");
+        assert_eq!(c.session_timeout_ms, 6000);
+        use gregor_core::client::group::Assignor;
+        assert_eq!(c.assignors(), Ok(vec![Assignor::RoundRobin, Assignor::Range]));
+        let e = error(&group.replace(
+            "\"group.id\" = \"app\"",
+            "\"group.id\" = \"app\"\n\"enable.auto.commit\" = false",
+        ));
+        assert!(e.contains("enable.auto.commit"), "{e}");
+        let e = error(&group.replace("roundrobin,range", "sticky"));
+        assert!(
+            e.contains("partition.assignment.strategy") && e.contains("sticky"),
+            "{e}"
+        );
+        let e = error(&group.replace("= 6000", "= 100"));
+        assert!(e.contains("session.timeout.ms"), "{e}");
     }
 }

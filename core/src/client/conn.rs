@@ -104,9 +104,20 @@ impl<R: Runtime> KafkaConn<R> {
 
     /// Sends `request` at `version` and waits for its response.
     pub async fn call(&mut self, request: &Request, version: i16) -> Result<Response, ClientError> {
+        self.call_with_timeout(request, version, self.timeout_ms).await
+    }
+
+    /// As [`KafkaConn::call`], waiting up to `timeout_ms` (a JoinGroup may wait for the whole
+    /// rebalance, longer than `request.timeout.ms`).
+    pub async fn call_with_timeout(
+        &mut self,
+        request: &Request,
+        version: i16,
+        timeout_ms: u64,
+    ) -> Result<Response, ClientError> {
         let (correlation_id, frame) = self.frame(request, version);
         let api_key = request.api_key();
-        let (limits, timeout_ms) = (self.limits, self.timeout_ms);
+        let limits = self.limits;
         let exchange = async {
             self.conn.send(frame).await?;
             let reply = self.conn.recv().await?.ok_or(ClientError::Net(NetError::Closed))?;

@@ -81,6 +81,16 @@ impl<R: Runtime> Consumer<R> {
         self.positions.insert(partition, position);
     }
 
+    /// Stops reading `partition` and forgets its position.
+    pub fn unassign(&mut self, partition: i32) {
+        self.positions.remove(&partition);
+    }
+
+    /// The assigned partitions.
+    pub fn assigned(&self) -> Vec<i32> {
+        self.positions.keys().copied().collect()
+    }
+
     pub fn position(&self, partition: i32) -> Option<i64> {
         self.positions.get(&partition).copied().flatten()
     }

@@ -11,6 +11,8 @@
 
 pub mod conn;
 pub mod consumer;
+pub mod group;
+pub mod partitioner;
 pub mod producer;
 
 use std::collections::BTreeMap;
@@ -29,6 +31,13 @@ pub const FETCH_VERSION: i16 = 12;
 pub const LIST_OFFSETS_VERSION: i16 = 7;
 pub const CREATE_TOPICS_VERSION: i16 = 7;
 pub const INIT_PRODUCER_ID_VERSION: i16 = 4;
+pub const FIND_COORDINATOR_VERSION: i16 = 3;
+pub const JOIN_GROUP_VERSION: i16 = 7;
+pub const SYNC_GROUP_VERSION: i16 = 5;
+pub const HEARTBEAT_VERSION: i16 = 4;
+pub const LEAVE_GROUP_VERSION: i16 = 4;
+pub const OFFSET_COMMIT_VERSION: i16 = 8;
+pub const OFFSET_FETCH_VERSION: i16 = 7;
 
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
@@ -79,6 +88,11 @@ impl<R: Runtime> Cluster<R> {
             conns: BTreeMap::new(),
             next_bootstrap: 0,
         }
+    }
+
+    /// The bootstrap addresses this cluster was made with.
+    pub fn bootstrap(&self) -> &[String] {
+        &self.bootstrap
     }
 
     /// A connection to `addr`, reused while it works.

@@ -122,7 +122,7 @@ async fn run_timers<R: Runtime>(rt: R, broker: SharedBroker) {
 }
 
 /// What to do after a frame.
-enum Outcome {
+pub(crate) enum Outcome {
     Reply(Bytes),
     NoReply,
     Close(String),
@@ -155,7 +155,12 @@ async fn serve_connection<R: Runtime>(rt: R, broker: SharedBroker, config: NodeC
     }
 }
 
-async fn handle_frame<R: Runtime>(rt: &R, broker: &SharedBroker, config: &NodeConfig, frame: &Bytes) -> Outcome {
+pub(crate) async fn handle_frame<R: Runtime>(
+    rt: &R,
+    broker: &SharedBroker,
+    config: &NodeConfig,
+    frame: &Bytes,
+) -> Outcome {
     let (header, request) = match decode_request_bytes(frame, config.limits) {
         Ok(decoded) => decoded,
         // KIP-511: an ApiVersions of a version we do not know still gets a v0 answer listing

@@ -60,8 +60,11 @@ fn clean() -> History {
             },
         )]
         .into(),
+        assignments: vec![],
         tracks_processing: true,
         consumers_drained: true,
+        leaders: vec![],
+        replicas: vec![],
     }
 }
 
