@@ -3,7 +3,8 @@
 //! protocol code). Each script under `tests/python/` creates a 3-partition topic, produces 5000
 //! keyed messages with acks=all (idempotently), reads every partition back from the beginning
 //! without a consumer group (the broker serves no group APIs yet), and checks each partition
-//! holds exactly the acknowledged messages, byte for byte, in send order.
+//! holds exactly the acknowledged messages, byte for byte, in send order. `kafka_python_admin.py`
+//! checks the admin APIs (DescribeConfigs, DeleteTopics) through kafka-python's admin client.
 //!
 //! The Python comes from `GREGOR_PYTHON` (`.ci/run` sets it to a venv with pinned client
 //! versions). Without it, or without a client module, the test is skipped, except under CI=true,
@@ -128,4 +129,37 @@ fn kafka_python_producer_and_groupless_consumer_round_trip() {
         return;
     };
     round_trip(&python, "kafka_python_roundtrip.py", "kafka-python");
+}
+
+/// kafka-python's admin client: DescribeConfigs (topic overrides, defaults, the broker resource,
+/// unknown topics) and DeleteTopics (the topic leaves the metadata; a second delete fails).
+#[test]
+fn kafka_python_admin_describes_configs_and_deletes_topics() {
+    let Some(python) = python_with("kafka") else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let broker = Broker::start(&dir.path().join("data"), free_port());
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python");
+    let mut cmd = Command::new(&python);
+    cmd.arg(scripts.join("kafka_python_admin.py"))
+        .args([broker.addr(), "admin-topic".to_string()])
+        .current_dir(&scripts)
+        .env("PYTHONDONTWRITEBYTECODE", "1");
+    let out = run_bounded(cmd, SCRIPT_TIMEOUT);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "kafka_python_admin.py failed ({}):\n{stdout}{stderr}\nbroker log:\n{}",
+        out.status,
+        broker.log_text()
+    );
+    let status = broker.stop();
+    assert!(status.success(), "gregor dev exited with {status}");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("compared ") && !l.starts_with("compared 0 "))
+        .unwrap_or_else(|| panic!("no compared line:\n{stdout}{stderr}"));
+    println!("{line}");
 }
