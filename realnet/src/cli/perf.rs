@@ -1,0 +1,1 @@
+//! `gregor perf`: placeholder until the load tool lands.
