@@ -60,6 +60,11 @@ enum Command {
         #[command(flatten)]
         args: cli::consume::ConsumeArgs,
     },
+    /// Bounded load from Gregor's client: records/s, MB/s, latency percentiles.
+    Perf {
+        #[command(subcommand)]
+        command: cli::perf::PerfCommand,
+    },
 }
 
 #[derive(clap::Args, Debug)]
@@ -88,6 +93,7 @@ fn main() -> ExitCode {
         Command::Topics { connect, command } => cli::topics::run(&connect, command).map(|()| ExitCode::SUCCESS),
         Command::Produce { connect, args } => cli::produce::run(&connect, args).map(|()| ExitCode::SUCCESS),
         Command::Consume { connect, args } => cli::consume::run(&connect, args).map(|()| ExitCode::SUCCESS),
+        Command::Perf { command } => cli::perf::run(command).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

@@ -227,3 +227,30 @@ fn topics_produce_consume_describe_and_delete_through_the_cli() {
     let status = broker.stop();
     assert!(status.success(), "gregor dev exited with {status}");
 }
+
+/// `gregor perf` without `--bootstrap-server` starts its own `gregor dev`, runs a bounded load
+/// and prints each run and the medians; the runs moved every record asked for.
+#[test]
+fn perf_produce_and_consume_start_their_own_broker_and_report_medians() {
+    for mode in ["produce", "consume"] {
+        let out = ok(
+            &[
+                "perf",
+                mode,
+                "--num-records",
+                "3000",
+                "--batch-records",
+                "200",
+                "--runs",
+                "2",
+            ],
+            b"",
+        );
+        println!("{out}");
+        let runs: Vec<&str> = out.lines().filter(|l| l.starts_with("run ")).collect();
+        assert_eq!(runs.len(), 2, "{out}");
+        assert!(runs.iter().all(|l| l.contains(": 3000 records in ")), "{out}");
+        assert!(out.contains(&format!("perf {mode}: median of 2 runs: ")), "{out}");
+    }
+    fails(&["perf", "produce", "--runs", "0"], b"", "must be at least 1");
+}

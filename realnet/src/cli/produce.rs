@@ -135,7 +135,7 @@ pub fn run(connect: &ConnectArgs, args: ProduceArgs) -> anyhow::Result<()> {
                 next_partition = (next_partition + 1) % partitions;
                 next_partition
             });
-            let now = rt_now();
+            let now = now_ms();
             let records: Vec<NewRecord> = lines
                 .into_iter()
                 .map(|value| NewRecord {
@@ -173,7 +173,8 @@ pub fn run(connect: &ConnectArgs, args: ProduceArgs) -> anyhow::Result<()> {
     })
 }
 
-fn rt_now() -> i64 {
+/// Wall-clock milliseconds for record timestamps.
+pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
