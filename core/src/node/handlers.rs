@@ -454,7 +454,7 @@ pub fn create_topics<D: Disk>(
                     topic_config_error_code: 0,
                     num_partitions: meta.map_or(partitions, |m| m.partitions),
                     replication_factor: 1,
-                    configs: None,
+                    configs: Some(describe_configs::created_topic_configs(broker, &t.name)),
                 },
                 Err((code, message)) => CreatableTopicResult {
                     name: t.name.clone(),

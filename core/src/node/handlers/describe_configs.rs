@@ -10,6 +10,7 @@
 use crate::broker::{Broker, BrokerConfig};
 use crate::error_code::ErrorCode;
 use crate::log::LogConfig;
+use crate::protocol::api::create_topics::CreatableTopicConfigs;
 use crate::protocol::api::describe_configs::{
     DescribeConfigsEntry, DescribeConfigsRequest, DescribeConfigsResource, DescribeConfigsResponse,
     DescribeConfigsResult, DescribeConfigsSynonym, RESOURCE_TYPE_BROKER, RESOURCE_TYPE_TOPIC,
@@ -196,6 +197,27 @@ fn topic_entries(broker: &Broker, res: &DescribeConfigsResource, include_synonym
         .collect())
 }
 
+/// A created topic's effective configs for CreateTopics v5+, which Kafka fills in on success
+/// (the Java AdminClient dereferences them): the same entries DescribeConfigs gives.
+pub fn created_topic_configs(broker: &Broker, name: &str) -> Vec<CreatableTopicConfigs> {
+    let resource = DescribeConfigsResource {
+        resource_type: RESOURCE_TYPE_TOPIC,
+        resource_name: name.to_string(),
+        configuration_keys: None,
+    };
+    topic_entries(broker, &resource, false)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| CreatableTopicConfigs {
+            name: e.name,
+            value: e.value,
+            read_only: e.read_only,
+            config_source: e.config_source,
+            is_sensitive: e.is_sensitive,
+        })
+        .collect()
+}
+
 fn broker_entries(broker: &Broker, res: &DescribeConfigsResource) -> Entries {
     let ours = broker.config();
     let id = ours.broker_id.0.to_string();
@@ -342,5 +364,38 @@ mod tests {
         for v in 1..=4 {
             assert!(!resp.encode(v).is_empty());
         }
+    }
+
+    #[test]
+    fn create_topics_answers_the_created_topics_configs() {
+        use crate::protocol::api::create_topics::{CreatableTopic, CreateTopicsRequest, TopicConfig};
+        let mut disk = MemDisk::new();
+        let mut broker = Broker::open(&mut disk, BrokerConfig::default(), 0).expect("open");
+        let req = CreateTopicsRequest {
+            topics: vec![CreatableTopic {
+                name: "t".into(),
+                num_partitions: 1,
+                replication_factor: 1,
+                assignments: vec![],
+                configs: vec![TopicConfig {
+                    name: "retention.ms".into(),
+                    value: Some("5".into()),
+                }],
+            }],
+            timeout_ms: 1000,
+            validate_only: false,
+        };
+        let mut n = 0;
+        let resp = crate::node::handlers::create_topics(&mut broker, &mut disk, &req, || {
+            n += 1;
+            TopicId::from_random(n, n)
+        });
+        let configs = resp.topics[0].configs.as_ref().expect("configs on success");
+        assert_eq!(configs.len(), TOPIC_KEYS.len());
+        let retention = configs.iter().find(|c| c.name == "retention.ms").expect("retention.ms");
+        assert_eq!(
+            (retention.value.as_deref(), retention.config_source),
+            (Some("5"), SOURCE_DYNAMIC_TOPIC_CONFIG)
+        );
     }
 }
