@@ -3,8 +3,9 @@
 //! Owns everything that touches the operating system; the logic stays in gregor-core.
 //! [`disk::FsDisk`] is the data directory on the real file system, [`data_dir`] its lock and
 //! cluster id, [`runtime::RealRuntime`] core's `Runtime` on monoio (io_uring) sockets and timers.
-//! The `gregor` binary (`src/main.rs`) puts them together.
+//! [`cli`] holds the client subcommands. The `gregor` binary (`src/main.rs`) puts them together.
 
+pub mod cli;
 pub mod data_dir;
 pub mod disk;
 pub mod runtime;

@@ -1,5 +1,6 @@
 //! `gregor`: the broker binary. `gregor dev` runs a single-node cluster on one thread (monoio,
-//! io_uring) over a data directory.
+//! io_uring) over a data directory; `topics`, `produce`, `consume` and `perf` are clients
+//! (`gregor_realnet::cli`) on core's own Kafka client.
 //!
 //! Contract of `gregor dev`: it owns its data directory (an exclusive lock on `.lock`; a second
 //! instance exits with an error naming the directory), keeps the cluster id in `cluster.id`
@@ -22,6 +23,7 @@ use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use gregor_core::node::{start_broker, NodeConfig};
 use gregor_core::runtime::Runtime;
+use gregor_realnet::cli;
 use gregor_realnet::data_dir::{self, DataDirLock};
 use gregor_realnet::runtime::{self, RealRuntime};
 use gregor_realnet::FsDisk;
@@ -37,6 +39,32 @@ struct Cli {
 enum Command {
     /// Runs a single-node broker for development.
     Dev(DevArgs),
+    /// Creates, lists, describes and deletes topics.
+    Topics {
+        #[command(flatten)]
+        connect: cli::ConnectArgs,
+        #[command(subcommand)]
+        command: cli::topics::TopicsCommand,
+    },
+    /// Produces one record per line of standard input.
+    Produce {
+        #[command(flatten)]
+        connect: cli::ConnectArgs,
+        #[command(flatten)]
+        args: cli::produce::ProduceArgs,
+    },
+    /// Prints the values of a topic's records, one a line.
+    Consume {
+        #[command(flatten)]
+        connect: cli::ConnectArgs,
+        #[command(flatten)]
+        args: cli::consume::ConsumeArgs,
+    },
+    /// Bounded load from Gregor's client: records/s, MB/s, latency percentiles.
+    Perf {
+        #[command(subcommand)]
+        command: cli::perf::PerfCommand,
+    },
 }
 
 #[derive(clap::Args, Debug)]
@@ -54,9 +82,18 @@ struct DevArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    // A client's stderr is for its errors; a broker logs what it does.
+    init_logging(if matches!(cli.command, Command::Dev(_)) {
+        "info"
+    } else {
+        "warn"
+    });
     let result = match cli.command {
         Command::Dev(args) => dev(args),
+        Command::Topics { connect, command } => cli::topics::run(&connect, command).map(|()| ExitCode::SUCCESS),
+        Command::Produce { connect, args } => cli::produce::run(&connect, args).map(|()| ExitCode::SUCCESS),
+        Command::Consume { connect, args } => cli::consume::run(&connect, args).map(|()| ExitCode::SUCCESS),
+        Command::Perf { command } => cli::perf::run(command).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,
@@ -83,9 +120,9 @@ fn error_line(e: &anyhow::Error) -> String {
     line
 }
 
-fn init_logging() {
+fn init_logging(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

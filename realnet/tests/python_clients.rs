@@ -3,7 +3,9 @@
 //! protocol code). Each script under `tests/python/` creates a 3-partition topic, produces 5000
 //! keyed messages with acks=all (idempotently), reads every partition back from the beginning
 //! without a consumer group (the broker serves no group APIs yet), and checks each partition
-//! holds exactly the acknowledged messages, byte for byte, in send order.
+//! holds exactly the acknowledged messages, byte for byte, in send order. `kafka_python_admin.py`
+//! checks the admin APIs (DescribeConfigs, DeleteTopics) through kafka-python's admin client;
+//! `confluent_group.py` a consumer group of two confluent-kafka members with manual commits.
 //!
 //! The Python comes from `GREGOR_PYTHON` (`.ci/run` sets it to a venv with pinned client
 //! versions). Without it, or without a client module, the test is skipped, except under CI=true,
@@ -128,4 +130,58 @@ fn kafka_python_producer_and_groupless_consumer_round_trip() {
         return;
     };
     round_trip(&python, "kafka_python_roundtrip.py", "kafka-python");
+}
+
+/// Runs `tests/python/{script} BOOTSTRAP ARGS...` against a fresh `gregor dev` and returns the
+/// `compared ...` line it printed (a line that compared nothing fails).
+fn run_script(python: &str, script: &str, args: &[&str]) -> String {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let broker = Broker::start(&dir.path().join("data"), free_port());
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python");
+    let mut cmd = Command::new(python);
+    cmd.arg(scripts.join(script))
+        .arg(broker.addr())
+        .args(args)
+        .current_dir(&scripts)
+        .env("PYTHONDONTWRITEBYTECODE", "1");
+    let out = run_bounded(cmd, SCRIPT_TIMEOUT);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{script} failed ({}):\n{stdout}{stderr}\nbroker log:\n{}",
+        out.status,
+        broker.log_text()
+    );
+    let status = broker.stop();
+    assert!(status.success(), "gregor dev exited with {status}");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("compared ") && !l.starts_with("compared 0 "))
+        .unwrap_or_else(|| panic!("{script} printed no compared line:\n{stdout}{stderr}"));
+    println!("{line}");
+    line.to_string()
+}
+
+/// kafka-python's admin client: DescribeConfigs (topic overrides, defaults, the broker resource,
+/// unknown topics) and DeleteTopics (the topic leaves the metadata; a second delete fails).
+#[test]
+fn kafka_python_admin_describes_configs_and_deletes_topics() {
+    let Some(python) = python_with("kafka") else {
+        return;
+    };
+    run_script(&python, "kafka_python_admin.py", &["admin-topic"]);
+}
+
+/// confluent-kafka consumer groups: two members split the partitions and consume every message
+/// once with manual commits; when one leaves the other takes all; a restarted member resumes
+/// from the committed offsets.
+#[test]
+fn confluent_kafka_group_of_two_splits_partitions_and_resumes_from_commits() {
+    let Some(python) = python_with("confluent_kafka") else {
+        return;
+    };
+    let budget = SCRIPT_BUDGET.as_secs().to_string();
+    let line = run_script(&python, "confluent_group.py", &["group-topic", "4000", &budget]);
+    assert!(line.contains("compared 4000 messages consumed once"), "{line}");
 }

@@ -606,7 +606,9 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
     if replicated {
         let t = s.topic.get_ref();
         let (topic, partitions, out, until) = (t.name.clone(), t.partitions, leaders.clone(), w.consume_until_ms);
-        world.spawn_on(admin, move |_rt| cluster::observe_leaders(topic, partitions, out, until));
+        world.spawn_on(admin, move |_rt| {
+            cluster::observe_leaders(topic, partitions, out, until)
+        });
     }
 
     let mut producers = Vec::new();

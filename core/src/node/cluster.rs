@@ -35,15 +35,18 @@ use std::time::Duration;
 
 use crate::broker::{ClusterView as BrokerView, IsrUpdateResult};
 use crate::cluster::{
-    broker_path, partition_state_path, topic_path, BrokerRegistration, PartitionState,
-    TopicRecord, BROKER_IDS_PATH, CONTROLLER_PATH, CONTROLLER_EPOCH_PATH, DELETE_TOPICS_PATH, TOPICS_PATH,
+    broker_path, partition_state_path, topic_path, BrokerRegistration, PartitionState, TopicRecord, BROKER_IDS_PATH,
+    CONTROLLER_EPOCH_PATH, CONTROLLER_PATH, DELETE_TOPICS_PATH, TOPICS_PATH,
 };
-use crate::controller::{self, election, ClusterView, Controller, ControllerConfig, CreateTopicDraw, TopicView, Versioned};
+use crate::controller::{
+    self, election, ClusterView, Controller, ControllerConfig, CreateTopicDraw, TopicView, Versioned,
+};
 use crate::coord::client::{CoordClient, CoordClientConfig, CoordError};
 use crate::coord::tree::{CreateMode, Op, TreeError};
 use crate::error_code::ErrorCode;
 use crate::ids::BrokerId;
 use crate::protocol::api::create_topics::{CreatableTopicResult, CreateTopicsRequest, CreateTopicsResponse};
+use crate::protocol::api::delete_topics::{DeletableTopicResult, DeleteTopicsRequest, DeleteTopicsResponse};
 use crate::runtime::Runtime;
 
 use super::replica_fetcher::{run_replica_fetcher, ReplicaFetcherConfig};
@@ -122,14 +125,58 @@ impl AdminQueue {
         }
     }
 
-    /// Queues a topic deletion; answers per topic.
-    pub async fn delete_topics<R: Runtime>(
+    /// Queues a DeleteTopics (topics named by name, or by an id this broker's view knows) and
+    /// waits for the cluster task's answer: the deletion is requested under
+    /// `/admin/delete_topics` and carried out by the controller.
+    pub async fn delete_topics_request<R: Runtime>(
         &self,
         rt: &R,
-        names: Vec<String>,
-        timeout_ms: i32,
-    ) -> Vec<(String, ErrorCode, String)> {
-        self.submit(rt, AdminRequest::Delete(names.clone()), names, timeout_ms).await
+        broker: &crate::broker::Broker,
+        req: &DeleteTopicsRequest,
+    ) -> DeleteTopicsResponse {
+        let mut names = Vec::new();
+        let mut refused = Vec::new();
+        for t in &req.topics {
+            match (&t.name, t.topic_id) {
+                (Some(name), _) if !name.is_empty() => names.push(name.clone()),
+                (_, id) if id != crate::protocol::Uuid::ZERO => {
+                    match broker.topic_by_id(crate::broker::TopicId(id.0)) {
+                        Some((name, _)) => names.push(name.clone()),
+                        None => refused.push(DeletableTopicResult {
+                            name: None,
+                            topic_id: id,
+                            error_code: ErrorCode::UnknownTopicId.code(),
+                            error_message: Some("no topic with that id".into()),
+                        }),
+                    }
+                }
+                _ => refused.push(DeletableTopicResult {
+                    name: t.name.clone(),
+                    topic_id: t.topic_id,
+                    error_code: ErrorCode::InvalidRequest.code(),
+                    error_message: Some("a topic must be named by name or id".into()),
+                }),
+            }
+        }
+        let results = self
+            .submit(rt, AdminRequest::Delete(names.clone()), names, req.timeout_ms)
+            .await;
+        let mut responses: Vec<DeletableTopicResult> = results
+            .into_iter()
+            .map(|(name, code, message)| DeletableTopicResult {
+                topic_id: broker
+                    .topic(&name)
+                    .map_or(crate::protocol::Uuid::ZERO, |m| crate::protocol::Uuid(m.id.0)),
+                name: Some(name),
+                error_code: code.code(),
+                error_message: (code != ErrorCode::None).then_some(message),
+            })
+            .collect();
+        responses.extend(refused);
+        DeleteTopicsResponse {
+            throttle_time_ms: 0,
+            responses,
+        }
     }
 
     async fn submit<R: Runtime>(
@@ -205,7 +252,10 @@ type Step<T> = Result<T, End>;
 
 /// Maps a coordinator error to the session's fate: expiry ends it, anything else is retried.
 fn fatal(e: &CoordError) -> bool {
-    matches!(e, CoordError::SessionExpired | CoordError::Tree(TreeError::SessionExpired))
+    matches!(
+        e,
+        CoordError::SessionExpired | CoordError::Tree(TreeError::SessionExpired)
+    )
 }
 
 async fn cluster_main<R: Runtime>(
@@ -394,7 +444,9 @@ impl<R: Runtime> Session<R> {
                     tracing::info!(target: "replication", topic = %p.topic, partition = p.partition,
                         isr = ?p.new_state.isr.iter().map(|b| b.0).collect::<Vec<_>>(),
                         epoch = p.new_state.leader_epoch.0, "ISR changed");
-                    IsrUpdateResult::Committed { zk_version: stat.version }
+                    IsrUpdateResult::Committed {
+                        zk_version: stat.version,
+                    }
                 }
                 Err(e) if fatal(&e) => {
                     self.broker
@@ -408,7 +460,9 @@ impl<R: Runtime> Session<R> {
                     IsrUpdateResult::Conflict
                 }
             };
-            self.broker.borrow_mut().isr_update_result(&p.topic, p.partition, result);
+            self.broker
+                .borrow_mut()
+                .isr_update_result(&p.topic, p.partition, result);
         }
         Ok(())
     }
@@ -438,8 +492,9 @@ impl<R: Runtime> Session<R> {
             }
         }
         let controller = match c.get(CONTROLLER_PATH, true, false).await {
-            Ok((data, stat)) => election::parse_controller(&data)
-                .map(|id| (id, stat.ephemeral_owner == Some(c.session()))),
+            Ok((data, stat)) => {
+                election::parse_controller(&data).map(|id| (id, stat.ephemeral_owner == Some(c.session())))
+            }
             Err(CoordError::Tree(TreeError::NoNode)) => {
                 // Watch for its creation.
                 c.exists(CONTROLLER_PATH, true, false).await?;
@@ -483,11 +538,7 @@ impl<R: Runtime> Session<R> {
             }
             topics.insert(name, TopicView { record, partitions });
         }
-        let delete_requests = c
-            .children(DELETE_TOPICS_PATH, true, false)
-            .await?
-            .into_iter()
-            .collect();
+        let delete_requests = c.children(DELETE_TOPICS_PATH, true, false).await?.into_iter().collect();
         let broker_view = BrokerView {
             brokers: registrations,
             controller: controller.map(|(id, _)| id),
@@ -588,7 +639,9 @@ impl<R: Runtime> Session<R> {
             }
             Some((_, true)) => {}
         }
-        let Some(controller) = self.controller.clone() else { return Ok(()) };
+        let Some(controller) = self.controller.clone() else {
+            return Ok(());
+        };
         let view = &scan.controller_view;
         for change in controller.reconcile(view) {
             let before_leader = change.before.leader.map_or(-1, |b| b.0);
@@ -605,7 +658,13 @@ impl<R: Runtime> Session<R> {
             let request = format!("{DELETE_TOPICS_PATH}/{name}");
             let ops = match controller.delete_topic(view, name) {
                 Some(write) => write.ops,
-                None => vec![controller.fence(), controller::Op::Delete { path: request, expected_version: None }],
+                None => vec![
+                    controller.fence(),
+                    controller::Op::Delete {
+                        path: request,
+                        expected_version: None,
+                    },
+                ],
             };
             match self.execute(&ops).await {
                 Ok(()) => tracing::info!(target: "controller", topic = %name, "topic deleted"),
@@ -690,14 +749,14 @@ impl<R: Runtime> Session<R> {
                     } else {
                         i32::from(t.replication_factor)
                     };
-                    let write = match creator.create_topic(&scan.controller_view, &t.name, partitions, rf, &configs, draw)
-                    {
-                        Ok((_, write)) => write,
-                        Err(e) => {
-                            results.push((t.name.clone(), e.code, e.message));
-                            continue;
-                        }
-                    };
+                    let write =
+                        match creator.create_topic(&scan.controller_view, &t.name, partitions, rf, &configs, draw) {
+                            Ok((_, write)) => write,
+                            Err(e) => {
+                                results.push((t.name.clone(), e.code, e.message));
+                                continue;
+                            }
+                        };
                     if req.validate_only {
                         results.push((t.name.clone(), ErrorCode::None, String::new()));
                         continue;
@@ -729,7 +788,11 @@ impl<R: Runtime> Session<R> {
             AdminRequest::Delete(names) => {
                 for name in names {
                     if !scan.controller_view.topics.contains_key(name) {
-                        results.push((name.clone(), ErrorCode::UnknownTopicOrPartition, format!("no topic {name}")));
+                        results.push((
+                            name.clone(),
+                            ErrorCode::UnknownTopicOrPartition,
+                            format!("no topic {name}"),
+                        ));
                         continue;
                     }
                     let path = format!("{DELETE_TOPICS_PATH}/{name}");
@@ -776,4 +839,3 @@ fn to_coord_op(op: &controller::Op) -> Op {
         },
     }
 }
-

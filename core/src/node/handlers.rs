@@ -2,6 +2,8 @@
 //! request into the response struct the codec encodes. Pure functions of (broker, disk, request,
 //! now): no I/O but the disk handed in, so the simulator and realnet run exactly this.
 
+pub mod delete_topics;
+pub mod describe_configs;
 pub mod groups;
 
 use crate::broker::{AckWait, ClusterView};
@@ -25,8 +27,9 @@ use crate::protocol::api::offset_for_leader_epoch::{
 };
 use crate::protocol::api::produce::{ProducePartitionResponse, ProduceRequest, ProduceResponse, ProduceTopicResponse};
 use crate::protocol::api::{
-    api_versions, create_topics, fetch, find_coordinator, heartbeat, init_producer_id, join_group, leave_group,
-    list_offsets, metadata, offset_commit, offset_fetch, offset_for_leader_epoch as ofle, produce, sync_group,
+    api_versions, create_topics, delete_topics as delete_topics_api, describe_configs as describe_configs_api, fetch,
+    find_coordinator, heartbeat, init_producer_id, join_group, leave_group, list_offsets, metadata, offset_commit,
+    offset_fetch, offset_for_leader_epoch as ofle, produce, sync_group,
 };
 use crate::protocol::{supported_versions, Uuid};
 
@@ -56,6 +59,8 @@ pub const HANDLED_API_KEYS: &[i16] = &[
     offset_commit::API_KEY,
     offset_fetch::API_KEY,
     ofle::API_KEY,
+    delete_topics_api::API_KEY,
+    describe_configs_api::API_KEY,
 ];
 
 pub fn api_versions() -> ApiVersionsResponse {
@@ -692,7 +697,7 @@ pub fn create_topics<D: Disk>(
                     topic_config_error_code: 0,
                     num_partitions: meta.map_or(partitions, |m| m.partitions),
                     replication_factor: 1,
-                    configs: None,
+                    configs: Some(describe_configs::created_topic_configs(broker, &t.name)),
                 },
                 Err((code, message)) => CreatableTopicResult {
                     name: t.name.clone(),

@@ -49,11 +49,16 @@ pub fn is_cluster(s: &Scenario) -> bool {
 }
 
 fn coordinator_addr(s: &Scenario, i: usize) -> String {
-    format!("{}:{COORDINATOR_PORT}", node_ip(NodeIndex(s.cluster.brokers as usize + i)))
+    format!(
+        "{}:{COORDINATOR_PORT}",
+        node_ip(NodeIndex(s.cluster.brokers as usize + i))
+    )
 }
 
 fn coordinator_addrs(s: &Scenario) -> Vec<String> {
-    (0..s.cluster.coordinators as usize).map(|i| coordinator_addr(s, i)).collect()
+    (0..s.cluster.coordinators as usize)
+        .map(|i| coordinator_addr(s, i))
+        .collect()
 }
 
 /// Adds the broker nodes then the coordinator nodes; returns (brokers, coordinators).
@@ -69,7 +74,9 @@ pub fn add_nodes(world: &World, scenario: &Scenario) -> (Vec<NodeIndex>, Vec<Nod
     let coordinators = (0..scenario.cluster.coordinators as usize)
         .map(|i| {
             let s = s.clone();
-            world.add_node(&format!("coordinator-{i}"), move |rt| coordinator_main(rt, s.clone(), i))
+            world.add_node(&format!("coordinator-{i}"), move |rt| {
+                coordinator_main(rt, s.clone(), i)
+            })
         })
         .collect();
     (brokers, coordinators)
@@ -129,7 +136,10 @@ fn acting_leaders(topic: &str, partition: i32) -> Vec<(usize, LeaderEpoch)> {
         .filter_map(|(i, b)| {
             let b = b.borrow();
             let (_, _, leader, _) = b.replica_state(topic, partition)?;
-            leader.then(|| b.leader_epoch(topic, partition).ok()).flatten().map(|e| (i, e))
+            leader
+                .then(|| b.leader_epoch(topic, partition).ok())
+                .flatten()
+                .map(|e| (i, e))
         })
         .collect()
 }

@@ -1,0 +1,118 @@
+//! The `gregor` client subcommands (`topics`, `produce`, `consume`, `perf`): thin shells over
+//! core's own client ([`gregor_core::client`]) on [`RealRuntime`], speaking only the Kafka wire
+//! protocol, so they work against any Kafka-protocol broker at the versions they pick.
+//!
+//! Contract: each command returns `Err` with a message naming what went wrong (an unknown topic,
+//! a refused config, a broker that cannot be reached) and the binary exits non-zero; no input,
+//! from the user or from the broker, panics. Every wait is bounded by `--request-timeout-ms` or
+//! the command's own limits.
+
+pub mod consume;
+pub mod perf;
+pub mod produce;
+pub mod topics;
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use anyhow::{bail, Context};
+use gregor_core::client::{ClientConfig, Cluster, METADATA_VERSION};
+use gregor_core::protocol::api::metadata::{MetadataRequest, MetadataRequestTopic, MetadataResponse};
+use gregor_core::protocol::{Request, Response, Uuid};
+
+use crate::runtime::{self, RealRuntime};
+use crate::FsDisk;
+
+/// Where the broker is and how long to wait for it; shared by every client subcommand.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ConnectArgs {
+    /// A broker to bootstrap from, host:port (a comma-separated list is accepted).
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    pub bootstrap_server: String,
+    /// How long one request may wait for its response.
+    #[arg(long, default_value_t = 30_000)]
+    pub request_timeout_ms: u64,
+}
+
+impl ConnectArgs {
+    pub fn bootstrap(&self) -> anyhow::Result<Vec<String>> {
+        let addrs: Vec<String> = self
+            .bootstrap_server
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        if addrs.is_empty() {
+            bail!("--bootstrap-server is empty");
+        }
+        for a in &addrs {
+            let port = a.rsplit_once(':').map(|(_, p)| p.parse::<u16>());
+            if !matches!(port, Some(Ok(p)) if p != 0) {
+                bail!("--bootstrap-server {a:?} is not host:port");
+            }
+        }
+        Ok(addrs)
+    }
+
+    /// A client on a fresh runtime (the caller runs it inside [`run`]).
+    pub fn cluster(&self, rt: &RealRuntime) -> anyhow::Result<Cluster<RealRuntime>> {
+        let config = ClientConfig {
+            client_id: "gregor-cli".into(),
+            request_timeout_ms: self.request_timeout_ms.max(1),
+            ..ClientConfig::default()
+        };
+        Ok(Cluster::new(rt.clone(), self.bootstrap()?, config))
+    }
+}
+
+/// A runtime for a client: the client touches no disk, but [`RealRuntime`] carries one, so it
+/// gets the temporary directory, where it writes nothing.
+pub fn client_runtime() -> anyhow::Result<RealRuntime> {
+    let disk = FsDisk::open(std::env::temp_dir()).context("cannot open the temporary directory")?;
+    Ok(RealRuntime::new(Rc::new(RefCell::new(disk)), runtime::entropy_seed()))
+}
+
+/// Runs a client future on a new monoio runtime on this thread.
+pub fn run<T>(f: impl std::future::Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    runtime::block_on(f).context("cannot start the I/O runtime")?
+}
+
+/// Metadata for `topics` (all when `None`) without creating any.
+pub async fn metadata(cluster: &mut Cluster<RealRuntime>, topics: Option<&[&str]>) -> anyhow::Result<MetadataResponse> {
+    let request = Request::Metadata(MetadataRequest {
+        topics: topics.map(|names| {
+            names
+                .iter()
+                .map(|n| MetadataRequestTopic {
+                    topic_id: Uuid::ZERO,
+                    name: Some(n.to_string()),
+                })
+                .collect()
+        }),
+        allow_auto_topic_creation: false,
+        include_cluster_authorized_operations: false,
+        include_topic_authorized_operations: false,
+    });
+    match cluster.call_any(&request, METADATA_VERSION).await {
+        Ok(Response::Metadata(m)) => Ok(m),
+        Ok(_) => bail!("Metadata answered with another API"),
+        Err(e) => Err(anyhow::anyhow!("cannot reach the cluster: {e}")),
+    }
+}
+
+/// The partition count of an existing `topic`; an error naming it when it does not exist.
+pub async fn partition_count(cluster: &mut Cluster<RealRuntime>, topic: &str) -> anyhow::Result<i32> {
+    let meta = metadata(cluster, Some(&[topic])).await?;
+    let t = meta
+        .topics
+        .iter()
+        .find(|t| t.name.as_deref() == Some(topic))
+        .with_context(|| format!("metadata lacks topic {topic}"))?;
+    if t.error_code != 0 {
+        bail!("topic {topic}: {:?}", gregor_core::client::code(t.error_code));
+    }
+    if t.partitions.is_empty() {
+        bail!("topic {topic} has no partitions");
+    }
+    Ok(t.partitions.len() as i32)
+}
