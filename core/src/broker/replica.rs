@@ -210,9 +210,12 @@ fn leader_hw_candidate(part: &Part) -> Option<Offset> {
     else {
         return None;
     };
-    if part.log.latest_epoch() != Some(part.leader_epoch) {
-        return None;
-    }
+    // As Kafka: the HW is the lowest log end over the (maximal) ISR, whatever epoch wrote the
+    // records below it. (Raft's "commit only entries of your own term" does not apply: any ISR
+    // member may lead next, and each holds everything below the HW.) Requiring an append in the
+    // new epoch first would deadlock a partition whose ISR is below min.insync.replicas: no
+    // append is allowed, so the HW could never pass the new leader's epoch start, and no
+    // follower could rejoin.
     let leo = part.log.log_end_offset();
     let maximal = repl.isr.iter().chain(in_flight.iter().flatten());
     let mut hw = leo;
@@ -571,7 +574,8 @@ impl Broker {
                 .collect();
             for (id, f) in followers.iter() {
                 // Kafka's rule, plus not lagging by the shrink rule (or it would flap in and out).
-                let reached_hw = f.leo >= hw && f.leo >= *epoch_start && hw >= *epoch_start;
+                // Kafka's isFollowerInSync: at the HW and past this epoch's start offset.
+                let reached_hw = f.leo >= hw && f.leo >= *epoch_start;
                 let lagging = now_ms.saturating_sub(f.last_caught_up_ms) > lag_max;
                 if !isr.contains(id) && reached_hw && !lagging {
                     isr.push(*id);

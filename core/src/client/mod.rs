@@ -182,11 +182,12 @@ impl<R: Runtime> Cluster<R> {
                 .get(&partition)
                 .ok_or(ClientError::Broker(ErrorCode::UnknownTopicOrPartition))?,
         };
-        let addr = self
-            .brokers
-            .get(&leader)
-            .cloned()
-            .ok_or(ClientError::Broker(ErrorCode::LeaderNotAvailable))?;
+        let Some(addr) = self.brokers.get(&leader).cloned() else {
+            // Offline (leader -1) or a leader the last Metadata did not list: forget the layout
+            // so the next call asks again, rather than failing on the cached answer forever.
+            self.invalidate(topic);
+            return Err(ClientError::Broker(ErrorCode::LeaderNotAvailable));
+        };
         Ok((addr, epoch))
     }
 

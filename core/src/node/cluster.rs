@@ -88,9 +88,12 @@ pub struct AdminQueue(Rc<RefCell<VecDeque<AdminJob>>>);
 /// Admin jobs queued at most; more are refused at once.
 const ADMIN_JOBS_MAX: usize = 1_000;
 
+/// Per topic: its name, the error code (`None` for success) and a message.
+type AdminResults = Vec<(String, ErrorCode, String)>;
+
 struct AdminJob {
     request: AdminRequest,
-    reply: Rc<RefCell<Option<Vec<(String, ErrorCode, String)>>>>,
+    reply: Rc<RefCell<Option<AdminResults>>>,
 }
 
 enum AdminRequest {
@@ -131,12 +134,13 @@ impl AdminQueue {
     pub async fn delete_topics_request<R: Runtime>(
         &self,
         rt: &R,
-        broker: &crate::broker::Broker,
+        broker: &SharedBroker,
         req: &DeleteTopicsRequest,
     ) -> DeleteTopicsResponse {
         let mut names = Vec::new();
         let mut refused = Vec::new();
         for t in &req.topics {
+            let broker = broker.borrow();
             match (&t.name, t.topic_id) {
                 (Some(name), _) if !name.is_empty() => names.push(name.clone()),
                 (_, id) if id != crate::protocol::Uuid::ZERO => {
@@ -161,6 +165,7 @@ impl AdminQueue {
         let results = self
             .submit(rt, AdminRequest::Delete(names.clone()), names, req.timeout_ms)
             .await;
+        let broker = broker.borrow();
         let mut responses: Vec<DeletableTopicResult> = results
             .into_iter()
             .map(|(name, code, message)| DeletableTopicResult {

@@ -280,10 +280,7 @@ pub(crate) async fn handle_frame<R: Runtime>(
         Request::OffsetFetch(req) => handlers::groups::offset_fetch(broker.borrow().groups(), req).encode(version),
         Request::DeleteTopics(req) if config.admin.is_some() => {
             let admin = config.admin.as_ref().expect("checked by the guard");
-            admin
-                .delete_topics_request(rt, &broker.borrow(), req)
-                .await
-                .encode(version)
+            admin.delete_topics_request(rt, broker, req).await.encode(version)
         }
         Request::DeleteTopics(req) => rt
             .with_disk(|disk| handlers::delete_topics::delete_topics(&mut broker.borrow_mut(), disk, req))

@@ -7,10 +7,12 @@
 //! Fault model: a leader may be gone, slow, or answer garbage; each failure drops that leader's
 //! connection and backs off, the other leaders carry on. Stale answers (the epoch moved on while
 //! a request was out) are ignored by the broker. Fencing errors park the partition until new
-//! partition state arrives. Partitions are served one request at a time, in order (simple, and
-//! enough for tests; a fetcher per leader is the obvious next step).
+//! partition state arrives. One task per leader; its partitions are served one request at a
+//! time, in order (a multi-partition Fetch per leader is the obvious next step).
 
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
 use std::time::Duration;
 
 use crate::broker::{FollowerAction, FollowerTask};
@@ -48,7 +50,9 @@ impl Default for ReplicaFetcherConfig {
             fetch_wait_max_ms: 100,
             fetch_max_bytes: 1 << 20,
             backoff_ms: 50,
-            request_timeout_ms: 30_000,
+            // Below Kafka's 30 s: a request stuck on a dead leader delays this leader's task
+            // until it gives up, and a partition whose leadership returns to it waits as long.
+            request_timeout_ms: 10_000,
         }
     }
 }
@@ -57,12 +61,50 @@ impl Default for ReplicaFetcherConfig {
 const FETCH_VERSION: i16 = 12;
 const OFFSET_FOR_LEADER_EPOCH_VERSION: i16 = 4;
 
-/// Runs the replica fetcher for as long as the node lives (spawn it in cluster mode).
+/// Runs the replica fetcher for as long as the node lives (spawn it in cluster mode): one task
+/// per leader this broker follows (Kafka's fetcher threads are per source broker too), so a
+/// leader that is slow or unreachable stalls only its own partitions, never the others' (which
+/// would otherwise fall out of their ISRs together).
 pub async fn run_replica_fetcher<R: Runtime>(rt: R, broker: SharedBroker, config: ReplicaFetcherConfig) {
+    let running: Rc<RefCell<BTreeSet<BrokerId>>> = Rc::default();
+    loop {
+        let leaders: BTreeSet<BrokerId> = broker.borrow().follower_tasks().iter().map(|t| t.leader).collect();
+        for leader in leaders {
+            if running.borrow_mut().insert(leader) {
+                rt.spawn(fetch_from_leader(
+                    rt.clone(),
+                    broker.clone(),
+                    config.clone(),
+                    leader,
+                    running.clone(),
+                ));
+            }
+        }
+        rt.sleep(Duration::from_millis(config.backoff_ms.max(1))).await;
+    }
+}
+
+/// Serves every partition this broker follows under `leader`, until there is none.
+async fn fetch_from_leader<R: Runtime>(
+    rt: R,
+    broker: SharedBroker,
+    config: ReplicaFetcherConfig,
+    leader: BrokerId,
+    running: Rc<RefCell<BTreeSet<BrokerId>>>,
+) {
     let mut conns: BTreeMap<BrokerId, KafkaConn<R>> = BTreeMap::new();
     loop {
-        let tasks = broker.borrow().follower_tasks();
-        let mut trouble = tasks.is_empty();
+        let tasks: Vec<FollowerTask> = broker
+            .borrow()
+            .follower_tasks()
+            .into_iter()
+            .filter(|t| t.leader == leader)
+            .collect();
+        if tasks.is_empty() {
+            running.borrow_mut().remove(&leader);
+            return;
+        }
+        let mut trouble = false;
         for task in tasks {
             if let Err(why) = step(&rt, &broker, &config, &mut conns, &task).await {
                 tracing::debug!(topic = %task.topic, partition = task.partition, leader = task.leader.0, %why, "replica fetch failed");
