@@ -167,7 +167,7 @@ impl Report {
         );
         if c.leader_observations > 0 || c.replica_offsets > 0 {
             out.push_str(&format!(
-                ", {} leader observations, {} replica offsets below the high watermarks",
+                ", {} leader and controller observations, {} replica offsets below the high watermarks",
                 c.leader_observations, c.replica_offsets
             ));
         }
@@ -195,8 +195,10 @@ pub fn check(h: &History) -> Report {
     let mut report = Report::default();
     if !h.leaders.is_empty() || !h.replicas.is_empty() {
         let leaders = leaders::check(&h.leaders);
+        let controllers = leaders::check_controllers(&h.controllers);
         let replicas = replicas::check(&h.replicas);
-        report.compared.leader_observations = leaders.observations;
+        report.compared.leader_observations = leaders.observations + controllers.observations;
+        report.findings.extend(controllers.findings);
         report.compared.replica_offsets = replicas.offsets_compared;
         report.findings.extend(leaders.findings);
         report.findings.extend(replicas.findings);

@@ -126,6 +126,8 @@ pub struct History {
     pub consumers_drained: bool,
     /// Replicated clusters: brokers seen acting as a partition's leader, sampled through the run.
     pub leaders: Vec<crate::checker::leaders::LeaderObservation>,
+    /// Replicated clusters: brokers seen acting as controller, sampled through the run.
+    pub controllers: Vec<crate::checker::leaders::ControllerObservation>,
     /// Replicated clusters: every replica's log and high watermark at the end of the run.
     pub replicas: Vec<crate::checker::replicas::PartitionReplicas>,
 }

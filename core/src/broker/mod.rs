@@ -165,6 +165,8 @@ pub struct Broker {
     next_retention_check_ms: i64,
     groups: GroupCoordinator,
     cluster_view: Option<ClusterView>,
+    /// The controller epoch this broker acts as controller in, if it does (cluster mode).
+    acting_controller_epoch: Option<i32>,
     hw_checkpoint_dirty: bool,
     next_hw_checkpoint_ms: i64,
     /// Things found at startup that an operator should hear about.
@@ -210,6 +212,7 @@ impl Broker {
             producer_ids: ProducerIdAllocator::open(disk).map_err(BrokerError::ProducerIds)?,
             groups,
             cluster_view: None,
+            acting_controller_epoch: None,
             hw_checkpoint_dirty: false,
             next_hw_checkpoint_ms: now_ms,
             startup_warnings: Vec::new(),

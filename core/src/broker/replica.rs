@@ -248,6 +248,17 @@ impl Broker {
         self.cluster_view.as_ref()
     }
 
+    /// Records whether this broker acts as controller, and in which controller epoch (set by
+    /// the node's cluster task; read by tests and the simulator's one-controller-per-epoch
+    /// check).
+    pub fn set_acting_controller_epoch(&mut self, epoch: Option<i32>) {
+        self.acting_controller_epoch = epoch;
+    }
+
+    pub fn acting_controller_epoch(&self) -> Option<i32> {
+        self.acting_controller_epoch
+    }
+
     /// Applies the coordinator's state of one partition this broker is a replica of: creates
     /// the replica's log if absent and makes it leader or follower. A no-op when nothing
     /// changed; a state with an older leader epoch than held, or an older znode version in the

@@ -325,6 +325,7 @@ impl<R: Runtime> Session<R> {
         }
         loop {
             if let Err(end) = self.round().await {
+                self.broker.borrow_mut().set_acting_controller_epoch(None);
                 if let Some(c) = self.controller.take() {
                     tracing::warn!(target: "controller", broker = c.id.0, epoch = c.epoch, "controller resigns: its session ended");
                 }
@@ -405,7 +406,10 @@ impl<R: Runtime> Session<R> {
             }
         };
         self.apply(&scan);
-        self.controller_duties(&scan).await?;
+        let duties = self.controller_duties(&scan).await;
+        let epoch = self.controller.as_ref().map(|c| c.epoch);
+        self.broker.borrow_mut().set_acting_controller_epoch(epoch);
+        duties?;
         while let Some(job) = self.admin.pop() {
             let results = self.admin_job(&scan, &job.request).await?;
             *job.reply.borrow_mut() = Some(results);

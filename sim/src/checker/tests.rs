@@ -64,6 +64,7 @@ fn clean() -> History {
         tracks_processing: true,
         consumers_drained: true,
         leaders: vec![],
+        controllers: vec![],
         replicas: vec![],
     }
 }

@@ -26,7 +26,7 @@ use gregor_core::node::NodeConfig;
 use gregor_core::{BrokerId, LeaderEpoch};
 
 use super::{broker_addr, lock, Shared, KAFKA_PORT};
-use crate::checker::leaders::LeaderObservation;
+use crate::checker::leaders::{ControllerObservation, LeaderObservation};
 use crate::checker::replicas::{PartitionReplicas, ReplicaEntry, ReplicaLog};
 use crate::runtime::SimRuntime;
 use crate::scenario::Scenario;
@@ -177,11 +177,30 @@ pub fn current_controller() -> Option<NodeIndex> {
         .map(|id| NodeIndex(id.0 as usize))
 }
 
-/// Samples who acts as leader of each partition until `until_ms` (virtual ms since start),
+/// Samples who acts as controller, and as leader of each partition, until `until_ms` (virtual ms since start),
 /// recording each (broker, partition, epoch) the first time it is seen.
-pub async fn observe_leaders(topic: String, partitions: u32, out: Shared<Vec<LeaderObservation>>, until_ms: u64) {
+pub async fn observe_leaders(
+    topic: String,
+    partitions: u32,
+    out: Shared<Vec<LeaderObservation>>,
+    controllers: Shared<Vec<ControllerObservation>>,
+    until_ms: u64,
+) {
     let mut seen = std::collections::BTreeSet::new();
+    let mut seen_controllers = std::collections::BTreeSet::new();
     while super::monotonic_ms() < until_ms {
+        for (i, b) in live_brokers() {
+            let Some(epoch) = b.borrow().acting_controller_epoch() else {
+                continue;
+            };
+            if seen_controllers.insert((i, epoch)) {
+                lock(&controllers).push(ControllerObservation {
+                    broker: BrokerId(i as i32),
+                    controller_epoch: epoch,
+                    time_ms: super::monotonic_ms(),
+                });
+            }
+        }
         for p in 0..partitions as i32 {
             for (i, epoch) in acting_leaders(&topic, p) {
                 if seen.insert((i, p, epoch)) {
