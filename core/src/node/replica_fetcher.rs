@@ -7,8 +7,8 @@
 //! Fault model: a leader may be gone, slow, or answer garbage; each failure drops that leader's
 //! connection and backs off, the other leaders carry on. Stale answers (the epoch moved on while
 //! a request was out) are ignored by the broker. Fencing errors park the partition until new
-//! partition state arrives. One task per leader; its partitions are served one request at a
-//! time, in order (a multi-partition Fetch per leader is the obvious next step).
+//! partition state arrives. One task (and connection) per followed partition; a multi-partition
+//! Fetch per leader, as Kafka's fetcher threads send, is the next step.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -62,20 +62,26 @@ const FETCH_VERSION: i16 = 12;
 const OFFSET_FOR_LEADER_EPOCH_VERSION: i16 = 4;
 
 /// Runs the replica fetcher for as long as the node lives (spawn it in cluster mode): one task
-/// per leader this broker follows (Kafka's fetcher threads are per source broker too), so a
-/// leader that is slow or unreachable stalls only its own partitions, never the others' (which
-/// would otherwise fall out of their ISRs together).
+/// per followed partition, each with its own connection to its leader, so a leader that is slow
+/// or unreachable stalls only its own partitions, and an idle partition's long-polling Fetch
+/// never delays a busy one. (Kafka sends one multi-partition Fetch per leader; that is the next
+/// step here, fewer connections for the same independence.)
 pub async fn run_replica_fetcher<R: Runtime>(rt: R, broker: SharedBroker, config: ReplicaFetcherConfig) {
-    let running: Rc<RefCell<BTreeSet<BrokerId>>> = Rc::default();
+    let running: Rc<RefCell<BTreeSet<FetchKey>>> = Rc::default();
     loop {
-        let leaders: BTreeSet<BrokerId> = broker.borrow().follower_tasks().iter().map(|t| t.leader).collect();
-        for leader in leaders {
-            if running.borrow_mut().insert(leader) {
-                rt.spawn(fetch_from_leader(
+        let keys: BTreeSet<FetchKey> = broker
+            .borrow()
+            .follower_tasks()
+            .iter()
+            .map(|t| (t.leader, t.topic.clone(), t.partition))
+            .collect();
+        for key in keys {
+            if running.borrow_mut().insert(key.clone()) {
+                rt.spawn(fetch_partition(
                     rt.clone(),
                     broker.clone(),
                     config.clone(),
-                    leader,
+                    key,
                     running.clone(),
                 ));
             }
@@ -84,34 +90,30 @@ pub async fn run_replica_fetcher<R: Runtime>(rt: R, broker: SharedBroker, config
     }
 }
 
-/// Serves every partition this broker follows under `leader`, until there is none.
-async fn fetch_from_leader<R: Runtime>(
+/// (leader, topic, partition): what one fetcher task serves.
+type FetchKey = (BrokerId, String, i32);
+
+/// Follows one partition under one leader, until the broker no longer follows it there.
+async fn fetch_partition<R: Runtime>(
     rt: R,
     broker: SharedBroker,
     config: ReplicaFetcherConfig,
-    leader: BrokerId,
-    running: Rc<RefCell<BTreeSet<BrokerId>>>,
+    key: FetchKey,
+    running: Rc<RefCell<BTreeSet<FetchKey>>>,
 ) {
     let mut conns: BTreeMap<BrokerId, KafkaConn<R>> = BTreeMap::new();
     loop {
-        let tasks: Vec<FollowerTask> = broker
+        let task = broker
             .borrow()
             .follower_tasks()
             .into_iter()
-            .filter(|t| t.leader == leader)
-            .collect();
-        if tasks.is_empty() {
-            running.borrow_mut().remove(&leader);
+            .find(|t| (t.leader, t.topic.as_str(), t.partition) == (key.0, key.1.as_str(), key.2));
+        let Some(task) = task else {
+            running.borrow_mut().remove(&key);
             return;
-        }
-        let mut trouble = false;
-        for task in tasks {
-            if let Err(why) = step(&rt, &broker, &config, &mut conns, &task).await {
-                tracing::debug!(topic = %task.topic, partition = task.partition, leader = task.leader.0, %why, "replica fetch failed");
-                trouble = true;
-            }
-        }
-        if trouble {
+        };
+        if let Err(why) = step(&rt, &broker, &config, &mut conns, &task).await {
+            tracing::debug!(topic = %task.topic, partition = task.partition, leader = task.leader.0, %why, "replica fetch failed");
             rt.sleep(Duration::from_millis(config.backoff_ms.max(1))).await;
         }
     }
