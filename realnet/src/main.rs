@@ -39,6 +39,10 @@ struct Cli {
 enum Command {
     /// Runs a single-node broker for development.
     Dev(DevArgs),
+    /// Runs one node of the coordinator quorum of a replicated cluster.
+    Coordinator(gregor_realnet::cluster_cmd::CoordinatorArgs),
+    /// Runs one broker of a replicated cluster.
+    Broker(gregor_realnet::cluster_cmd::BrokerArgs),
     /// Creates, lists, describes and deletes topics.
     Topics {
         #[command(flatten)]
@@ -83,13 +87,20 @@ struct DevArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // A client's stderr is for its errors; a broker logs what it does.
-    init_logging(if matches!(cli.command, Command::Dev(_)) {
-        "info"
-    } else {
-        "warn"
-    });
+    init_logging(
+        if matches!(
+            cli.command,
+            Command::Dev(_) | Command::Coordinator(_) | Command::Broker(_)
+        ) {
+            "info"
+        } else {
+            "warn"
+        },
+    );
     let result = match cli.command {
         Command::Dev(args) => dev(args),
+        Command::Coordinator(args) => gregor_realnet::cluster_cmd::coordinator(args),
+        Command::Broker(args) => gregor_realnet::cluster_cmd::broker(args),
         Command::Topics { connect, command } => cli::topics::run(&connect, command).map(|()| ExitCode::SUCCESS),
         Command::Produce { connect, args } => cli::produce::run(&connect, args).map(|()| ExitCode::SUCCESS),
         Command::Consume { connect, args } => cli::consume::run(&connect, args).map(|()| ExitCode::SUCCESS),

@@ -1,0 +1,295 @@
+//! A replicated cluster of real `gregor` processes on loopback: 3 `gregor coordinator` + 3
+//! `gregor broker`. confluent-kafka produces with acks=all and idempotence while the test kills
+//! the partition's leader with SIGKILL and restarts it; afterwards every acknowledged message
+//! must be in the log, none twice (`tests/python/confluent_failover.py` checks and prints what it
+//! compared). Every process and wait is bounded; all addresses are 127.0.0.1.
+
+mod common;
+use common::{free_port, wait_bounded};
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(150);
+
+/// One `gregor` server process, killed (SIGKILL) when dropped.
+struct Proc {
+    child: Option<Child>,
+    args: Vec<String>,
+    log: PathBuf,
+}
+
+impl Proc {
+    fn start(args: Vec<String>, log: PathBuf) -> Proc {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_gregor"))
+            .args(&args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&log)
+                    .expect("log file"),
+            )
+            .spawn()
+            .expect("start gregor");
+        let stdout = child.stdout.take().expect("stdout piped");
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let proc = Proc {
+            child: Some(child),
+            args,
+            log,
+        };
+        match rx.recv_timeout(START_TIMEOUT) {
+            Ok(line) if line.contains(": listening on 127.0.0.1:") => proc,
+            other => panic!("{:?} did not start ({other:?}); log:\n{}", proc.args, proc.log_text()),
+        }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGKILL: a crash, no flush.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = wait_bounded(&mut child, Duration::from_secs(10));
+        }
+    }
+
+    fn restart(&mut self) {
+        self.kill();
+        let again = Proc::start(self.args.clone(), self.log.clone());
+        *self = again;
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn gregor(args: &[&str]) -> (bool, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gregor"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn gregor");
+    let status = wait_bounded(&mut child, Duration::from_secs(30));
+    let mut out = String::new();
+    if let Some(mut s) = child.stdout.take() {
+        let _ = std::io::Read::read_to_string(&mut s, &mut out);
+    }
+    if let Some(mut s) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut s, &mut out);
+    }
+    if status.is_none() {
+        let _ = child.kill();
+    }
+    (status.is_some_and(|s| s.success()), out)
+}
+
+fn python_with_confluent() -> Option<String> {
+    let ci = std::env::var("CI").as_deref() == Ok("true");
+    let Ok(python) = std::env::var("GREGOR_PYTHON") else {
+        assert!(
+            !ci,
+            "GREGOR_PYTHON is unset under CI=true: .ci/run should have made the client venv"
+        );
+        eprintln!("SKIPPED: set GREGOR_PYTHON to a Python with confluent_kafka (see .ci/run)");
+        return None;
+    };
+    let ok = Command::new(&python)
+        .args(["-c", "import confluent_kafka"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok || !ci, "{python} cannot import confluent_kafka under CI=true");
+    ok.then_some(python)
+}
+
+/// The leader of partition 0 as `gregor topics describe` prints it.
+fn leader_of_partition_0(bootstrap: &str, topic: &str) -> Option<i32> {
+    let (ok, out) = gregor(&["topics", "--bootstrap-server", bootstrap, "describe", topic]);
+    if !ok {
+        return None;
+    }
+    let line = out.lines().find(|l| l.contains("Partition: 0\t"))?;
+    line.split("Leader: ").nth(1)?.split_whitespace().next()?.parse().ok()
+}
+
+#[test]
+fn leader_killed_with_sigkill_loses_no_acknowledged_message() {
+    let Some(python) = python_with_confluent() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let coord_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let peers = coord_ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("{}=127.0.0.1:{p}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    let coordinators = coord_ports
+        .iter()
+        .map(|p| format!("127.0.0.1:{p}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let _coords: Vec<Proc> = (0..3)
+        .map(|i| {
+            let data = dir.path().join(format!("c{i}"));
+            Proc::start(
+                vec![
+                    "coordinator".into(),
+                    "--id".into(),
+                    (i + 1).to_string(),
+                    "--peers".into(),
+                    peers.clone(),
+                    "--data-dir".into(),
+                    data.display().to_string(),
+                ],
+                dir.path().join(format!("c{i}.log")),
+            )
+        })
+        .collect();
+    let broker_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let mut brokers: Vec<Proc> = (0..3)
+        .map(|i| {
+            let data = dir.path().join(format!("b{i}"));
+            Proc::start(
+                vec![
+                    "broker".into(),
+                    "--id".into(),
+                    i.to_string(),
+                    "--listen".into(),
+                    format!("127.0.0.1:{}", broker_ports[i]),
+                    "--coordinators".into(),
+                    coordinators.clone(),
+                    "--data-dir".into(),
+                    data.display().to_string(),
+                    "--replica-lag-time-max-ms".into(),
+                    "5000".into(),
+                ],
+                dir.path().join(format!("b{i}.log")),
+            )
+        })
+        .collect();
+    let bootstrap = broker_ports
+        .iter()
+        .map(|p| format!("127.0.0.1:{p}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let first = format!("127.0.0.1:{}", broker_ports[0]);
+    // The brokers register within a few seconds; creation needs 3 live brokers for rf 3.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (ok, out) = gregor(&[
+            "topics",
+            "--bootstrap-server",
+            &first,
+            "create",
+            "failover",
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "3",
+            "--config",
+            "min.insync.replicas=2",
+        ]);
+        if ok {
+            break;
+        }
+        assert!(Instant::now() < deadline, "topic creation kept failing: {out}");
+        thread::sleep(Duration::from_millis(300));
+    }
+    let leader = loop {
+        if let Some(l) = leader_of_partition_0(&first, "failover") {
+            break l;
+        }
+        assert!(Instant::now() < deadline, "no leader for failover-0");
+        thread::sleep(Duration::from_millis(200));
+    };
+    println!("partition 0 leader: broker {leader}");
+
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python");
+    let ready = dir.path().join("ready");
+    let mut script = Command::new(&python)
+        .arg(scripts.join("confluent_failover.py"))
+        .args([&bootstrap, "failover", "3000", "60"])
+        .arg(&ready)
+        .current_dir(&scripts)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the python producer");
+    let wait_ready = Instant::now() + Duration::from_secs(30);
+    while !ready.exists() {
+        assert!(Instant::now() < wait_ready, "the producer never got an acknowledgement");
+        thread::sleep(Duration::from_millis(50));
+    }
+    thread::sleep(Duration::from_millis(1_000));
+    let victim = usize::try_from(leader).expect("broker ids are 0..3");
+    println!("SIGKILL broker {victim} (the leader) mid-produce");
+    brokers[victim].kill();
+    thread::sleep(Duration::from_secs(8));
+    brokers[victim].restart();
+    println!("broker {victim} restarted");
+
+    let status = wait_bounded(&mut script, SCRIPT_TIMEOUT);
+    if status.is_none() {
+        let _ = script.kill();
+    }
+    let mut out = String::new();
+    if let Some(mut s) = script.stdout.take() {
+        let _ = std::io::Read::read_to_string(&mut s, &mut out);
+    }
+    let mut err = String::new();
+    if let Some(mut s) = script.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut s, &mut err);
+    }
+    println!("{out}");
+    let logs: String = brokers
+        .iter()
+        .map(|b| b.log_text())
+        .collect::<Vec<_>>()
+        .join("\n----\n");
+    let tail: String = logs
+        .lines()
+        .rev()
+        .take(60)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the failover check failed ({status:?}):\n{out}{err}\nbroker logs (tail):\n{tail}"
+    );
+    let after = leader_of_partition_0(&first, "failover");
+    println!("partition 0 leader after the failover: {after:?}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("compared ") && !l.starts_with("compared 0 ")),
+        "no comparison reported:\n{out}{err}"
+    );
+}
