@@ -488,6 +488,7 @@ async fn setup(rt: SimRuntime, w: Arc<Workload>) {
         t.unclean_leader_election
             .then(|| ("unclean.leader.election.enable".to_string(), "true".to_string())),
     )
+    .chain(t.flush_ms.map(|ms| ("flush.ms".to_string(), ms.to_string())))
     .collect();
     let configs: Vec<(&str, &str)> = configs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     for attempt in 0..600 {

@@ -223,6 +223,10 @@ pub struct Topic {
     pub segment_bytes: i64,
     #[serde(rename = "flush.messages", default = "defaults::minus_one")]
     pub flush_messages: i64,
+    /// `flush.ms`: fsync at least this often (unset: never, Kafka's default). Stands in for the
+    /// operating system's writeback of dirty pages, which the simulated disk does not do.
+    #[serde(rename = "flush.ms", default)]
+    pub flush_ms: Option<i64>,
     #[serde(rename = "unclean.leader.election.enable", default)]
     pub unclean_leader_election: bool,
 }
@@ -529,6 +533,7 @@ impl Scenario {
             ("retention.bytes", topic.retention_bytes),
             ("segment.bytes", topic.segment_bytes),
             ("flush.messages", topic.flush_messages),
+            ("flush.ms", topic.flush_ms.unwrap_or(i64::MAX)),
         ] {
             if let Err(why) = log.apply(key, &value.to_string()) {
                 return bad(at(scenario.topic.span()), &format!("topic.{key}"), why);
