@@ -25,45 +25,65 @@ use gregor_core::BrokerId;
 
 use crate::data_dir::DataDirLock;
 use crate::runtime::{self, RealRuntime};
+use crate::server_config::{listener_address, ServerConfig, BROKER_KEYS, COORDINATOR_KEYS};
 use crate::FsDisk;
 
+/// Flags override the `--config` file's keys (see `server_config` for the key names).
 #[derive(Args, Debug)]
 pub struct CoordinatorArgs {
-    /// This node's id (1, 2, 3, ...), one of `--peers`.
+    /// A TOML file with server.properties keys: `node.id`, `controller.quorum.voters`, `log.dirs`.
     #[arg(long)]
-    pub id: u64,
-    /// Every coordinator of the quorum as `id=host:port`, comma-separated, this one included.
+    pub config: Option<PathBuf>,
+    /// This node's id (1, 2, 3, ...), one of `--peers` (`node.id`).
+    #[arg(long)]
+    pub id: Option<u64>,
+    /// Every coordinator of the quorum as `id=host:port`, comma-separated, this one included
+    /// (`controller.quorum.voters`, written `id@host:port`).
     #[arg(long, value_delimiter = ',')]
     pub peers: Vec<String>,
-    /// Data directory (created if missing; one process at a time).
+    /// Data directory, created if missing; one process at a time (`log.dirs`).
     #[arg(long)]
-    pub data_dir: PathBuf,
+    pub data_dir: Option<PathBuf>,
 }
 
+/// Flags override the `--config` file's keys (see `server_config` for the key names).
 #[derive(Args, Debug)]
 pub struct BrokerArgs {
-    /// This broker's id (`broker.id`), unique in the cluster.
+    /// A TOML file with server.properties keys (`broker.id`, `listeners`, `log.dirs`,
+    /// `zookeeper.connect`, `min.insync.replicas`, `log.retention.ms`, ...).
     #[arg(long)]
-    pub id: i32,
-    /// Address to listen on for Kafka clients and follower fetches.
-    #[arg(long, default_value = "127.0.0.1:9092")]
-    pub listen: String,
-    /// Host clients are told to connect to (Metadata); the port is the listening port.
-    #[arg(long, default_value = "127.0.0.1")]
-    pub advertised_host: String,
-    /// The coordinators' addresses (`host:port`), comma-separated.
+    pub config: Option<PathBuf>,
+    /// This broker's id, unique in the cluster (`broker.id`).
+    #[arg(long)]
+    pub id: Option<i32>,
+    /// Address to listen on for Kafka clients and follower fetches (`listeners`; default
+    /// 127.0.0.1:9092).
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Host clients are told to connect to; the port is the listening port
+    /// (`advertised.host.name`; default 127.0.0.1).
+    #[arg(long)]
+    pub advertised_host: Option<String>,
+    /// The coordinators' addresses (`host:port`), comma-separated (`zookeeper.connect`).
     #[arg(long, value_delimiter = ',')]
     pub coordinators: Vec<String>,
-    /// Data directory (created if missing; one process at a time).
+    /// Data directory, created if missing; one process at a time (`log.dirs`).
     #[arg(long)]
-    pub data_dir: PathBuf,
-    /// `zookeeper.session.timeout.ms`: how long after its last heartbeat the cluster counts this
-    /// broker dead.
-    #[arg(long, default_value_t = 6_000)]
-    pub session_timeout_ms: u64,
-    /// `replica.lag.time.max.ms`
-    #[arg(long, default_value_t = 30_000)]
-    pub replica_lag_time_max_ms: i64,
+    pub data_dir: Option<PathBuf>,
+    /// How long after its last heartbeat the cluster counts this broker dead
+    /// (`zookeeper.session.timeout.ms`; default 6000).
+    #[arg(long)]
+    pub session_timeout_ms: Option<u64>,
+    /// `replica.lag.time.max.ms` (default 30000).
+    #[arg(long)]
+    pub replica_lag_time_max_ms: Option<i64>,
+}
+
+fn load(config: &Option<PathBuf>, keys: &[&str]) -> anyhow::Result<ServerConfig> {
+    match config {
+        Some(path) => ServerConfig::load(path, keys),
+        None => Ok(ServerConfig::default()),
+    }
 }
 
 fn parse_peers(peers: &[String]) -> anyhow::Result<Vec<(NodeId, String)>> {
@@ -112,22 +132,40 @@ fn open(data_dir: &PathBuf) -> anyhow::Result<(RealRuntime, DataDirLock)> {
 }
 
 pub fn coordinator(args: CoordinatorArgs) -> anyhow::Result<ExitCode> {
-    let peers = parse_peers(&args.peers)?;
+    let file = load(&args.config, COORDINATOR_KEYS)?;
+    let peers = if args.peers.is_empty() {
+        let voters = file.text("controller.quorum.voters").unwrap_or_default();
+        let as_flags: Vec<String> = voters
+            .split(',')
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| v.replacen('@', "=", 1))
+            .collect();
+        parse_peers(&as_flags).context("controller.quorum.voters (or --peers)")?
+    } else {
+        parse_peers(&args.peers)?
+    };
+    let id = match args.id {
+        Some(id) => id,
+        None => file.number("node.id")?.context("give --id or node.id")?,
+    };
+    let data_dir = args
+        .data_dir
+        .or_else(|| file.text("log.dirs").map(PathBuf::from))
+        .context("give --data-dir or log.dirs")?;
     let listen = peers
         .iter()
-        .find(|(id, _)| id.0 == args.id)
+        .find(|(n, _)| n.0 == id)
         .map(|(_, addr)| addr.clone())
-        .with_context(|| format!("--id {} is not one of --peers", args.id))?;
+        .with_context(|| format!("node {id} is not one of the quorum's voters"))?;
     explicit_port(&listen, "--peers")?;
-    let (rt, lock) = open(&args.data_dir)?;
+    let (rt, lock) = open(&data_dir)?;
     let config = CoordNodeConfig {
-        id: NodeId(args.id),
+        id: NodeId(id),
         peers,
         listen: listen.clone(),
         dir: "coordinator".into(),
         timing: CoordTiming::default(),
     };
-    let id = args.id;
     runtime::block_on(async move {
         let shutdown = monoio::utils::CtrlC::new().context("cannot install the SIGTERM/SIGINT handler")?;
         let serve = start_coordinator(rt, config).context("the coordinator could not start")?;
@@ -143,18 +181,65 @@ pub fn coordinator(args: CoordinatorArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn broker(args: BrokerArgs) -> anyhow::Result<ExitCode> {
-    if args.coordinators.is_empty() {
-        bail!("--coordinators is empty: name at least one coordinator address");
+    let file = load(&args.config, BROKER_KEYS)?;
+    let id = match args.id {
+        Some(id) => id,
+        None => file.number("broker.id")?.context("give --id or broker.id")?,
+    };
+    let listen = match (args.listen, file.text("listeners")) {
+        (Some(l), _) => l,
+        (None, Some(l)) => listener_address(l)?,
+        (None, None) => "127.0.0.1:9092".to_string(),
+    };
+    let advertised_host = args
+        .advertised_host
+        .or_else(|| file.text("advertised.host.name").map(str::to_string))
+        .unwrap_or_else(|| "127.0.0.1".to_string());
+    let coordinators: Vec<String> = if args.coordinators.is_empty() {
+        file.text("zookeeper.connect")
+            .unwrap_or_default()
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect()
+    } else {
+        args.coordinators
+    };
+    if coordinators.is_empty() {
+        bail!("no coordinators: give --coordinators or zookeeper.connect");
     }
-    let port = explicit_port(&args.listen, "--listen")?;
-    let (rt, lock) = open(&args.data_dir)?;
-    let mut config = NodeConfig::single_node(&args.listen, &args.advertised_host, i32::from(port), "gregor");
-    config.broker.broker_id = BrokerId(args.id);
-    config.broker.replica_lag_time_max_ms = args.replica_lag_time_max_ms;
+    let data_dir = args
+        .data_dir
+        .or_else(|| file.text("log.dirs").map(PathBuf::from))
+        .context("give --data-dir or log.dirs")?;
+    let port = explicit_port(&listen, "--listen")?;
+    let mut config = NodeConfig::single_node(&listen, &advertised_host, i32::from(port), "gregor");
+    config.broker.broker_id = BrokerId(id);
+    config.broker.replica_lag_time_max_ms = match args.replica_lag_time_max_ms {
+        Some(ms) => ms,
+        None => file.number("replica.lag.time.max.ms")?.unwrap_or(30_000),
+    };
+    if let Some(n) = file.number("min.insync.replicas")? {
+        config.broker.min_insync_replicas = n;
+    }
+    if let Some(n) = file.number("num.partitions")? {
+        config.broker.num_partitions = n;
+    }
+    for (key, value) in file.log_overrides() {
+        config
+            .broker
+            .log
+            .apply(key, value)
+            .map_err(|why| anyhow::anyhow!("{}: log.{key}: {why}", file.file))?;
+    }
+    let session_timeout_ms = match args.session_timeout_ms {
+        Some(ms) => ms,
+        None => file.number("zookeeper.session.timeout.ms")?.unwrap_or(6_000),
+    };
+    let (rt, lock) = open(&data_dir)?;
     let rt = rt.with_frame_bytes_max(config.limits.request_bytes_max as u64);
-    let mut cluster = ClusterConfig::new(args.coordinators.clone());
-    cluster.session_timeout_ms = args.session_timeout_ms;
-    let (id, listen) = (args.id, args.listen.clone());
+    let mut cluster = ClusterConfig::new(coordinators);
+    cluster.session_timeout_ms = session_timeout_ms;
     let code = runtime::block_on(async move {
         let shutdown = monoio::utils::CtrlC::new().context("cannot install the SIGTERM/SIGINT handler")?;
         let (broker, accept_loop) = start_cluster_broker(rt.clone(), config, cluster).await?;

@@ -10,6 +10,7 @@ pub mod cluster_cmd;
 pub mod data_dir;
 pub mod disk;
 pub mod runtime;
+pub mod server_config;
 
 pub use disk::FsDisk;
 pub use runtime::RealRuntime;
