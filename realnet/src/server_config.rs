@@ -58,7 +58,7 @@ impl ServerConfig {
     pub fn parse(text: &str, file: &str, allowed: &[&str]) -> anyhow::Result<ServerConfig> {
         let table: toml::Table = text.parse().with_context(|| format!("{file} is not valid TOML"))?;
         let mut values = BTreeMap::new();
-        flatten("", &table, &mut values).with_context(|| format!("{file}"))?;
+        flatten("", &table, &mut values).with_context(|| file.to_string())?;
         for key in values.keys() {
             if !allowed.contains(&key.as_str()) {
                 bail!("{file}: unknown key {key:?} (known: {})", allowed.join(", "));
