@@ -128,6 +128,8 @@ pub struct Compared {
     pub assignments: usize,
     pub partitions_read: usize,
     pub final_records: usize,
+    /// acks=0 sends: successful to the application, never answered by a broker.
+    pub sent_unacknowledged: usize,
     /// Replicated clusters: leader observations and replica offsets compared.
     pub leader_observations: usize,
     pub replica_offsets: usize,
@@ -165,6 +167,12 @@ impl Report {
             "compared {} sends ({} acked, {} checked against the final read, {} unknown, {} failed), {} polls, {} commits, {} processed, {} partitions read in full ({} records)",
             c.sends, c.acked, c.acked_checked, c.unknown, c.failed, c.polls, c.commits, c.processed, c.partitions_read, c.final_records
         );
+        if c.sent_unacknowledged > 0 {
+            out.push_str(&format!(
+                ", {} sent with acks=0 (checked against the final read)",
+                c.sent_unacknowledged
+            ));
+        }
         if c.leader_observations > 0 || c.replica_offsets > 0 {
             out.push_str(&format!(
                 ", {} leader and controller observations, {} replica offsets below the high watermarks",
@@ -215,6 +223,7 @@ pub fn check(h: &History) -> Report {
             SendOutcome::Acked { .. } => c.acked += 1,
             SendOutcome::Unknown | SendOutcome::Abandoned => c.unknown += 1,
             SendOutcome::Failed => c.failed += 1,
+            SendOutcome::SentUnacknowledged => c.sent_unacknowledged += 1,
         }
     }
 
@@ -307,6 +316,32 @@ pub fn check(h: &History) -> Report {
                 AnomalyKind::LostWrite,
                 format!(
                     "{}/{} acked at partition {p} offset {offset}; the final read (log start {}, high watermark {}) has {there} there",
+                    v.producer(),
+                    v.seq(),
+                    read.log_start_offset,
+                    read.high_watermark
+                ),
+            );
+        }
+    }
+
+    // acks=0: the application was told the send succeeded; the record must be in the log,
+    // somewhere in its partition (no offset was ever known).
+    for s in h.sends.iter().filter(|s| s.outcome == SendOutcome::SentUnacknowledged) {
+        let Some(read) = h.final_reads.get(&s.partition) else {
+            continue;
+        };
+        report.compared.acked_checked += 1;
+        let (p, v) = (s.partition, s.value);
+        let in_partition = in_final.get(&v).is_some_and(|at| at.iter().any(|&(pp, _)| pp == p));
+        // Absent but read by a consumer while retention has since moved the log start: maybe
+        // deleted by retention, not lost (its offset, unknown, may lie below the log start).
+        let maybe_deleted = read.log_start_offset > 0 && polled.contains(&v);
+        if !in_partition && !maybe_deleted {
+            report.add(
+                AnomalyKind::LostWrite,
+                format!(
+                    "{}/{} sent with acks=0 to partition {p} (a success to the application); the final read (log start {}, high watermark {}) does not hold it",
                     v.producer(),
                     v.seq(),
                     read.log_start_offset,

@@ -45,6 +45,10 @@ pub enum SendOutcome {
     /// An asynchronous send the application had already been told was made (`send()` returned),
     /// still in the producer's buffer when the process died: never sent, never acknowledged.
     Abandoned,
+    /// acks=0: written to the leader's connection, no answer expected. Kafka's producer counts
+    /// it a successful send, so the application does too; the checker holds it to the same
+    /// standard as an acknowledged record, offset unknown.
+    SentUnacknowledged,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -252,6 +252,7 @@ async fn send_one(
     };
     let outcome = match producer.send(topic, partition, &[record]).await {
         Ok(Some(offset)) => SendOutcome::Acked { offset },
+        Ok(None) if w.scenario.producer.acks_value() == 0 => SendOutcome::SentUnacknowledged,
         Ok(None) | Err(SendError::Unknown(_)) => SendOutcome::Unknown,
         Err(SendError::Failed(_)) => SendOutcome::Failed,
     };

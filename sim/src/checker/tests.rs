@@ -223,3 +223,27 @@ fn lost_in_buffer_is_told_apart_from_lost_write() {
     });
     assert!(kinds(&h).is_empty(), "{:?}", kinds(&h));
 }
+
+#[test]
+fn an_acks0_send_missing_from_the_log_is_lost_and_one_present_is_not() {
+    let sent = |seq: u32| Send {
+        outcome: SendOutcome::SentUnacknowledged,
+        ..acked(2, seq, 0, -1)
+    };
+    // Present: value 1/0 is at offset 0 of the clean history's log.
+    let mut present = clean();
+    present.sends.push(Send {
+        value: v(1, 0),
+        ..sent(0)
+    });
+    let report = check(&present);
+    assert_eq!(report.compared.sent_unacknowledged, 1);
+    assert!(kinds(&present).is_empty(), "{}", report.summary());
+    // Missing: 2/7 was never written (negative control: the checker must see it).
+    let mut missing = clean();
+    missing.sends.push(sent(7));
+    let report = check(&missing);
+    println!("{}", report.summary());
+    assert_eq!(kinds(&missing), vec![AnomalyKind::LostWrite]);
+    assert!(report.summary().contains("acks=0"), "{}", report.summary());
+}
