@@ -47,6 +47,10 @@ use replica::Replication;
 pub use replica::{AckWait, ClusterView, FollowerAction, FollowerTask, IsrProposal, IsrUpdateResult, TruncationPolicy};
 pub use topic::TopicId;
 
+/// Producer ids each broker hands out (its range starts at `broker.id` times this): 2^40,
+/// with broker ids below 2^22 the ids stay below 2^62.
+pub const PRODUCER_IDS_PER_BROKER: i64 = 1 << 40;
+
 /// Broker-wide settings, with Kafka's server.properties names.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BrokerConfig {
@@ -592,7 +596,23 @@ impl Broker {
     /// transactional id (a fresh id every time, even when the producer passes its old one).
     pub fn allocate_producer_id<D: Disk>(&mut self, disk: &mut D) -> Result<(ProducerId, ProducerEpoch), ErrorCode> {
         match self.producer_ids.allocate(disk) {
-            Ok(id) => Ok((id, ProducerEpoch(0))),
+            // Each broker hands out ids from its own range (broker id in the high bits), so two
+            // brokers of a cluster never give two producers one id: with a shared id, one
+            // producer's batch would be taken for a retry of the other's and answered with the
+            // other's offset, never written (the simulator found this as lost writes, seed 1549).
+            // A coordinator-claimed block (Kafka's /latest_producer_id_block) would do the same.
+            Ok(id) if id.0 < PRODUCER_IDS_PER_BROKER && self.config.broker_id.0 >= 0 => Ok((
+                ProducerId(i64::from(self.config.broker_id.0) * PRODUCER_IDS_PER_BROKER + id.0),
+                ProducerEpoch(0),
+            )),
+            Ok(id) => {
+                tracing::error!(
+                    id = id.0,
+                    broker = self.config.broker_id.0,
+                    "producer id range of this broker used up"
+                );
+                Err(ErrorCode::KafkaStorageError)
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "claiming a producer id block failed");
                 Err(ErrorCode::KafkaStorageError)

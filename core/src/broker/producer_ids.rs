@@ -11,9 +11,9 @@
 //! A file that exists but does not parse stops the broker from opening: starting from 0 could
 //! repeat ids, and the file is only ever replaced whole, so damage means a disk fault.
 //!
-//! Single-broker only: two brokers would hand out the same ids. With the coordinator (issue #4)
-//! the block end moves into a znode claimed by compare-and-set, as Kafka's
-//! `/latest_producer_id_block`.
+//! These are local ids: the broker places them in its own range (`broker.id` times
+//! `PRODUCER_IDS_PER_BROKER`, see `Broker::allocate_producer_id`), so brokers of one cluster
+//! never hand out the same id.
 
 use crate::disk::{Disk, DiskError};
 use crate::ids::ProducerId;
