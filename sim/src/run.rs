@@ -134,13 +134,19 @@ fn broker_addr(i: usize) -> String {
     format!("{}:{KAFKA_PORT}", node_ip(NodeIndex(i)))
 }
 
-async fn broker_main(rt: SimRuntime, index: usize) {
+/// Node `index`'s broker settings, single-node or replicated.
+fn broker_node_config(index: usize) -> NodeConfig {
     let ip = node_ip(NodeIndex(index)).to_string();
     let mut config = NodeConfig::single_node(&broker_addr(index), &ip, i32::from(KAFKA_PORT), "gregor-sim");
     config.broker.broker_id = BrokerId(index as i32);
     config.broker.auto_create_topics = false;
     // Scenarios run minutes, not days: look for expired segments every second.
     config.broker.retention_check_interval_ms = 1_000;
+    config
+}
+
+async fn broker_main(rt: SimRuntime, index: usize) {
+    let config = broker_node_config(index);
     match start_broker(rt, config).await {
         Ok((_broker, accept_loop)) => accept_loop.await,
         Err(e) => tracing::error!(target: "broker", error = %e, "broker failed to start"),

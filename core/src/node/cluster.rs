@@ -140,25 +140,13 @@ impl AdminQueue {
         let mut names = Vec::new();
         let mut refused = Vec::new();
         for t in &req.topics {
-            let broker = broker.borrow();
-            match (&t.name, t.topic_id) {
-                (Some(name), _) if !name.is_empty() => names.push(name.clone()),
-                (_, id) if id != crate::protocol::Uuid::ZERO => {
-                    match broker.topic_by_id(crate::broker::TopicId(id.0)) {
-                        Some((name, _)) => names.push(name.clone()),
-                        None => refused.push(DeletableTopicResult {
-                            name: None,
-                            topic_id: id,
-                            error_code: ErrorCode::UnknownTopicId.code(),
-                            error_message: Some("no topic with that id".into()),
-                        }),
-                    }
-                }
-                _ => refused.push(DeletableTopicResult {
+            match super::handlers::delete_topics::topic_name(&broker.borrow(), t) {
+                Ok(name) => names.push(name),
+                Err((code, message)) => refused.push(DeletableTopicResult {
                     name: t.name.clone(),
                     topic_id: t.topic_id,
-                    error_code: ErrorCode::InvalidRequest.code(),
-                    error_message: Some("a topic must be named by name or id".into()),
+                    error_code: code.code(),
+                    error_message: Some(message),
                 }),
             }
         }

@@ -22,10 +22,9 @@ use gregor_core::broker::{Broker, TruncationPolicy};
 use gregor_core::consensus::NodeId;
 use gregor_core::coord::server::{start_coordinator, CoordNodeConfig, CoordTiming};
 use gregor_core::node::cluster::{start_cluster_broker, ClusterConfig};
-use gregor_core::node::NodeConfig;
 use gregor_core::{BrokerId, LeaderEpoch};
 
-use super::{broker_addr, lock, Shared, KAFKA_PORT};
+use super::{lock, Shared};
 use crate::checker::leaders::{ControllerObservation, LeaderObservation};
 use crate::checker::replicas::{PartitionReplicas, ReplicaEntry, ReplicaLog};
 use crate::runtime::SimRuntime;
@@ -100,10 +99,7 @@ async fn coordinator_main(rt: SimRuntime, s: Arc<Scenario>, i: usize) {
 }
 
 async fn broker_main(rt: SimRuntime, s: Arc<Scenario>, index: usize) {
-    let ip = node_ip(NodeIndex(index)).to_string();
-    let mut config = NodeConfig::single_node(&broker_addr(index), &ip, i32::from(KAFKA_PORT), "gregor-sim");
-    config.broker.broker_id = BrokerId(index as i32);
-    config.broker.retention_check_interval_ms = 1_000;
+    let mut config = super::broker_node_config(index);
     config.broker.replica_lag_time_max_ms = s.broker.replica_lag_time_max_ms as i64;
     config.broker.hw_checkpoint_interval_ms = 1_000;
     if s.broker.mutant_truncate_to_high_watermark {

@@ -6,25 +6,33 @@
 use crate::broker::{Broker, TopicId};
 use crate::disk::Disk;
 use crate::error_code::ErrorCode;
-use crate::protocol::api::delete_topics::{DeletableTopicResult, DeleteTopicsRequest, DeleteTopicsResponse};
+use crate::protocol::api::delete_topics::{
+    DeletableTopicResult, DeleteTopic, DeleteTopicsRequest, DeleteTopicsResponse,
+};
 use crate::protocol::Uuid;
+
+/// The topic a DeleteTopics entry names, by name or (v6+) by an id this broker knows; shared
+/// with cluster mode (`node::cluster`), which deletes through the controller instead.
+pub fn topic_name(broker: &Broker, t: &DeleteTopic) -> Result<String, (ErrorCode, String)> {
+    match (&t.name, t.topic_id) {
+        (Some(name), _) if !name.is_empty() => Ok(name.clone()),
+        (_, id) if id != Uuid::ZERO => broker.topic_by_id(TopicId(id.0)).map(|(name, _)| name.clone()).ok_or((
+            ErrorCode::UnknownTopicId,
+            format!("no topic with id {}", TopicId(id.0).to_hex()),
+        )),
+        _ => Err((
+            ErrorCode::InvalidRequest,
+            "a topic must be named by name or id".to_string(),
+        )),
+    }
+}
 
 pub fn delete_topics<D: Disk>(broker: &mut Broker, disk: &mut D, req: &DeleteTopicsRequest) -> DeleteTopicsResponse {
     let responses = req
         .topics
         .iter()
         .map(|t| {
-            let name = match (&t.name, t.topic_id) {
-                (Some(name), _) if !name.is_empty() => Ok(name.clone()),
-                (_, id) if id != Uuid::ZERO => broker.topic_by_id(TopicId(id.0)).map(|(name, _)| name.clone()).ok_or((
-                    ErrorCode::UnknownTopicId,
-                    format!("no topic with id {}", TopicId(id.0).to_hex()),
-                )),
-                _ => Err((
-                    ErrorCode::InvalidRequest,
-                    "a topic must be named by name or id".to_string(),
-                )),
-            };
+            let name = topic_name(broker, t);
             let result = name.and_then(|name| broker.delete_topic(disk, &name).map(|id| (name, id)));
             match result {
                 Ok((name, id)) => {
