@@ -256,7 +256,9 @@ fn encode_partition(w: &mut Writer, version: i16, flex: bool, p: &FetchPartition
     if version >= 11 {
         w.i32(p.preferred_read_replica);
     }
-    w.nullable_bytes(flex, p.records.as_deref());
+    // The schema allows null, but Kafka's broker always writes a record set (empty on errors) and
+    // librdkafka rejects a null one ("invalid MessageSetSize -1") and refetches in a tight loop.
+    w.nullable_bytes(flex, Some(p.records.as_deref().unwrap_or(&[])));
     let diverging = p.diverging_epoch.map(|d| {
         move |w: &mut Writer| {
             w.i32(d.epoch);
@@ -692,7 +694,7 @@ pub(crate) mod tests {
                         current_leader: None,
                         aborted_transactions: None,
                         preferred_read_replica: -1,
-                        records: None,
+                        records: Some(Bytes::new()),
                     },
                 ],
             }],
@@ -716,6 +718,22 @@ pub(crate) mod tests {
             let theirs: kp::FetchResponse = client_round_trip(v, &resp, resp.encode(v), FetchResponse::decode);
             let p = &theirs.responses[0].partitions[0];
             assert_eq!((p.high_watermark, p.last_stable_offset), (100, 90));
+        }
+    }
+
+    /// An error partition carries an empty record set, never a null one: librdkafka fails to parse
+    /// a null MessageSetSize (found by the process-level failover test against a restarted leader).
+    #[test]
+    fn error_partitions_carry_empty_records_not_null() {
+        for v in VERSION_MIN..=VERSION_MAX {
+            let mut unset = client_response(v);
+            unset.topics[0].partitions[1].records = None;
+            let body = unset.encode(v);
+            let resp = FetchResponse::decode(v, &mut Reader::from_bytes(&body, crate::protocol::Limits::default()))
+                .expect("ours");
+            let p = &resp.topics[0].partitions[1];
+            assert_eq!(p.error_code, crate::ErrorCode::OffsetOutOfRange.code());
+            assert_eq!(p.records.as_deref(), Some(&[][..]), "version {v}");
         }
     }
 
