@@ -48,6 +48,8 @@ pub struct DiskStats {
     pub bits_flipped: u64,
     pub misdirected_writes: u64,
     pub crashes: u64,
+    /// Times the disk was replaced by an empty one (`disk-lost`).
+    pub replaced: u64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -123,6 +125,13 @@ impl SimDisk {
     pub fn crash(&mut self, seed: u64) {
         self.inner.crash(CrashMode::Torn { seed });
         self.stats.crashes += 1;
+    }
+
+    /// The drive is replaced by an empty one: every file, synced or not, is gone (a lost disk, a
+    /// machine rebuilt from scratch). Fault settings stay; the node is killed with it.
+    pub fn replace(&mut self) {
+        self.inner = MemDisk::new();
+        self.stats.replaced += 1;
     }
 
     /// Virtual time the calls since the last take would have cost.

@@ -14,7 +14,9 @@
 //!   still holds, and at most [`Profile::concurrent_max`] of them are in force at once.
 //! - Fault kinds and their opposites (scenario names): `crash` = process kill plus power loss
 //!   of its disk ([`World::kill`]), opposite restart; `kill` = process kill only, the disk keeps
-//!   unsynced writes ([`World::kill_process`]), opposite restart; `pause`/resume;
+//!   unsynced writes ([`World::kill_process`]), opposite restart; `disk-lost` = process kill
+//!   and an empty disk in place of the old one ([`World::lose_disk`]), opposite restart;
+//!   `pause`/resume;
 //!   `isolate`/rejoin; `disk-full` (ENOSPC past the disk's current usage)/drain;
 //!   `sync-fail` (fsync EIO)/heal; `clock-skew` (+[`CLOCK_SKEW_MS`])/unskew. Random profiles add
 //!   `partition-halves` (the brokers and coordinators cut in two)/repair. A restart only starts a
@@ -143,6 +145,7 @@ pub fn profile(name: &str) -> Option<&'static Profile> {
 enum Injection {
     Crash(NodeIndex),
     Kill(NodeIndex),
+    DiskLost(NodeIndex),
     Restart(NodeIndex),
     Pause(NodeIndex),
     Resume(NodeIndex),
@@ -163,6 +166,7 @@ impl Injection {
         match kind {
             FaultKind::Crash => Injection::Crash(node),
             FaultKind::Kill => Injection::Kill(node),
+            FaultKind::DiskLost => Injection::DiskLost(node),
             FaultKind::Pause => Injection::Pause(node),
             FaultKind::Isolate => Injection::Isolate(node),
             FaultKind::DiskFull => Injection::DiskFull(node),
@@ -174,7 +178,7 @@ impl Injection {
     /// The opposite of a fault (only faults are asked: an opposite is applied, never undone).
     fn opposite(&self) -> Injection {
         match self {
-            Injection::Crash(n) | Injection::Kill(n) => Injection::Restart(*n),
+            Injection::Crash(n) | Injection::Kill(n) | Injection::DiskLost(n) => Injection::Restart(*n),
             Injection::Pause(n) => Injection::Resume(*n),
             Injection::Isolate(n) => Injection::Rejoin(*n),
             Injection::DiskFull(n) => Injection::Drain(*n),
@@ -189,6 +193,7 @@ impl Injection {
         match self {
             Injection::Crash(_) => "crash",
             Injection::Kill(_) => "kill",
+            Injection::DiskLost(_) => "disk-lost",
             Injection::Restart(_) => "restart",
             Injection::Pause(_) => "pause",
             Injection::Resume(_) => "resume",
@@ -211,6 +216,7 @@ impl Injection {
             Injection::Split(a, b) | Injection::Mend(a, b) => a.iter().chain(b).copied().collect(),
             Injection::Crash(n)
             | Injection::Kill(n)
+            | Injection::DiskLost(n)
             | Injection::Restart(n)
             | Injection::Pause(n)
             | Injection::Resume(n)
@@ -229,6 +235,7 @@ impl Injection {
         match self {
             Injection::Crash(n) => world.kill(*n),
             Injection::Kill(n) => world.kill_process(*n),
+            Injection::DiskLost(n) => world.lose_disk(*n),
             Injection::Restart(n) => {
                 if world.is_down(*n) {
                     world.restart(*n);

@@ -8,6 +8,7 @@
 //!
 //! ```toml
 //! description = "acks=all with min ISR 2 keeps every acknowledged write through a leader crash"
+//! rule = "1 acknowledgement"   # optional: the no-loss rule it shows (the README's rules table)
 //! duration_s = 60          # workload and faults
 //! heal_s = 20              # faults healed, consumers drain, then the final read
 //!
@@ -57,7 +58,7 @@
 //! profile = "none"         # or crashes | partitions | disk | mixed (`crate::nemesis::PROFILES`)
 //! [[faults.schedule]]
 //! at_s = 20
-//! fault = "crash"          # crash | kill | pause | isolate | disk-full | sync-fail | clock-skew
+//! fault = "crash"          # crash | kill | disk-lost | pause | isolate | disk-full | sync-fail | clock-skew
 //! node = "leader"          # "leader", "follower" (of partition 0), "controller", "broker-N", "coordinator-N", "producer-N", "consumer-N"
 //! heal_after_s = 5         # the opposite fault (restart, resume, repair, ...) after this long
 //!
@@ -79,6 +80,10 @@ pub struct Scenario {
     #[serde(skip)]
     pub name: String,
     pub description: String,
+    /// The no-loss rule the scenario shows, for the rules table (`gregor-sim run --markdown`):
+    /// e.g. "1 acknowledgement". Optional.
+    #[serde(default)]
+    pub rule: Option<String>,
     #[serde(default = "defaults::duration_s")]
     pub duration_s: u64,
     #[serde(default = "defaults::heal_s")]
@@ -369,6 +374,9 @@ pub enum FaultKind {
     Crash,
     /// Process kill: the node dies, its page cache (unsynced writes) survives. Opposite: restart.
     Kill,
+    /// The node dies and its disk is replaced by an empty one (a lost drive). Opposite: restart,
+    /// with nothing on the disk.
+    DiskLost,
     /// The node stops running but keeps its state. Opposite: resume.
     Pause,
     /// The node's links to every other node are cut. Opposite: repair.

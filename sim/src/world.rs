@@ -349,6 +349,16 @@ impl World {
         self.with_disk(node, |disk| disk.crash(crash_seed));
     }
 
+    /// Kills the node and replaces its disk by an empty one: the machine comes back (at
+    /// [`restart`](World::restart)) with nothing it ever wrote, synced or not.
+    pub fn lose_disk(&self, node: NodeIndex) {
+        let id = self.id(node);
+        if !self.handle.is_exit(id) {
+            self.handle.kill(id);
+        }
+        self.with_disk(node, |disk| disk.replace());
+    }
+
     /// Kills the node's process but not its machine: the disk keeps every write, synced or not,
     /// as the page cache survives a process kill. [`restart`](World::restart) is its opposite too.
     /// A node already down is left as it is.

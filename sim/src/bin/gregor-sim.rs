@@ -19,7 +19,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use gregor_sim::cli::exec::{run_jobs, run_one, Job};
 use gregor_sim::cli::seeds::Seeds;
-use gregor_sim::cli::verdict::{seed_status, summarize, table, SeedStatus};
+use gregor_sim::cli::verdict::{markdown_table, seed_status, summarize, table, RuleRow, SeedStatus};
 use gregor_sim::cli::{differences, replay_line, RunOptions, RunResult, Runner};
 use gregor_sim::scenario::Scenario;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -45,6 +45,10 @@ enum Command {
         /// Runs at once (default: the number of CPUs).
         #[arg(long, short)]
         jobs: Option<usize>,
+        /// Also writes the rules table (Markdown: rule, configuration, seeds, anomalies, a replay
+        /// line per caught negative control) to this file, as the README's.
+        #[arg(long)]
+        markdown: Option<PathBuf>,
     },
     /// Runs one seed of one scenario, printing its trace, fault timeline and checker summary.
     Replay {
@@ -78,7 +82,12 @@ fn runner() -> &'static dyn Runner {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
-        Command::Run { scenarios, seeds, jobs } => run(&scenarios, &seeds, jobs),
+        Command::Run {
+            scenarios,
+            seeds,
+            jobs,
+            markdown,
+        } => run(&scenarios, &seeds, jobs, markdown.as_deref()),
         Command::Replay {
             scenario,
             seed,
@@ -168,7 +177,12 @@ fn all_jobs(scenarios: &[Scenario], seeds: &Seeds, times: usize) -> Vec<Job> {
         .collect()
 }
 
-fn run(paths: &[PathBuf], seeds: &Seeds, jobs: Option<usize>) -> anyhow::Result<ExitCode> {
+fn run(
+    paths: &[PathBuf],
+    seeds: &Seeds,
+    jobs: Option<usize>,
+    markdown: Option<&std::path::Path>,
+) -> anyhow::Result<ExitCode> {
     let scenarios = match load(paths) {
         Ok(s) => s,
         Err(code) => return Ok(code),
@@ -204,6 +218,21 @@ fn run(paths: &[PathBuf], seeds: &Seeds, jobs: Option<usize>) -> anyhow::Result<
         summaries.push(summary);
     }
     println!("\n{}", table(&summaries));
+    if let Some(file) = markdown {
+        let rows: Vec<RuleRow<'_>> = scenarios
+            .iter()
+            .zip(&summaries)
+            .zip(paths)
+            .map(|((scenario, summary), path)| RuleRow {
+                scenario,
+                path: path.display().to_string(),
+                summary,
+            })
+            .collect();
+        std::fs::write(file, markdown_table(&rows, &commit))
+            .with_context(|| format!("cannot write {}", file.display()))?;
+        println!("rules table written to {}", file.display());
+    }
     let failed = summaries.iter().filter(|s| !s.pass).count();
     if failed > 0 {
         println!("{failed} of {} scenario(s) failed", summaries.len());

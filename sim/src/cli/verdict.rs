@@ -71,6 +71,10 @@ pub struct ScenarioSummary {
     pub anomalies: BTreeMap<AnomalyKind, usize>,
     pub simulated_ms: u64,
     pub wall_ms: u64,
+    /// Seeds whose report has any anomaly.
+    pub anomaly_seeds: usize,
+    /// A negative control's first seed that showed the expected anomaly (for a replay line).
+    pub caught_example: Option<u64>,
     pub pass: bool,
     pub verdict: String,
 }
@@ -87,14 +91,22 @@ pub fn summarize(scenario: &Scenario, results: &[RunResult]) -> ScenarioSummary 
     let expect = scenario.expect.get_ref();
     let mut failed = Vec::new();
     let mut missed = Vec::new();
+    let mut caught_example = None;
+    let mut anomaly_seeds = 0;
     let mut anomalies: BTreeMap<AnomalyKind, usize> = BTreeMap::new();
     let mut sorted: Vec<&RunResult> = results.iter().collect();
     sorted.sort_by_key(|r| r.seed);
     for r in &sorted {
+        if !r.report.findings.is_empty() {
+            anomaly_seeds += 1;
+        }
         for kind in r.report.counts().into_keys() {
             *anomalies.entry(kind).or_insert(0) += 1;
         }
         match seed_status(expect, r) {
+            SeedStatus::Pass if expect.outcome == Outcome::Anomaly => {
+                caught_example.get_or_insert(r.seed);
+            }
             SeedStatus::Pass => {}
             SeedStatus::Fail(why) => failed.push((r.seed, why)),
             SeedStatus::Missed => missed.push(r.seed),
@@ -136,6 +148,8 @@ pub fn summarize(scenario: &Scenario, results: &[RunResult]) -> ScenarioSummary 
         anomalies,
         simulated_ms: sorted.iter().map(|r| r.simulated_ms).sum(),
         wall_ms: sorted.iter().map(|r| r.wall_ms).sum(),
+        caught_example,
+        anomaly_seeds,
         pass,
         verdict,
     }
@@ -175,6 +189,54 @@ pub fn table(summaries: &[ScenarioSummary]) -> String {
             anomaly_cell(s),
             s.speed(),
             s.verdict
+        );
+    }
+    out
+}
+
+/// One row of the rules table: a scenario, its file and how it did.
+pub struct RuleRow<'a> {
+    pub scenario: &'a Scenario,
+    pub path: String,
+    pub summary: &'a ScenarioSummary,
+}
+
+/// The rules table in Markdown (the README's): rule, configuration, expectation, seeds run,
+/// seeds with an anomaly, anomalies by kind, and a replay line for one seed of a negative control
+/// that caught its anomaly. `commit` goes into the replay lines.
+pub fn markdown_table(rows: &[RuleRow<'_>], commit: &str) -> String {
+    let mut out = String::from(
+        "| rule | scenario | configuration | expects | seeds | seeds with an anomaly | anomalies (seeds) | replay one |\n\
+         |---|---|---|---|---|---|---|---|\n",
+    );
+    for row in rows {
+        let s = row.summary;
+        let expect = row.scenario.expect.get_ref();
+        let expects = match expect.outcome {
+            Outcome::NoAnomalies => "no anomalies".to_string(),
+            Outcome::Anomaly => format!("{} (control)", expected_anomaly(expect)),
+        };
+        let with_anomaly = s.anomaly_seeds;
+        let kinds = if s.anomalies.is_empty() {
+            "-".to_string()
+        } else {
+            s.anomalies
+                .iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let replay = s.caught_example.map_or("-".to_string(), |seed| {
+            format!("`{}`", super::replay_line(&row.path, seed, commit))
+        });
+        let verdict = if s.pass { "" } else { " **FAIL**" };
+        let _ = writeln!(
+            out,
+            "| {} | `{}` | {} | {expects}{verdict} | {} | {with_anomaly} | {kinds} | {replay} |",
+            row.scenario.rule.as_deref().unwrap_or("-"),
+            s.name,
+            row.scenario.description.replace('|', "\\|"),
+            s.seeds_run,
         );
     }
     out
@@ -312,5 +374,37 @@ mod tests {
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines.len(), 2, "{table}");
         assert!(lines[1].starts_with("t ") && lines[1].contains("lost-write 1") && lines[1].contains("FAIL"));
+    }
+
+    #[test]
+    fn the_markdown_table_names_rule_counts_and_a_replay_of_a_caught_seed() {
+        let source = "description = \"acks=1 | a crash\"\nrule = \"1 acknowledgement\"\n[topic]\n[producer]\nmode = \"sync\"\n[expect]\noutcome = \"anomaly\"\nanomaly = \"lost-write\"\nmin_share = 0.5\n";
+        let control = Scenario::parse(source, "c.toml", "c").expect("parses");
+        let clean = no_anomalies();
+        let c = summarize(
+            &control,
+            &[run(4, &[]), run(7, &[LOST, AnomalyKind::Duplicate]), run(9, &[LOST])],
+        );
+        let n = summarize(&clean, &[run(0, &[]), run(1, &[])]);
+        let rows = [
+            RuleRow {
+                scenario: &control,
+                path: "scenarios/rules/c.toml".into(),
+                summary: &c,
+            },
+            RuleRow {
+                scenario: &clean,
+                path: "scenarios/rules/t.toml".into(),
+                summary: &n,
+            },
+        ];
+        let md = markdown_table(&rows, "abc1234");
+        let lines: Vec<&str> = md.lines().collect();
+        assert_eq!(lines.len(), 4, "{md}");
+        assert_eq!(
+            lines[2],
+            "| 1 acknowledgement | `c` | acks=1 \\| a crash | lost-write (control) | 3 | 2 | lost-write 2, duplicate 1 | `gregor-sim replay scenarios/rules/c.toml --seed 7  # commit abc1234` |"
+        );
+        assert_eq!(lines[3], "| - | `t` | t | no anomalies | 2 | 0 | - | - |");
     }
 }
