@@ -774,3 +774,6 @@ mod idempotence_tests;
 
 #[cfg(test)]
 mod replication_tests;
+
+#[cfg(test)]
+mod coordination_tests;
