@@ -217,7 +217,8 @@ impl Broker {
             AckWait::Pending => commit_error(ErrorCode::RequestTimedOut),
             AckWait::Failed(code) => commit_error(code),
         };
-        self.groups.finish_store(&pending.group, pending.generation, code, now_ms);
+        self.groups
+            .finish_store(&pending.group, pending.generation, code, now_ms);
         true
     }
 

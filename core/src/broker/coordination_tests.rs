@@ -120,7 +120,8 @@ fn entry(offset: i64) -> CommitEntry {
 
 /// A commit from outside any generation (allowed while the group has no members).
 fn begin_commit(n: &mut Node, offset: i64) -> CommitStart {
-    n.broker.begin_offset_commit(&mut n.disk, G, -1, "", vec![entry(offset)], 0)
+    n.broker
+        .begin_offset_commit(&mut n.disk, G, -1, "", vec![entry(offset)], 0)
 }
 
 fn committed(n: &Node) -> Option<i64> {
@@ -148,7 +149,11 @@ fn join(n: &mut Node) -> (ErrorCode, String, i32) {
     let Reply::Now(r) = n.broker.groups_mut().handle_join(&join_req(""), 3, "c", 1, 0) else {
         panic!("a lone member's join parked");
     };
-    (ErrorCode::from_code(r.error_code).expect("a known code"), r.member_id, r.generation_id)
+    (
+        ErrorCode::from_code(r.error_code).expect("a known code"),
+        r.member_id,
+        r.generation_id,
+    )
 }
 
 #[test]
@@ -156,14 +161,20 @@ fn a_broker_that_does_not_lead_the_groups_partition_answers_not_coordinator() {
     let mut c = nodes();
     apply(&mut c, &record(1), &zk(0, 0, &[0, 1]), 0);
     assert_eq!(c[0].broker.groups().check_coordinator(G), Ok(()));
-    assert_eq!(c[1].broker.groups().check_coordinator(G), Err(ErrorCode::NotCoordinator));
+    assert_eq!(
+        c[1].broker.groups().check_coordinator(G),
+        Err(ErrorCode::NotCoordinator)
+    );
     let (code, _, _) = join(&mut c[1]);
     assert_eq!(code, ErrorCode::NotCoordinator, "JoinGroup on the follower");
     assert_eq!(
         c[1].broker.groups_mut().handle_heartbeat(G, 1, "m", 0),
         ErrorCode::NotCoordinator
     );
-    assert_eq!(begin_commit(&mut c[1], 5), CommitStart::Done(vec![ErrorCode::NotCoordinator]));
+    assert_eq!(
+        begin_commit(&mut c[1], 5),
+        CommitStart::Done(vec![ErrorCode::NotCoordinator])
+    );
     // The leader coordinates.
     let (code, member, generation) = join(&mut c[0]);
     assert_eq!((code, generation), (ErrorCode::None, 1), "JoinGroup on the leader");
@@ -177,12 +188,23 @@ fn a_commit_is_acknowledged_only_once_the_high_watermark_passes_it() {
     let CommitStart::Pending(pending) = begin_commit(&mut c[0], 42) else {
         panic!("the commit should wait for the follower");
     };
-    assert_eq!(c[0].broker.poll_offset_commit(&pending, false), None, "below the HW: no answer");
+    assert_eq!(
+        c[0].broker.poll_offset_commit(&pending, false),
+        None,
+        "below the HW: no answer"
+    );
     assert_eq!(committed(&c[0]), None, "not applied before the HW passes it");
     pump(&mut c, 1, 0); // the follower fetches the record
-    assert_eq!(c[0].broker.poll_offset_commit(&pending, false), None, "the leader has not seen it held");
+    assert_eq!(
+        c[0].broker.poll_offset_commit(&pending, false),
+        None,
+        "the leader has not seen it held"
+    );
     pump(&mut c, 1, 0); // its next fetch offset tells the leader it has it: the HW moves
-    assert_eq!(c[0].broker.poll_offset_commit(&pending, false), Some(vec![ErrorCode::None]));
+    assert_eq!(
+        c[0].broker.poll_offset_commit(&pending, false),
+        Some(vec![ErrorCode::None])
+    );
     assert_eq!(committed(&c[0]), Some(42));
 
     // A commit that never reaches the HW fails retriably when its time is up, unapplied.
@@ -197,7 +219,10 @@ fn a_commit_is_acknowledged_only_once_the_high_watermark_passes_it() {
 
     // Below min ISR (2) the commit is refused before it is written.
     apply(&mut c, &record(2), &zk(0, 0, &[0]), 1);
-    assert_eq!(begin_commit(&mut c[0], 60), CommitStart::Done(vec![ErrorCode::CoordinatorNotAvailable]));
+    assert_eq!(
+        begin_commit(&mut c[0], 60),
+        CommitStart::Done(vec![ErrorCode::CoordinatorNotAvailable])
+    );
 }
 
 #[test]
@@ -224,11 +249,19 @@ fn offsets_and_generations_are_reloaded_where_leadership_moves() {
     let n = &mut c[0];
     let store = n.broker.begin_group_store(&mut n.disk, G, 0).expect("a store");
     assert!(!c[0].broker.poll_group_store(&store, false, 0), "not yet replicated");
-    assert_eq!(c[0].broker.groups_mut().take_sync(ticket), None, "no assignment before the store");
+    assert_eq!(
+        c[0].broker.groups_mut().take_sync(ticket),
+        None,
+        "no assignment before the store"
+    );
     pump(&mut c, 1, 0);
     pump(&mut c, 1, 0);
     assert!(c[0].broker.poll_group_store(&store, false, 0));
-    let answer = c[0].broker.groups_mut().take_sync(ticket).expect("answered once stored");
+    let answer = c[0]
+        .broker
+        .groups_mut()
+        .take_sync(ticket)
+        .expect("answered once stored");
     assert_eq!((answer.error_code, &answer.assignment[..]), (0, &b"all"[..]));
 
     // A commit by the member, acknowledged at broker 0.
@@ -241,13 +274,23 @@ fn offsets_and_generations_are_reloaded_where_leadership_moves() {
     };
     pump(&mut c, 1, 0);
     pump(&mut c, 1, 0);
-    assert_eq!(c[0].broker.poll_offset_commit(&pending, false), Some(vec![ErrorCode::None]));
+    assert_eq!(
+        c[0].broker.poll_offset_commit(&pending, false),
+        Some(vec![ErrorCode::None])
+    );
 
     // Leadership moves to broker 1.
     apply(&mut c, &record(2), &zk(1, 1, &[0, 1]), 2);
     assert_eq!(committed(&c[1]), Some(77), "the new coordinator replayed the commit");
-    assert_eq!(committed(&c[0]), None, "the old coordinator dropped the partition's offsets");
-    assert_eq!(c[0].broker.groups().check_coordinator(G), Err(ErrorCode::NotCoordinator));
+    assert_eq!(
+        committed(&c[0]),
+        None,
+        "the old coordinator dropped the partition's offsets"
+    );
+    assert_eq!(
+        c[0].broker.groups().check_coordinator(G),
+        Err(ErrorCode::NotCoordinator)
+    );
     assert!(c[0].broker.groups().group(G).is_none(), "and its groups");
     // The old member is unknown at the new coordinator, and the group's generations go on.
     assert_eq!(
@@ -288,7 +331,10 @@ fn find_coordinator_names_the_leader_of_the_groups_partition_and_asks_for_the_to
     c[1].broker.set_cluster_view(view.clone());
     let r = find_coordinator(&mut c[1].broker, &req, &advertised);
     assert_eq!(r.coordinators[0].error_code, ErrorCode::CoordinatorNotAvailable.code());
-    assert!(c[1].broker.take_offsets_topic_wanted(), "no offsets topic yet: asks for it");
+    assert!(
+        c[1].broker.take_offsets_topic_wanted(),
+        "no offsets topic yet: asks for it"
+    );
     view.topics
         .insert(OFFSETS_TOPIC.into(), (record(1), [(0, zk(0, 0, &[0, 1]))].into()));
     c[1].broker.set_cluster_view(view);

@@ -41,12 +41,12 @@ use crate::group::{GroupConfig, GroupCoordinator};
 use crate::ids::{BrokerId, LeaderEpoch, Offset, ProducerEpoch, ProducerId};
 use crate::log::{Log, LogConfig, LogError, ReadSlice};
 use crate::record::{self, BatchError, BatchHeader};
+pub use coordination::{CommitStart, PendingCommit, PendingStore};
 use producer_ids::ProducerIdAllocator;
 pub use producer_state::ProducerStateTable;
 use producer_state::Verdict;
 use replica::Replication;
 pub use replica::{AckWait, ClusterView, FollowerAction, FollowerTask, IsrProposal, IsrUpdateResult, TruncationPolicy};
-pub use coordination::{CommitStart, PendingCommit, PendingStore};
 pub use topic::TopicId;
 
 /// Producer ids each broker hands out (its range starts at `broker.id` times this): 2^40,

@@ -631,7 +631,12 @@ impl GroupCoordinator {
             *g = (*g).max(generation);
             stabilize(group, &mut done);
         } else {
-            tracing::info!(group = group_id, generation, ?code, "group generation not stored; rebalancing");
+            tracing::info!(
+                group = group_id,
+                generation,
+                ?code,
+                "group generation not stored; rebalancing"
+            );
             for m in group.members.values_mut() {
                 if let Some(t) = m.sync_ticket.take() {
                     done.syncs.push((t, sync_error(code)));

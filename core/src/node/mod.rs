@@ -307,7 +307,8 @@ pub(crate) async fn handle_frame<R: Runtime>(
                 Ok(resp) => resp,
                 // Replicated: answered once the HW passes the commit, the leadership is lost, or
                 // `offsets.commit.timeout.ms` passes.
-                Err((request, pending)) => {
+                Err(waiting) => {
+                    let (request, pending) = *waiting;
                     let deadline = rt.monotonic_ms().saturating_add(OFFSETS_COMMIT_TIMEOUT_MS);
                     loop {
                         let timed_out = rt.monotonic_ms() >= deadline;

@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use gregor_core::broker::{Broker, TruncationPolicy};
 use gregor_core::consensus::NodeId;
-use gregor_core::group::Coordination;
 use gregor_core::coord::server::{start_coordinator, CoordNodeConfig, CoordTiming};
+use gregor_core::group::Coordination;
 use gregor_core::node::cluster::{start_cluster_broker, ClusterConfig};
 use gregor_core::{BrokerId, LeaderEpoch};
 

@@ -11,9 +11,9 @@
 
 use super::Advertised;
 use crate::broker::Broker;
+use crate::broker::CommitStart;
 use crate::disk::Disk;
 use crate::error_code::ErrorCode;
-use crate::broker::CommitStart;
 use crate::group::{CommitEntry, Committed, Coordination, GroupCoordinator, Reply, OFFSETS_TOPIC};
 use crate::protocol::api::find_coordinator::{
     Coordinator, FindCoordinatorRequest, FindCoordinatorResponse, KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION,
@@ -252,12 +252,12 @@ pub fn offset_commit_begin<D: Disk>(
     disk: &mut D,
     req: &OffsetCommitRequest,
     now_ms: i64,
-) -> Result<OffsetCommitResponse, (CommitRequest, crate::broker::PendingCommit)> {
+) -> Result<OffsetCommitResponse, Box<(CommitRequest, crate::broker::PendingCommit)>> {
     let mut request = commit_request(broker, req, now_ms);
     let entries = std::mem::take(&mut request.entries);
     match broker.begin_offset_commit(disk, &req.group_id, req.generation_id, &req.member_id, entries, now_ms) {
         CommitStart::Done(results) => Ok(request.answer(&results)),
-        CommitStart::Pending(pending) => Err((request, pending)),
+        CommitStart::Pending(pending) => Err(Box::new((request, pending))),
     }
 }
 
