@@ -18,6 +18,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 use gregor_core::consensus::NodeId;
 use gregor_core::coord::server::{start_coordinator, CoordNodeConfig, CoordTiming};
+use gregor_core::group::Coordination;
 use gregor_core::node::cluster::{start_cluster_broker, ClusterConfig};
 use gregor_core::node::NodeConfig;
 use gregor_core::runtime::Runtime;
@@ -240,6 +241,20 @@ pub fn broker(args: BrokerArgs) -> anyhow::Result<ExitCode> {
     let rt = rt.with_frame_bytes_max(config.limits.request_bytes_max as u64);
     let mut cluster = ClusterConfig::new(coordinators);
     cluster.session_timeout_ms = session_timeout_ms;
+    // Kafka's defaults: 50 partitions, replication factor 3 (capped at the live brokers when the
+    // topic is created on the first FindCoordinator).
+    let offsets_partitions: i32 = file.number("offsets.topic.num.partitions")?.unwrap_or(50);
+    let offsets_rf: i16 = file.number("offsets.topic.replication.factor")?.unwrap_or(3);
+    if !(1..=1_000).contains(&offsets_partitions) || offsets_rf < 1 {
+        bail!(
+            "{}: offsets.topic.num.partitions must be 1 to 1000 and offsets.topic.replication.factor at least 1",
+            file.file
+        );
+    }
+    cluster.group_coordination = Coordination::Partitioned {
+        partitions: offsets_partitions,
+        replication_factor: offsets_rf,
+    };
     let code = runtime::block_on(async move {
         let shutdown = monoio::utils::CtrlC::new().context("cannot install the SIGTERM/SIGINT handler")?;
         let (broker, accept_loop) = start_cluster_broker(rt.clone(), config, cluster).await?;

@@ -128,6 +128,8 @@ pub const BROKER_KEYS: &[&str] = &[
     "log.segment.bytes",
     "log.flush.interval.messages",
     "log.flush.interval.ms",
+    "offsets.topic.num.partitions",
+    "offsets.topic.replication.factor",
 ];
 
 pub const COORDINATOR_KEYS: &[&str] = &["node.id", "controller.quorum.voters", "log.dirs"];

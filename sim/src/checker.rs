@@ -422,8 +422,12 @@ pub fn check(h: &History) -> Report {
     }
 
     // Commits never go backwards; below the final one, every acked record was processed.
+    // In the order the coordinator answered them: a consumer hands its commits to the history
+    // in batches, so the history's order is not the commits' order.
+    let mut commits: Vec<&crate::history::Commit> = h.commits.iter().collect();
+    commits.sort_by_key(|c| c.at_ms);
     let mut committed: BTreeMap<(&str, Partition), i64> = BTreeMap::new();
-    for commit in &h.commits {
+    for commit in commits {
         let key = (commit.group.as_str(), commit.partition);
         if let Some(&prev) = committed.get(&key) {
             if commit.offset < prev {

@@ -404,7 +404,7 @@ async fn group_consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions:
                 at_ms,
             });
         }
-        record_commits(&w, c, &group_id, &mut consumer, at_ms);
+        record_commits(&w, c, &group_id, &mut consumer);
         let records: Vec<(i32, i64, Value)> = match polled {
             Ok(polled) => polled
                 .records
@@ -438,7 +438,7 @@ async fn group_consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions:
             if let Err(e) = consumer.commit_sync(&positions).await {
                 tracing::debug!(target: "workload", consumer = c, error = %e, "commit failed");
             }
-            record_commits(&w, c, &group_id, &mut consumer, rt.monotonic_ms());
+            record_commits(&w, c, &group_id, &mut consumer);
         }
         match policy {
             CommitPolicy::Auto => queue.borrow_mut().extend(records.iter().map(|r| r.2)),
@@ -456,16 +456,17 @@ async fn group_consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions:
             if let Err(e) = consumer.commit_sync(&positions).await {
                 tracing::debug!(target: "workload", consumer = c, error = %e, "commit failed");
             }
-            record_commits(&w, c, &group_id, &mut consumer, rt.monotonic_ms());
+            record_commits(&w, c, &group_id, &mut consumer);
         }
     }
 }
 
-/// The commits the coordinator accepted from `consumer` since the last call, into the history.
-fn record_commits(w: &Workload, c: u32, group: &str, consumer: &mut GroupConsumer<SimRuntime>, at_ms: u64) {
+/// The commits the coordinator accepted from `consumer` since the last call, into the history,
+/// each at the time its answer arrived (commits made inside a poll are taken after it returns).
+fn record_commits(w: &Workload, c: u32, group: &str, consumer: &mut GroupConsumer<SimRuntime>) {
     let commits = consumer.take_commits();
     let mut h = lock(&w.history);
-    for offsets in commits {
+    for (at_ms, offsets) in commits {
         for (tp, offset) in offsets {
             h.commits.push(Commit {
                 consumer: c,

@@ -156,6 +156,15 @@ mod defaults {
     pub fn replica_lag_time_max_ms() -> u64 {
         30_000
     }
+    pub fn one_i32() -> i32 {
+        1
+    }
+    pub fn offsets_topic_num_partitions() -> u32 {
+        50
+    }
+    pub fn offsets_topic_replication_factor() -> u32 {
+        3
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -193,6 +202,32 @@ pub struct Broker {
     /// fault that restart detection would otherwise mask.
     #[serde(rename = "mutant.ignore.broker.restarts", default)]
     pub mutant_ignore_broker_restarts: bool,
+    /// `offsets.topic.num.partitions`: partitions of `__consumer_offsets` (Kafka's default 50).
+    #[serde(
+        rename = "offsets.topic.num.partitions",
+        default = "defaults::offsets_topic_num_partitions"
+    )]
+    pub offsets_topic_num_partitions: u32,
+    /// `offsets.topic.replication.factor` (Kafka's default 3, capped at the live brokers).
+    #[serde(
+        rename = "offsets.topic.replication.factor",
+        default = "defaults::offsets_topic_replication_factor"
+    )]
+    pub offsets_topic_replication_factor: u32,
+    /// Simulator-only mutant (a negative control): every broker of a cluster coordinates every
+    /// group with its own unreplicated offsets, as before `__consumer_offsets` was replicated, so
+    /// two members that reach different brokers get two coordinators.
+    #[serde(rename = "mutant.every.broker.coordinates", default)]
+    pub mutant_every_broker_coordinates: bool,
+    /// `min.insync.replicas`, the brokers' default: what topics without an override get,
+    /// `__consumer_offsets` included (Kafka's default 1).
+    #[serde(rename = "min.insync.replicas", default = "defaults::one_i32")]
+    pub min_insync_replicas: i32,
+    /// `log.flush.interval.ms`, the brokers' default `flush.ms` (unset: never, Kafka's default).
+    /// The simulated disk never writes dirty pages back by itself; this stands in for the
+    /// operating system's writeback on internal topics such as `__consumer_offsets`.
+    #[serde(rename = "log.flush.interval.ms", default)]
+    pub log_flush_interval_ms: Option<i64>,
 }
 
 impl Default for Broker {
@@ -201,6 +236,11 @@ impl Default for Broker {
             replica_lag_time_max_ms: defaults::replica_lag_time_max_ms(),
             mutant_truncate_to_high_watermark: false,
             mutant_ignore_broker_restarts: false,
+            offsets_topic_num_partitions: defaults::offsets_topic_num_partitions(),
+            offsets_topic_replication_factor: defaults::offsets_topic_replication_factor(),
+            mutant_every_broker_coordinates: false,
+            min_insync_replicas: 1,
+            log_flush_interval_ms: None,
         }
     }
 }
@@ -533,6 +573,38 @@ impl Scenario {
                 key_at("broker", "replica.lag.time.max.ms"),
                 "broker.replica.lag.time.max.ms",
                 format!("{lag_ms} is not between 1 and {REPLICA_LAG_TIME_MS_MAX}"),
+            );
+        }
+        let offsets_partitions = scenario.broker.offsets_topic_num_partitions;
+        if !(1..=1_000).contains(&offsets_partitions) {
+            return bad(
+                key_at("broker", "offsets.topic.num.partitions"),
+                "broker.offsets.topic.num.partitions",
+                format!("{offsets_partitions} is not between 1 and 1000"),
+            );
+        }
+        if !(1..=16).contains(&scenario.broker.min_insync_replicas) {
+            return bad(
+                key_at("broker", "min.insync.replicas"),
+                "broker.min.insync.replicas",
+                format!("{} is not between 1 and 16", scenario.broker.min_insync_replicas),
+            );
+        }
+        if let Some(ms) = scenario.broker.log_flush_interval_ms {
+            if let Err(why) = gregor_core::log::LogConfig::default().apply("flush.ms", &ms.to_string()) {
+                return bad(
+                    key_at("broker", "log.flush.interval.ms"),
+                    "broker.log.flush.interval.ms",
+                    why,
+                );
+            }
+        }
+        let offsets_rf = scenario.broker.offsets_topic_replication_factor;
+        if !(1..=16).contains(&offsets_rf) {
+            return bad(
+                key_at("broker", "offsets.topic.replication.factor"),
+                "broker.offsets.topic.replication.factor",
+                format!("{offsets_rf} is not between 1 and 16"),
             );
         }
         let mut log = gregor_core::log::LogConfig::default();

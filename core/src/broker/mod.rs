@@ -25,6 +25,7 @@
 //! [`Broker::apply_partition_state`]; [`replica`] owns everything about those (followers, HW,
 //! ISR proposals, truncation, fencing).
 
+pub mod coordination;
 pub mod producer_ids;
 pub mod producer_state;
 pub mod replica;
@@ -40,6 +41,7 @@ use crate::group::{GroupConfig, GroupCoordinator};
 use crate::ids::{BrokerId, LeaderEpoch, Offset, ProducerEpoch, ProducerId};
 use crate::log::{Log, LogConfig, LogError, ReadSlice};
 use crate::record::{self, BatchError, BatchHeader};
+pub use coordination::{CommitStart, PendingCommit, PendingStore};
 use producer_ids::ProducerIdAllocator;
 pub use producer_state::ProducerStateTable;
 use producer_state::Verdict;
@@ -173,6 +175,8 @@ pub struct Broker {
     acting_controller_epoch: Option<i32>,
     hw_checkpoint_dirty: bool,
     next_hw_checkpoint_ms: i64,
+    /// A FindCoordinator found no `__consumer_offsets` topic (cluster mode).
+    offsets_topic_wanted: bool,
     /// Things found at startup that an operator should hear about.
     pub startup_warnings: Vec<String>,
 }
@@ -218,6 +222,7 @@ impl Broker {
             cluster_view: None,
             acting_controller_epoch: None,
             hw_checkpoint_dirty: false,
+            offsets_topic_wanted: false,
             next_hw_checkpoint_ms: now_ms,
             startup_warnings: Vec::new(),
         };
@@ -769,3 +774,6 @@ mod idempotence_tests;
 
 #[cfg(test)]
 mod replication_tests;
+
+#[cfg(test)]
+mod coordination_tests;

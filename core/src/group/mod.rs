@@ -18,6 +18,7 @@
 //! `group.initial.rebalance.delay.ms`, the pending-sync timeout, group deletion and expiry of
 //! old offsets (`offsets.retention.minutes`).
 
+pub mod coordination;
 pub mod offsets;
 pub mod state;
 
@@ -27,11 +28,13 @@ use bytes::Bytes;
 
 use crate::disk::Disk;
 use crate::error_code::ErrorCode;
+use crate::ids::LeaderEpoch;
 use crate::log::{LogConfig, LogError};
 use crate::protocol::api::join_group::{JoinGroupMember, JoinGroupRequest, JoinGroupResponse};
 use crate::protocol::api::sync_group::{SyncGroupRequest, SyncGroupResponse};
-pub use offsets::{CommitEntry, Committed, OffsetStore};
-pub use state::{Group, GroupState, Member};
+pub use coordination::{Coordination, OFFSETS_TOPIC};
+pub use offsets::{CommitEntry, Committed, OffsetKey, OffsetStore, Replayed, StoredGroup};
+pub use state::{Group, GroupState, Member, Store};
 
 /// First JoinGroup version that must be answered MEMBER_ID_REQUIRED (KIP-394).
 pub const MEMBER_ID_REQUIRED_MIN: i16 = 4;
@@ -52,6 +55,8 @@ pub struct GroupConfig {
     pub groups_max: usize,
     /// `offset.metadata.max.bytes`
     pub offset_metadata_bytes_max: usize,
+    /// Which groups this broker coordinates and where their offsets live.
+    pub coordination: Coordination,
 }
 
 impl Default for GroupConfig {
@@ -62,6 +67,7 @@ impl Default for GroupConfig {
             members_per_group_max: 1_000,
             groups_max: 10_000,
             offset_metadata_bytes_max: 4_096,
+            coordination: Coordination::Local,
         }
     }
 }
@@ -85,6 +91,13 @@ pub struct GroupCoordinator {
     next_join_seq: u64,
     done_joins: BTreeMap<u64, JoinGroupResponse>,
     done_syncs: BTreeMap<u64, SyncGroupResponse>,
+    /// Partitioned mode: the `__consumer_offsets` partitions this broker leads and has loaded,
+    /// with the leader epoch they were loaded in.
+    loaded: BTreeMap<i32, LeaderEpoch>,
+    /// Partitioned mode: the last stored generation of each group of the loaded partitions, so
+    /// a group forgotten while Empty (or taken over from another coordinator) continues its
+    /// generations rather than restarting at 1.
+    generations: BTreeMap<String, i32>,
 }
 
 fn join_error(code: ErrorCode, member_id: &str) -> JoinGroupResponse {
@@ -112,17 +125,104 @@ fn sync_error(code: ErrorCode) -> SyncGroupResponse {
 }
 
 impl GroupCoordinator {
-    /// Opens the offsets log and rebuilds the committed offsets from it.
+    /// Opens the offsets log and rebuilds the committed offsets from it (local mode); in
+    /// partitioned mode starts with nothing loaded: offsets come from the replicated partitions
+    /// this broker comes to lead ([`GroupCoordinator::load_partition`]).
     pub fn open<D: Disk>(disk: &mut D, config: GroupConfig, log: LogConfig) -> Result<GroupCoordinator, LogError> {
+        let offsets = match config.coordination {
+            Coordination::Local => OffsetStore::open(disk, log)?,
+            Coordination::Partitioned { .. } => OffsetStore::detached(log),
+        };
         Ok(GroupCoordinator {
             config,
             groups: BTreeMap::new(),
-            offsets: OffsetStore::open(disk, log)?,
+            offsets,
             next_ticket: 0,
             next_join_seq: 0,
             done_joins: BTreeMap::new(),
             done_syncs: BTreeMap::new(),
+            loaded: BTreeMap::new(),
+            generations: BTreeMap::new(),
         })
+    }
+
+    pub fn coordination(&self) -> Coordination {
+        self.config.coordination
+    }
+
+    /// The `__consumer_offsets` partition of a group (`None` in local mode).
+    pub fn partition_of(&self, group_id: &str) -> Option<i32> {
+        match self.config.coordination {
+            Coordination::Local => None,
+            Coordination::Partitioned { partitions, .. } => {
+                Some(coordination::partition_for(group_id, partitions.max(1)))
+            }
+        }
+    }
+
+    /// Whether this broker coordinates `group_id` now: always in local mode; in partitioned
+    /// mode only while it leads (and has loaded) the group's offsets partition.
+    pub fn check_coordinator(&self, group_id: &str) -> Result<(), ErrorCode> {
+        match self.partition_of(group_id) {
+            None => Ok(()),
+            Some(p) if self.loaded.contains_key(&p) => Ok(()),
+            Some(_) => Err(ErrorCode::NotCoordinator),
+        }
+    }
+
+    /// The offsets partitions loaded, with the leader epoch each was loaded in.
+    pub fn loaded_partitions(&self) -> &BTreeMap<i32, LeaderEpoch> {
+        &self.loaded
+    }
+
+    /// This broker became leader of offsets partition `partition` in `epoch`: takes the
+    /// commits replayed from its log (in log order) and serves its groups from now on.
+    pub fn load_partition(&mut self, partition: i32, epoch: LeaderEpoch, records: Vec<Replayed>) {
+        self.unload_partition(partition);
+        for r in records {
+            match r {
+                Replayed::Commit(key, value) if self.partition_of(&key.0) == Some(partition) => {
+                    self.offsets.extend([(key, value)]);
+                }
+                Replayed::Group(group, stored) if self.partition_of(&group) == Some(partition) => {
+                    let g = self.generations.entry(group).or_insert(stored.generation);
+                    *g = (*g).max(stored.generation);
+                }
+                _ => {}
+            }
+        }
+        self.loaded.insert(partition, epoch);
+        tracing::info!(target: "groups", partition, epoch = epoch.0, "offsets partition loaded");
+    }
+
+    /// This broker no longer leads offsets partition `partition`: its groups and offsets are
+    /// dropped (the new leader has them), and requests parked in them are answered
+    /// NOT_COORDINATOR so their members look the coordinator up again.
+    pub fn unload_partition(&mut self, partition: i32) {
+        if self.loaded.remove(&partition).is_none() {
+            return;
+        }
+        let Coordination::Partitioned { partitions, .. } = self.config.coordination else {
+            return;
+        };
+        let ours = |g: &str| coordination::partition_for(g, partitions.max(1)) == partition;
+        let gone: Vec<String> = self.groups.keys().filter(|g| ours(g)).cloned().collect();
+        let mut done = Completions::default();
+        for id in gone {
+            let group = self.groups.remove(&id).expect("listed above");
+            for m in group.members.values() {
+                if let Some(t) = m.join_ticket {
+                    done.joins.push((t, join_error(ErrorCode::NotCoordinator, &m.id)));
+                }
+                if let Some(t) = m.sync_ticket {
+                    done.syncs.push((t, sync_error(ErrorCode::NotCoordinator)));
+                }
+            }
+        }
+        self.apply(done);
+        self.offsets.retain_groups(|g| !ours(g));
+        self.generations.retain(|g, _| !ours(g));
+        tracing::info!(target: "groups", partition, "offsets partition unloaded");
     }
 
     pub fn group(&self, id: &str) -> Option<&Group> {
@@ -159,6 +259,9 @@ impl GroupCoordinator {
         if req.group_id.is_empty() || req.group_id.len() > GROUP_ID_BYTES_MAX {
             return Reply::Now(join_error(ErrorCode::InvalidGroupId, &req.member_id));
         }
+        if let Err(code) = self.check_coordinator(&req.group_id) {
+            return Reply::Now(join_error(code, &req.member_id));
+        }
         if req.session_timeout_ms < self.config.session_timeout_ms_min
             || req.session_timeout_ms > self.config.session_timeout_ms_max
         {
@@ -171,7 +274,10 @@ impl GroupCoordinator {
             if self.groups.len() >= self.config.groups_max {
                 return Reply::Now(join_error(ErrorCode::CoordinatorNotAvailable, ""));
             }
-            self.groups.insert(req.group_id.clone(), Group::new(&req.group_id));
+            let mut group = Group::new(&req.group_id);
+            // Partitioned mode: continue from the last stored generation.
+            group.generation = self.generations.get(&req.group_id).copied().unwrap_or(0);
+            self.groups.insert(req.group_id.clone(), group);
         }
         let protocols: Vec<(String, Bytes)> = req
             .protocols
@@ -298,6 +404,9 @@ impl GroupCoordinator {
     }
 
     pub fn handle_sync(&mut self, req: &SyncGroupRequest, now_ms: i64) -> Reply<SyncGroupResponse> {
+        if let Err(code) = self.check_coordinator(&req.group_id) {
+            return Reply::Now(sync_error(code));
+        }
         let group = match self.check_member(&req.group_id, req.generation_id, &req.member_id) {
             Ok(g) => g,
             Err(code) => return Reply::Now(sync_error(code)),
@@ -318,8 +427,9 @@ impl GroupCoordinator {
                 if let Some(old) = member.sync_ticket.replace(ticket) {
                     self.done_syncs.insert(old, sync_error(ErrorCode::RebalanceInProgress));
                 }
+                let partitioned = self.partition_of(&req.group_id).is_some();
                 let group = self.groups.get_mut(&req.group_id).expect("checked");
-                if group.leader.as_deref() == Some(req.member_id.as_str()) {
+                if group.leader.as_deref() == Some(req.member_id.as_str()) && group.store == Store::Idle {
                     let given: BTreeMap<&str, &Bytes> = req
                         .assignments
                         .iter()
@@ -328,16 +438,15 @@ impl GroupCoordinator {
                     for m in group.members.values_mut() {
                         m.assignment = given.get(m.id.as_str()).map(|b| (*b).clone()).unwrap_or_default();
                     }
-                    group.state = GroupState::Stable;
-                    let mut done = Completions::default();
-                    let ids: Vec<String> = group.members.keys().cloned().collect();
-                    for id in ids {
-                        let response = sync_response(group, &id);
-                        if let Some(t) = group.members.get_mut(&id).and_then(|m| m.sync_ticket.take()) {
-                            done.syncs.push((t, response));
-                        }
+                    if partitioned {
+                        // Kafka: the group's generation is stored (replicated) before any member
+                        // learns its assignment; see `take_store` and `finish_store`.
+                        group.store = Store::Wanted;
+                    } else {
+                        let mut done = Completions::default();
+                        stabilize(group, &mut done);
+                        self.apply(done);
                     }
-                    self.apply(done);
                 }
                 match self.done_syncs.remove(&ticket) {
                     Some(response) => Reply::Now(response),
@@ -348,6 +457,9 @@ impl GroupCoordinator {
     }
 
     pub fn handle_heartbeat(&mut self, group_id: &str, generation: i32, member_id: &str, now_ms: i64) -> ErrorCode {
+        if let Err(code) = self.check_coordinator(group_id) {
+            return code;
+        }
         if let Err(code) = self.check_member(group_id, generation, member_id) {
             return code;
         }
@@ -363,6 +475,9 @@ impl GroupCoordinator {
 
     /// LeaveGroup (all versions: v0–v2 name one member): an error per member, in order.
     pub fn handle_leave(&mut self, group_id: &str, member_ids: &[String], now_ms: i64) -> Vec<ErrorCode> {
+        if let Err(code) = self.check_coordinator(group_id) {
+            return vec![code; member_ids.len()];
+        }
         let Some(group) = self.groups.get_mut(group_id) else {
             return vec![ErrorCode::UnknownMemberId; member_ids.len()];
         };
@@ -384,11 +499,9 @@ impl GroupCoordinator {
         results
     }
 
-    /// OffsetCommit for one group: an error per entry, in order. Checked as Kafka does: a
-    /// commit from outside any generation (`generation_id < 0`, empty member id) is allowed
-    /// while the group is Empty; otherwise the member and generation must be current. A refused
-    /// commit changes nothing. Accepted entries are synced to the offsets log before this
-    /// returns `None` for them.
+    /// OffsetCommit for one group in local mode: an error per entry, in order. Checked by
+    /// [`GroupCoordinator::prepare_commit`]; accepted entries are synced to the offsets log
+    /// before this returns `None` for them.
     pub fn handle_commit<D: Disk>(
         &mut self,
         disk: &mut D,
@@ -398,11 +511,43 @@ impl GroupCoordinator {
         entries: Vec<CommitEntry>,
         now_ms: i64,
     ) -> Vec<ErrorCode> {
+        let (mut results, accepted) = self.prepare_commit(group_id, generation_id, member_id, entries, now_ms);
+        if let Err(e) = self.offsets.append(disk, group_id, &accepted, now_ms) {
+            tracing::warn!(group = group_id, error = %e, "offset commit not persisted");
+            let code = match e {
+                // Kafka's answer to a commit too large for one batch: retrying cannot help.
+                LogError::Batch(_) | LogError::LargerThanSegment { .. } => ErrorCode::InvalidCommitOffsetSize,
+                // Retriable: the client retries, and a later append may succeed.
+                _ => ErrorCode::CoordinatorNotAvailable,
+            };
+            for r in results.iter_mut().filter(|r| **r == ErrorCode::None) {
+                *r = code;
+            }
+        }
+        results
+    }
+
+    /// Checks an OffsetCommit as Kafka does: this broker must coordinate the group; a commit
+    /// from outside any generation (`generation_id < 0`, empty member id) is allowed while the
+    /// group is Empty; otherwise the member and generation must be current. Returns an error
+    /// per entry (`None` for the accepted ones) and the accepted entries, which the caller
+    /// makes durable before applying them ([`GroupCoordinator::apply_commit`]). A refused
+    /// commit changes nothing.
+    pub fn prepare_commit(
+        &mut self,
+        group_id: &str,
+        generation_id: i32,
+        member_id: &str,
+        entries: Vec<CommitEntry>,
+        now_ms: i64,
+    ) -> (Vec<ErrorCode>, Vec<CommitEntry>) {
         let n = entries.len();
         // The offsets record stores names with an i16 length; a compact string off the wire
         // can be longer.
         let verdict = if group_id.is_empty() || group_id.len() > GROUP_ID_BYTES_MAX {
             Err(ErrorCode::InvalidGroupId)
+        } else if let Err(code) = self.check_coordinator(group_id) {
+            Err(code)
         } else {
             match self.groups.get(group_id) {
                 None if generation_id < 0 => Ok(()),
@@ -415,13 +560,13 @@ impl GroupCoordinator {
             }
         };
         if let Err(code) = verdict {
-            return vec![code; n];
+            return (vec![code; n], Vec::new());
         }
         if let Some(m) = self.groups.get_mut(group_id).and_then(|g| g.members.get_mut(member_id)) {
             m.heartbeat_deadline_ms = now_ms.saturating_add(i64::from(m.session_timeout_ms));
         }
         let limit = self.config.offset_metadata_bytes_max.min(offsets::STRING_BYTES_MAX);
-        let mut results: Vec<ErrorCode> = entries
+        let results: Vec<ErrorCode> = entries
             .iter()
             .map(|e| {
                 if e.committed.metadata.len() > limit {
@@ -437,19 +582,69 @@ impl GroupCoordinator {
             .filter(|(_, r)| **r == ErrorCode::None)
             .map(|(e, _)| e)
             .collect();
-        if let Err(e) = self.offsets.append(disk, group_id, &accepted, now_ms) {
-            tracing::warn!(group = group_id, error = %e, "offset commit not persisted");
-            let code = match e {
-                // Kafka's answer to a commit too large for one batch: retrying cannot help.
-                LogError::Batch(_) | LogError::LargerThanSegment { .. } => ErrorCode::InvalidCommitOffsetSize,
-                // Retriable: the client retries, and a later append may succeed.
-                _ => ErrorCode::CoordinatorNotAvailable,
-            };
-            for r in results.iter_mut().filter(|r| **r == ErrorCode::None) {
-                *r = code;
-            }
+        (results, accepted)
+    }
+
+    /// Partitioned mode: commits whose records the offsets partition `partition` holds below
+    /// its high watermark since leader epoch `epoch`. Applied only if that partition is still
+    /// loaded in that epoch (otherwise the partition's next leader replays them from its log).
+    pub fn apply_commit(&mut self, partition: i32, epoch: LeaderEpoch, group_id: &str, entries: &[CommitEntry]) {
+        if self.loaded.get(&partition) == Some(&epoch) {
+            self.offsets.apply(group_id, entries);
         }
-        results
+    }
+
+    /// Partitioned mode: the generation record a group's leader SyncGroup asked to store, if
+    /// one is wanted and not yet under way (it is then under way: call
+    /// [`GroupCoordinator::finish_store`] with the outcome).
+    pub fn take_store(&mut self, group_id: &str) -> Option<StoredGroup> {
+        let group = self.groups.get_mut(group_id)?;
+        if group.store != Store::Wanted || group.state != GroupState::CompletingRebalance {
+            return None;
+        }
+        group.store = Store::InFlight;
+        Some(StoredGroup {
+            protocol_type: group.protocol_type.clone().unwrap_or_default(),
+            generation: group.generation,
+            protocol: group.protocol_name.clone(),
+            leader: group.leader.clone(),
+        })
+    }
+
+    /// Partitioned mode: how storing `generation` of a group ended. Stored: the group is Stable
+    /// and its members get their assignments. Failed: their SyncGroups get `code` (the
+    /// coordinator moved or the ISR is short; they find the coordinator and rejoin) and the
+    /// group rebalances, as Kafka does. A store overtaken by a rebalance changes nothing.
+    pub fn finish_store(&mut self, group_id: &str, generation: i32, code: ErrorCode, now_ms: i64) {
+        let Some(group) = self.groups.get_mut(group_id) else {
+            return;
+        };
+        if group.generation != generation
+            || group.store != Store::InFlight
+            || group.state != GroupState::CompletingRebalance
+        {
+            return;
+        }
+        let mut done = Completions::default();
+        if code == ErrorCode::None {
+            let g = self.generations.entry(group_id.to_string()).or_insert(generation);
+            *g = (*g).max(generation);
+            stabilize(group, &mut done);
+        } else {
+            tracing::info!(
+                group = group_id,
+                generation,
+                ?code,
+                "group generation not stored; rebalancing"
+            );
+            for m in group.members.values_mut() {
+                if let Some(t) = m.sync_ticket.take() {
+                    done.syncs.push((t, sync_error(code)));
+                }
+            }
+            prepare_rebalance(group, now_ms, &mut done);
+        }
+        self.apply(done);
     }
 
     /// A committed offset.
@@ -579,8 +774,23 @@ fn sync_response(group: &Group, member_id: &str) -> SyncGroupResponse {
     }
 }
 
+/// The leader's assignments are in (and stored, in partitioned mode): Stable, and every parked
+/// SyncGroup gets its member's assignment.
+fn stabilize(group: &mut Group, done: &mut Completions) {
+    group.state = GroupState::Stable;
+    group.store = Store::Idle;
+    let ids: Vec<String> = group.members.keys().cloned().collect();
+    for id in ids {
+        let response = sync_response(group, &id);
+        if let Some(t) = group.members.get_mut(&id).and_then(|m| m.sync_ticket.take()) {
+            done.syncs.push((t, response));
+        }
+    }
+}
+
 /// Starts a rebalance: parked syncs of the old generation are told REBALANCE_IN_PROGRESS.
 fn prepare_rebalance(group: &mut Group, now_ms: i64, done: &mut Completions) {
+    group.store = Store::Idle;
     for m in group.members.values_mut() {
         m.assignment = Bytes::new();
         if let Some(t) = m.sync_ticket.take() {

@@ -10,10 +10,18 @@
 //! i32 partition), value = OffsetCommitValue v3 (i16 version 3, i64 offset, i32 leader epoch,
 //! metadata, i64 commit timestamp), strings as i16 length + UTF-8.
 //!
-//! What differs from Kafka: the log lives in its own directory (`__consumer_offsets`, one
-//! partition, not a topic clients can fetch), is not replicated, and is never compacted or
-//! deleted by retention (it grows by one record per committed partition); group membership
-//! metadata is not persisted (members rejoin after a restart, as after a coordinator move).
+//! In a cluster the same records go to the replicated `__consumer_offsets` partitions (see
+//! [`crate::broker::coordination`]), together with one more of Kafka's layouts: a group's
+//! generation, written when its leader's SyncGroup completes a rebalance: key = GroupMetadataKey
+//! v2 (i16 version 2, group), value = GroupMetadataValue v3 (i16 version 3, protocol type,
+//! i32 generation, nullable protocol, nullable leader, i64 timestamp, i32 member count) written
+//! with no members. A coordinator that takes a group over continues its generations from the
+//! last one stored, so a generation number never names two different assignments.
+//!
+//! What differs from Kafka: in single-node mode the log lives in its own directory
+//! (`__consumer_offsets`, one partition, not a topic clients can fetch) and is not replicated;
+//! logs are never compacted or deleted by retention (they grow by one record per committed
+//! partition); members are not persisted (they rejoin after a restart or a coordinator move).
 
 use std::collections::BTreeMap;
 
@@ -99,6 +107,90 @@ pub fn encode_value(c: &Committed) -> Vec<u8> {
     out
 }
 
+/// GroupMetadataKey v2.
+pub fn encode_group_key(group: &str) -> Vec<u8> {
+    let mut out = 2i16.to_be_bytes().to_vec();
+    put_str(&mut out, group);
+    out
+}
+
+fn put_nullable_str(out: &mut Vec<u8>, s: Option<&str>) {
+    match s {
+        Some(s) => put_str(out, s),
+        None => out.extend_from_slice(&(-1i16).to_be_bytes()),
+    }
+}
+
+/// GroupMetadataValue v3 without members: what a successor coordinator needs to continue the
+/// group's generations.
+/// Strings off the wire longer than a record can hold are stored as absent (the successor needs
+/// only the generation).
+pub fn encode_group_value(g: &StoredGroup, now_ms: i64) -> Vec<u8> {
+    let fits = |s: &&str| s.len() <= STRING_BYTES_MAX;
+    let mut out = 3i16.to_be_bytes().to_vec();
+    put_str(&mut out, Some(g.protocol_type.as_str()).filter(fits).unwrap_or(""));
+    out.extend_from_slice(&g.generation.to_be_bytes());
+    put_nullable_str(&mut out, g.protocol.as_deref().filter(fits));
+    put_nullable_str(&mut out, g.leader.as_deref().filter(fits));
+    out.extend_from_slice(&now_ms.to_be_bytes());
+    out.extend_from_slice(&0i32.to_be_bytes());
+    out
+}
+
+/// A group's stored generation (the members are not stored).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredGroup {
+    pub protocol_type: String,
+    pub generation: i32,
+    pub protocol: Option<String>,
+    pub leader: Option<String>,
+}
+
+pub fn decode_group_key(b: &[u8]) -> Option<String> {
+    let mut at = 0;
+    if i16::from_be_bytes(take::<2>(b, &mut at)?) != 2 {
+        return None;
+    }
+    let group = take_str(b, &mut at)?;
+    (at == b.len()).then_some(group)
+}
+
+fn take_nullable_str(b: &[u8], at: &mut usize) -> Option<Option<String>> {
+    let len = i16::from_be_bytes(b.get(*at..*at + 2)?.try_into().ok()?);
+    if len == -1 {
+        *at += 2;
+        return Some(None);
+    }
+    take_str(b, at).map(Some)
+}
+
+/// Decodes the fields a successor needs; the members (Kafka's own records may have some) are
+/// not read.
+pub fn decode_group_value(b: &[u8]) -> Option<StoredGroup> {
+    let mut at = 0;
+    let version = i16::from_be_bytes(take::<2>(b, &mut at)?);
+    if !(0..=3).contains(&version) {
+        return None;
+    }
+    let protocol_type = take_str(b, &mut at)?;
+    let generation = i32::from_be_bytes(take::<4>(b, &mut at)?);
+    let protocol = take_nullable_str(b, &mut at)?;
+    let leader = take_nullable_str(b, &mut at)?;
+    Some(StoredGroup {
+        protocol_type,
+        generation,
+        protocol,
+        leader,
+    })
+}
+
+/// One record of an offsets log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Replayed {
+    Commit(OffsetKey, Committed),
+    Group(String, StoredGroup),
+}
+
 pub fn decode_key(b: &[u8]) -> Option<OffsetKey> {
     let mut at = 0;
     if i16::from_be_bytes(take::<2>(b, &mut at)?) != 1 {
@@ -128,43 +220,51 @@ pub fn decode_value(b: &[u8]) -> Option<Committed> {
 }
 
 impl OffsetStore {
-    /// Opens (recovering) the offsets log and replays it into the committed map.
-    pub fn open<D: Disk>(disk: &mut D, config: LogConfig) -> Result<OffsetStore, LogError> {
-        let mut store = OffsetStore {
+    /// A store without a local log: in a cluster the offsets live in the replicated
+    /// `__consumer_offsets` partitions, and this map holds what the partitions this broker
+    /// leads have loaded and committed since.
+    pub fn detached(config: LogConfig) -> OffsetStore {
+        OffsetStore {
             log: None,
             config,
             committed: BTreeMap::new(),
             skipped_records: 0,
-        };
+        }
+    }
+
+    /// Opens (recovering) the offsets log and replays it into the committed map.
+    pub fn open<D: Disk>(disk: &mut D, config: LogConfig) -> Result<OffsetStore, LogError> {
+        let mut store = OffsetStore::detached(config);
         if disk.list(OFFSETS_DIR)?.is_empty() {
             return Ok(store);
         }
         let log = Log::open(disk, OFFSETS_DIR, store.config.clone())?;
-        let mut at = log.log_start_offset();
-        while at < log.log_end_offset() {
-            let slice = log.read(disk, at, REPLAY_BYTES_MAX, None)?;
-            if slice.len == 0 {
-                break;
-            }
-            let bytes = Log::read_bytes(disk, &slice)?;
-            let mut pos = 0;
-            while pos < bytes.len() {
-                let h = BatchHeader::parse(&bytes[pos..]).map_err(LogError::Batch)?;
-                let batch = &bytes[pos..pos + h.total_bytes()];
-                for r in record::records(batch).unwrap_or_default() {
-                    match (r.key.and_then(decode_key), r.value.and_then(decode_value)) {
-                        (Some(key), Some(value)) => {
-                            store.committed.insert(key, value);
-                        }
-                        _ => store.skipped_records += 1,
-                    }
-                }
-                pos += h.total_bytes();
-            }
-            at = slice.next_offset;
-        }
+        let (records, skipped) = replay(disk, &log, log.log_end_offset())?;
+        store.committed.extend(records.into_iter().filter_map(|r| match r {
+            Replayed::Commit(key, value) => Some((key, value)),
+            Replayed::Group(..) => None,
+        }));
+        store.skipped_records = skipped;
         store.log = Some(log);
         Ok(store)
+    }
+
+    /// Applies commits whose records are durable (synced, or replicated below the HW).
+    pub fn apply(&mut self, group: &str, entries: &[CommitEntry]) {
+        for e in entries {
+            self.committed
+                .insert((group.to_string(), e.topic.clone(), e.partition), e.committed.clone());
+        }
+    }
+
+    /// Applies replayed records (the last for a key wins).
+    pub fn extend(&mut self, records: impl IntoIterator<Item = (OffsetKey, Committed)>) {
+        self.committed.extend(records);
+    }
+
+    /// Forgets the offsets of every group `keep` refuses (an offsets partition no longer led).
+    pub fn retain_groups(&mut self, mut keep: impl FnMut(&str) -> bool) {
+        self.committed.retain(|(g, _, _), _| keep(g));
     }
 
     /// Appends the commits of one group as one batch, syncs, and only then applies them.
@@ -178,25 +278,14 @@ impl OffsetStore {
         if entries.is_empty() {
             return Ok(());
         }
-        let records: Vec<NewRecord> = entries
-            .iter()
-            .map(|e| NewRecord {
-                timestamp: now_ms,
-                key: Some(encode_key(group, &e.topic, e.partition)),
-                value: Some(encode_value(&e.committed)),
-            })
-            .collect();
-        let mut batch = record::build_batch(&records, ProducerFields::none());
+        let mut batch = commit_batch(group, entries, now_ms);
         let log = match &mut self.log {
             Some(log) => log,
             None => self.log.insert(Log::open(disk, OFFSETS_DIR, self.config.clone())?),
         };
         log.append_as_leader(disk, &mut batch, LeaderEpoch(0), now_ms)?;
         log.flush(disk)?;
-        for e in entries {
-            self.committed
-                .insert((group.to_string(), e.topic.clone(), e.partition), e.committed.clone());
-        }
+        self.apply(group, entries);
         Ok(())
     }
 
@@ -221,4 +310,65 @@ impl OffsetStore {
     pub fn log_end_offset(&self) -> Offset {
         self.log.as_ref().map_or(Offset(0), |l| l.log_end_offset())
     }
+}
+
+/// One group's commits as one record batch (no producer id), as both the local log and the
+/// replicated `__consumer_offsets` partitions store them.
+pub fn commit_batch(group: &str, entries: &[CommitEntry], now_ms: i64) -> Vec<u8> {
+    let records: Vec<NewRecord> = entries
+        .iter()
+        .map(|e| NewRecord {
+            timestamp: now_ms,
+            key: Some(encode_key(group, &e.topic, e.partition)),
+            value: Some(encode_value(&e.committed)),
+        })
+        .collect();
+    record::build_batch(&records, ProducerFields::none())
+}
+
+/// Reads `log` from its start up to `to` (its end, usually) and decodes every commit record, in
+/// log order (so the last for a key wins when applied in turn). Returns the records and how many
+/// did not decode (CRC-valid but foreign: skipped). Bounded by the log: every step moves forward.
+pub fn replay<D: Disk>(disk: &mut D, log: &Log, to: Offset) -> Result<(Vec<Replayed>, u64), LogError> {
+    let mut out = Vec::new();
+    let mut skipped = 0;
+    let mut at = log.log_start_offset();
+    while at < to.min(log.log_end_offset()) {
+        let slice = log.read(disk, at, REPLAY_BYTES_MAX, None)?;
+        if slice.len == 0 || slice.next_offset <= at {
+            break;
+        }
+        let bytes = Log::read_bytes(disk, &slice)?;
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let h = BatchHeader::parse(&bytes[pos..]).map_err(LogError::Batch)?;
+            let Some(batch) = bytes.get(pos..pos + h.total_bytes()) else {
+                break;
+            };
+            for r in record::records(batch).unwrap_or_default() {
+                if let (Some(key), Some(value)) = (r.key.and_then(decode_key), r.value.and_then(decode_value)) {
+                    out.push(Replayed::Commit(key, value));
+                } else if let (Some(group), Some(stored)) =
+                    (r.key.and_then(decode_group_key), r.value.and_then(decode_group_value))
+                {
+                    out.push(Replayed::Group(group, stored));
+                } else {
+                    skipped += 1;
+                }
+            }
+            pos += h.total_bytes();
+        }
+        at = slice.next_offset;
+    }
+    Ok((out, skipped))
+}
+
+/// A group's generation record as one batch (see the module comment).
+pub fn group_batch(group: &str, stored: &StoredGroup, now_ms: i64) -> Vec<u8> {
+    let record = NewRecord {
+        timestamp: now_ms,
+        key: Some(encode_group_key(group)),
+        value: Some(encode_group_value(stored, now_ms)),
+    };
+    record::build_batch(&[record], ProducerFields::none())
 }

@@ -69,6 +69,19 @@ pub struct Group {
     pub pending_members: BTreeMap<String, i64>,
     /// When a PreparingRebalance gives up on members that have not rejoined.
     pub rebalance_deadline_ms: Option<i64>,
+    /// Partitioned mode: the leader's assignments are in, and the generation is being stored
+    /// in the offsets partition; SyncGroup answers wait for it.
+    pub store: Store,
+}
+
+/// Where storing a group's generation stands (partitioned mode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Store {
+    Idle,
+    /// Asked for; the driver has not started the append yet.
+    Wanted,
+    /// Appended; waiting for the high watermark.
+    InFlight,
 }
 
 impl Group {
@@ -83,6 +96,7 @@ impl Group {
             members: BTreeMap::new(),
             pending_members: BTreeMap::new(),
             rebalance_deadline_ms: None,
+            store: Store::Idle,
         }
     }
 

@@ -44,6 +44,7 @@ use crate::controller::{
 use crate::coord::client::{CoordClient, CoordClientConfig, CoordError};
 use crate::coord::tree::{CreateMode, Op, TreeError};
 use crate::error_code::ErrorCode;
+use crate::group::{Coordination, OFFSETS_TOPIC};
 use crate::ids::BrokerId;
 use crate::protocol::api::create_topics::{CreatableTopicResult, CreateTopicsRequest, CreateTopicsResponse};
 use crate::protocol::api::delete_topics::{DeletableTopicResult, DeleteTopicsRequest, DeleteTopicsResponse};
@@ -67,6 +68,11 @@ pub struct ClusterConfig {
     /// broker does not resume leadership from a state that predates it. Always on outside the
     /// simulator; a scenario may turn it off to show what it prevents (a negative control).
     pub detect_restarts: bool,
+    /// How groups are coordinated: [`Coordination::Partitioned`] (Kafka's design, the default),
+    /// with `offsets.topic.num.partitions` and `offsets.topic.replication.factor`.
+    /// [`Coordination::Local`] here is the old bug (every broker coordinates every group, with
+    /// unreplicated offsets), kept only for the simulator's negative control.
+    pub group_coordination: Coordination,
 }
 
 impl ClusterConfig {
@@ -77,6 +83,7 @@ impl ClusterConfig {
             refresh_ms: 500,
             controller: ControllerConfig::default(),
             detect_restarts: true,
+            group_coordination: Coordination::partitioned_default(),
         }
     }
 }
@@ -220,6 +227,7 @@ pub async fn start_cluster_broker<R: Runtime>(
     config.admin = Some(admin.clone());
     // Topics exist only through the coordinator: never auto-created locally.
     config.broker.auto_create_topics = false;
+    config.broker.group.coordination = cluster.group_coordination;
     let registration = BrokerRegistration {
         id: config.broker.broker_id,
         host: config.advertised.host.clone(),
@@ -394,6 +402,9 @@ impl<R: Runtime> Session<R> {
             }
         };
         self.apply(&scan);
+        if self.broker.borrow_mut().take_offsets_topic_wanted() {
+            self.create_offsets_topic(&scan).await?;
+        }
         let duties = self.controller_duties(&scan).await;
         let epoch = self.controller.as_ref().map(|c| c.epoch);
         self.broker.borrow_mut().set_acting_controller_epoch(epoch);
@@ -411,7 +422,7 @@ impl<R: Runtime> Session<R> {
         let deadline = self.rt.monotonic_ms().saturating_add(self.cluster.refresh_ms);
         while self.rt.monotonic_ms() < deadline {
             self.isr_proposals().await?;
-            if !self.admin.is_empty() {
+            if !self.admin.is_empty() || self.broker.borrow().offsets_topic_wanted() {
                 return Ok(());
             }
             let mut fired = false;
@@ -590,6 +601,9 @@ impl<R: Runtime> Session<R> {
                     }
                 }
             }
+            // Offsets partitions gained or lost: load or drop their groups now, so parked
+            // JoinGroup/SyncGroup requests of a lost partition are answered NOT_COORDINATOR.
+            b.sync_group_coordination(disk);
             let gone: Vec<(String, i32)> = b
                 .topics()
                 .iter()
@@ -721,6 +735,60 @@ impl<R: Runtime> Session<R> {
     async fn execute(&self, ops: &[controller::Op]) -> Result<(), CoordError> {
         let ops = ops.iter().map(to_coord_op).collect();
         self.client.multi(ops).await.map(|_| ())
+    }
+
+    /// Creates `__consumer_offsets` as Kafka does on the first FindCoordinator: the configured
+    /// partitions, the replication factor capped at the live brokers, the cluster's min ISR.
+    /// Any broker may; a concurrent creation by another wins and this one is refused.
+    async fn create_offsets_topic(&mut self, scan: &Scan) -> Step<()> {
+        let Coordination::Partitioned {
+            partitions,
+            replication_factor,
+        } = self.cluster.group_coordination
+        else {
+            return Ok(());
+        };
+        if scan.controller_view.topics.contains_key(OFFSETS_TOPIC) {
+            return Ok(());
+        }
+        let live = i32::try_from(scan.controller_view.live_brokers.len()).unwrap_or(i32::MAX);
+        let rf = i32::from(replication_factor).min(live).max(1);
+        let creator = Controller::new(self.me(), 0, 0, self.cluster.controller);
+        let draw = CreateTopicDraw {
+            topic_id: crate::broker::TopicId::from_random(self.rt.random_u64(), self.rt.random_u64()),
+            start_index: self.rt.random_u64() as usize,
+            replica_shift: self.rt.random_u64() as usize,
+        };
+        let write = match creator.create_topic(
+            &scan.controller_view,
+            OFFSETS_TOPIC,
+            partitions,
+            rf,
+            &BTreeMap::new(),
+            draw,
+        ) {
+            Ok((_, write)) => write,
+            Err(e) => {
+                tracing::warn!(target: "groups", error = %e.message, "offsets topic not created");
+                return Ok(());
+            }
+        };
+        let ops: Vec<controller::Op> = write
+            .ops
+            .into_iter()
+            .filter(|op| !matches!(op, controller::Op::Check { .. }))
+            .collect();
+        match self.execute(&ops).await {
+            Ok(()) => {
+                tracing::info!(target: "groups", partitions, replication_factor = rf, "offsets topic created");
+                Ok(())
+            }
+            Err(e) if fatal(&e) => Err(End::Expired),
+            Err(e) => {
+                tracing::debug!(target: "groups", error = %e, "offsets topic not created (another broker may have)");
+                Ok(())
+            }
+        }
     }
 
     async fn admin_job(&mut self, scan: &Scan, request: &AdminRequest) -> Step<Vec<(String, ErrorCode, String)>> {

@@ -205,7 +205,8 @@ fn view_topic(view: &ClusterView, name: &str) -> MetadataTopic {
         error_code: 0,
         name: Some(name.to_string()),
         topic_id: TopicId::from_hex(&record.topic_id_hex).map_or(Uuid::ZERO, uuid),
-        is_internal: false,
+        // As Kafka marks it: clients leave it out of pattern subscriptions.
+        is_internal: name == crate::group::OFFSETS_TOPIC,
         partitions: record
             .assignment
             .iter()

@@ -121,6 +121,16 @@ async fn run_timers<R: Runtime>(rt: R, broker: SharedBroker) {
     }
 }
 
+/// `offsets.commit.timeout.ms` (Kafka's default): how long a commit waits for its offsets
+/// partition's high watermark before it fails COORDINATOR_NOT_AVAILABLE (retriable).
+const OFFSETS_COMMIT_TIMEOUT_MS: u64 = 5_000;
+
+/// Cluster mode: loads or drops offsets partitions whose leadership changed, before a group
+/// request is answered from them.
+fn sync_group_coordination<R: Runtime>(rt: &R, broker: &SharedBroker) {
+    rt.with_disk(|disk| broker.borrow_mut().sync_group_coordination(disk));
+}
+
 /// What to do after a frame.
 pub(crate) enum Outcome {
     Reply(Bytes),
@@ -234,9 +244,10 @@ pub(crate) async fn handle_frame<R: Runtime>(
             .with_disk(|disk| handlers::init_producer_id(&mut broker.borrow_mut(), disk, req))
             .encode(version),
         Request::FindCoordinator(req) => {
-            handlers::groups::find_coordinator(&broker.borrow(), req, &config.advertised).encode(version)
+            handlers::groups::find_coordinator(&mut broker.borrow_mut(), req, &config.advertised).encode(version)
         }
         Request::JoinGroup(req) => {
+            sync_group_coordination(rt, broker);
             let client_id = header.client_id.clone().unwrap_or_default();
             let nonce = rt.random_u64();
             let reply =
@@ -254,7 +265,21 @@ pub(crate) async fn handle_frame<R: Runtime>(
             resp.encode(version)
         }
         Request::SyncGroup(req) => {
+            sync_group_coordination(rt, broker);
             let reply = handlers::groups::sync_group(broker.borrow_mut().groups_mut(), req, now);
+            // Partitioned mode: the leader's SyncGroup stores the generation (replicated) before
+            // any member gets its assignment.
+            let store = rt.with_disk(|disk| broker.borrow_mut().begin_group_store(disk, &req.group_id, now));
+            if let Some(pending) = store {
+                let deadline = rt.monotonic_ms().saturating_add(OFFSETS_COMMIT_TIMEOUT_MS);
+                loop {
+                    let timed_out = rt.monotonic_ms() >= deadline;
+                    if broker.borrow_mut().poll_group_store(&pending, timed_out, rt.now_ms()) {
+                        break;
+                    }
+                    rt.sleep(Duration::from_millis(config.fetch_poll_ms.max(1))).await;
+                }
+            }
             let resp = match reply {
                 Reply::Now(resp) => resp,
                 Reply::Parked(ticket) => loop {
@@ -268,16 +293,43 @@ pub(crate) async fn handle_frame<R: Runtime>(
             resp.encode(version)
         }
         Request::Heartbeat(req) => {
+            sync_group_coordination(rt, broker);
             handlers::groups::heartbeat(broker.borrow_mut().groups_mut(), req, now).encode(version)
         }
         Request::LeaveGroup(req) => {
+            sync_group_coordination(rt, broker);
             handlers::groups::leave_group(broker.borrow_mut().groups_mut(), req, version, now).encode(version)
+        }
+        Request::OffsetCommit(req) if handlers::groups::partitioned(&broker.borrow()) => {
+            let begun =
+                rt.with_disk(|disk| handlers::groups::offset_commit_begin(&mut broker.borrow_mut(), disk, req, now));
+            let resp = match begun {
+                Ok(resp) => resp,
+                // Replicated: answered once the HW passes the commit, the leadership is lost, or
+                // `offsets.commit.timeout.ms` passes.
+                Err(waiting) => {
+                    let (request, pending) = *waiting;
+                    let deadline = rt.monotonic_ms().saturating_add(OFFSETS_COMMIT_TIMEOUT_MS);
+                    loop {
+                        let timed_out = rt.monotonic_ms() >= deadline;
+                        let settled = broker.borrow_mut().poll_offset_commit(&pending, timed_out);
+                        if let Some(results) = settled {
+                            break request.answer(&results);
+                        }
+                        rt.sleep(Duration::from_millis(config.fetch_poll_ms.max(1))).await;
+                    }
+                }
+            };
+            resp.encode(version)
         }
         Request::OffsetCommit(req) => rt
             .with_disk(|disk| handlers::groups::offset_commit(&mut broker.borrow_mut(), disk, req, now))
             .encode(version),
         Request::OffsetForLeaderEpoch(req) => handlers::offset_for_leader_epoch(&broker.borrow(), req).encode(version),
-        Request::OffsetFetch(req) => handlers::groups::offset_fetch(broker.borrow().groups(), req).encode(version),
+        Request::OffsetFetch(req) => {
+            sync_group_coordination(rt, broker);
+            handlers::groups::offset_fetch(broker.borrow().groups(), req).encode(version)
+        }
         Request::DeleteTopics(req) if config.admin.is_some() => {
             let admin = config.admin.as_ref().expect("checked by the guard");
             admin.delete_topics_request(rt, broker, req).await.encode(version)

@@ -21,6 +21,7 @@ use std::time::Duration;
 use gregor_core::broker::{Broker, TruncationPolicy};
 use gregor_core::consensus::NodeId;
 use gregor_core::coord::server::{start_coordinator, CoordNodeConfig, CoordTiming};
+use gregor_core::group::Coordination;
 use gregor_core::node::cluster::{start_cluster_broker, ClusterConfig};
 use gregor_core::{BrokerId, LeaderEpoch};
 
@@ -102,11 +103,27 @@ async fn broker_main(rt: SimRuntime, s: Arc<Scenario>, index: usize) {
     let mut config = super::broker_node_config(index);
     config.broker.replica_lag_time_max_ms = s.broker.replica_lag_time_max_ms as i64;
     config.broker.hw_checkpoint_interval_ms = 1_000;
+    config.broker.min_insync_replicas = s.broker.min_insync_replicas;
+    if let Some(ms) = s.broker.log_flush_interval_ms {
+        config
+            .broker
+            .log
+            .apply("flush.ms", &ms.to_string())
+            .expect("validated when the scenario was parsed");
+    }
     if s.broker.mutant_truncate_to_high_watermark {
         config.broker.truncation = TruncationPolicy::HighWatermark;
     }
     let mut cluster = ClusterConfig::new(coordinator_addrs(&s));
     cluster.detect_restarts = !s.broker.mutant_ignore_broker_restarts;
+    cluster.group_coordination = if s.broker.mutant_every_broker_coordinates {
+        Coordination::Local
+    } else {
+        Coordination::Partitioned {
+            partitions: i32::try_from(s.broker.offsets_topic_num_partitions).expect("validated: 1..=1000"),
+            replication_factor: i16::try_from(s.broker.offsets_topic_replication_factor).expect("validated: 1..=16"),
+        }
+    };
     match start_cluster_broker(rt, config, cluster).await {
         Ok((broker, accept_loop)) => {
             BROKERS.with(|b| b.borrow_mut().insert(index, Rc::downgrade(&broker)));

@@ -116,6 +116,12 @@ async fn run<R: Runtime>(rt: R, weak: Weak<RefCell<Shared>>) {
             Err(e) => {
                 tracing::info!(group = %s.group_id, error = %e, "heartbeat failed");
                 conn = None;
+                if matches!(e, ClientError::Net(_) | ClientError::Timeout(_)) {
+                    // The coordinator is unreachable: the next poll looks it up again (it may
+                    // have moved to another broker).
+                    s.error = Some(ErrorCode::CoordinatorNotAvailable);
+                    s.active = false;
+                }
             }
         }
     }

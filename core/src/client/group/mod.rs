@@ -149,7 +149,7 @@ pub struct GroupConsumer<R: Runtime> {
     last_auto_commit_ms: u64,
     listener: Box<dyn RebalanceListener>,
     /// Commits the coordinator accepted (auto, on revoke or asked for), until taken.
-    accepted_commits: Vec<BTreeMap<TopicPartition, i64>>,
+    accepted_commits: Vec<(u64, BTreeMap<TopicPartition, i64>)>,
 }
 
 /// Accepted commits kept for [`GroupConsumer::take_commits`] at most (the oldest go first).
@@ -197,7 +197,9 @@ impl<R: Runtime> GroupConsumer<R> {
 
     /// The commits the coordinator accepted since the last call, oldest first, whoever made
     /// them (auto-commit, a revoke, the application): what an observer of the group records.
-    pub fn take_commits(&mut self) -> Vec<BTreeMap<TopicPartition, i64>> {
+    /// Each with the runtime's monotonic ms when its answer arrived (a commit made inside
+    /// `poll`, on revoke, is older than the poll's return).
+    pub fn take_commits(&mut self) -> Vec<(u64, BTreeMap<TopicPartition, i64>)> {
         std::mem::take(&mut self.accepted_commits)
     }
 
@@ -233,6 +235,13 @@ impl<R: Runtime> GroupConsumer<R> {
             let joined = self.join().await;
             self.share_identity();
             joined?;
+        } else if self.coordinator.is_none() && self.generation >= 0 {
+            // The coordinator moved or died (NOT_COORDINATOR, a lost connection): look it up
+            // again so the heartbeat task reaches the new one, which fences or keeps us.
+            if let Err(e) = self.find_coordinator().await {
+                tracing::debug!(group = %self.config.group_id, error = %e, "coordinator not found yet");
+            }
+            self.share_identity();
         }
         let mut polled = GroupPolled::default();
         if self.assignment.is_empty() {
@@ -354,10 +363,12 @@ impl<R: Runtime> GroupConsumer<R> {
             .find(|c| *c != ErrorCode::None);
         match error {
             None => {
+                tracing::debug!(group = %self.config.group_id, member = %self.member_id, generation = self.generation,
+                    offsets = ?offsets.iter().map(|(tp, o)| (tp.partition, *o)).collect::<Vec<_>>(), "commit accepted");
                 if self.accepted_commits.len() >= ACCEPTED_COMMITS_MAX {
                     self.accepted_commits.remove(0);
                 }
-                self.accepted_commits.push(offsets.clone());
+                self.accepted_commits.push((self.rt.monotonic_ms(), offsets.clone()));
                 Ok(())
             }
             Some(c) => {

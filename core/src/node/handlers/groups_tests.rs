@@ -89,12 +89,12 @@ fn fetch_all(groups: &GroupCoordinator) -> Vec<(String, i32, i64)> {
 #[test]
 fn find_coordinator_names_this_broker_for_groups_only() {
     let mut disk = MemDisk::new();
-    let b = broker_with_topic(&mut disk);
+    let mut b = broker_with_topic(&mut disk);
     let req = FindCoordinatorRequest {
         key_type: KEY_TYPE_GROUP,
         keys: vec!["g1".into(), "g2".into()],
     };
-    let resp = find_coordinator(&b, &req, &advertised());
+    let resp = find_coordinator(&mut b, &req, &advertised());
     assert_eq!(resp.coordinators.len(), 2);
     assert!(resp
         .coordinators
@@ -105,13 +105,13 @@ fn find_coordinator_names_this_broker_for_groups_only() {
         key_type: KEY_TYPE_GROUP,
         keys: vec!["g1".into()],
     };
-    find_coordinator(&b, &one, &advertised()).encode(0);
+    find_coordinator(&mut b, &one, &advertised()).encode(0);
     let tx = FindCoordinatorRequest {
         key_type: KEY_TYPE_TRANSACTION,
         keys: vec!["tx".into()],
     };
     assert_eq!(
-        find_coordinator(&b, &tx, &advertised()).coordinators[0].error_code,
+        find_coordinator(&mut b, &tx, &advertised()).coordinators[0].error_code,
         ErrorCode::CoordinatorNotAvailable.code()
     );
 }
