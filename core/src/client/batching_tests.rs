@@ -404,14 +404,18 @@ fn an_oversized_record_fails_alone() {
 
 /// Sends `n` records to partition 0 in batches of ~3 with up to 5 in flight, with `fault`
 /// applied once two requests are out; returns the outcomes and the log.
-fn several_in_flight(enable_idempotence: bool, fault: impl FnOnce(&mut World)) -> (Vec<Delivery>, Vec<String>, usize) {
+fn several_in_flight(
+    enable_idempotence: bool,
+    in_flight_max: usize,
+    fault: impl FnOnce(&mut World),
+) -> (Vec<Delivery>, Vec<String>, usize) {
     let rt = Timed::new(1);
     rt.0.borrow_mut().reply_delay_ms = 20;
     let config = ProducerConfig {
         enable_idempotence,
         linger_ms: 0,
         batch_bytes_max: 500,
-        in_flight_max: 5,
+        in_flight_max,
         ..ProducerConfig::default()
     };
     let p = producer(&rt, config);
@@ -460,7 +464,7 @@ fn expected_values() -> Vec<String> {
 fn several_in_flight_with_refusals_keep_partition_order() {
     // NOT_LEADER for the next two requests: the batch refused and the ones behind it are
     // retried in order.
-    let (outcomes, values, in_flight) = several_in_flight(true, |w| {
+    let (outcomes, values, in_flight) = several_in_flight(true, 5, |w| {
         w.produce_errors
             .extend([ErrorCode::NotLeaderOrFollower, ErrorCode::NotLeaderOrFollower]);
     });
@@ -479,8 +483,21 @@ fn several_in_flight_with_refusals_keep_partition_order() {
 }
 
 #[test]
+fn one_in_flight_keeps_order_across_refusals_without_idempotence() {
+    // No sequence numbers to save it: the order is the accumulator's alone (a retry goes back
+    // in front of its partition's later batches).
+    let (outcomes, values, in_flight) = several_in_flight(false, 1, |w| {
+        w.produce_errors
+            .extend([ErrorCode::NotLeaderOrFollower, ErrorCode::NotLeaderOrFollower]);
+    });
+    assert_eq!(in_flight, 1);
+    assert!(outcomes.iter().all(|o| o.is_ok()), "{outcomes:?}");
+    assert_eq!(values, expected_values(), "the log holds each record once, in order");
+}
+
+#[test]
 fn several_in_flight_with_a_lost_connection_duplicate_nothing_with_idempotence() {
-    let (outcomes, values, _) = several_in_flight(true, |w| w.lose_produce_replies = 1);
+    let (outcomes, values, _) = several_in_flight(true, 5, |w| w.lose_produce_replies = 1);
     assert!(outcomes.iter().all(|o| o.is_ok()), "{outcomes:?}");
     let offsets: Vec<i64> = outcomes
         .iter()
@@ -496,7 +513,7 @@ fn several_in_flight_with_a_lost_connection_duplicate_nothing_with_idempotence()
 #[test]
 fn without_idempotence_a_lost_connection_duplicates() {
     // The negative control of the test above: the fault bites when nothing dedupes.
-    let (outcomes, values, _) = several_in_flight(false, |w| w.lose_produce_replies = 1);
+    let (outcomes, values, _) = several_in_flight(false, 5, |w| w.lose_produce_replies = 1);
     println!("{} records in the log for 30 sends", values.len());
     assert!(outcomes.iter().all(|o| o.is_ok()), "{outcomes:?}");
     assert!(values.len() > 30, "the retried batches were written twice");
