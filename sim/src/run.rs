@@ -147,7 +147,7 @@ fn broker_node_config(index: usize) -> NodeConfig {
     config
 }
 
-async fn broker_main(rt: SimRuntime, index: usize) {
+pub(crate) async fn broker_main(rt: SimRuntime, index: usize) {
     let config = broker_node_config(index);
     match start_broker(rt, config).await {
         Ok((_broker, accept_loop)) => accept_loop.await,
@@ -155,7 +155,7 @@ async fn broker_main(rt: SimRuntime, index: usize) {
     }
 }
 
-fn client(rt: &SimRuntime, name: String, brokers: usize) -> Cluster<SimRuntime> {
+pub(crate) fn client(rt: &SimRuntime, name: String, brokers: usize) -> Cluster<SimRuntime> {
     let config = ClientConfig {
         client_id: name,
         request_timeout_ms: 5_000,
