@@ -21,8 +21,14 @@
 //! UNKNOWN_PRODUCER_ID whose cause is retention it resets the sequence and retries instead. A
 //! fresh id is Gregor's stand-in for the epoch bump (the broker hands out fresh ids only).
 //!
-//! Not yet here (issue #5): `linger.ms` / `batch.size` accumulation, several requests in
-//! flight, and the bounded `buffer.memory`.
+//! This is the sync producer: one batch per `send()`, one request in flight. The batching
+//! producer ([`super::batching`]: `linger.ms`, `batch.size`, `buffer.memory`, `max.block.ms`,
+//! `max.request.size`, several requests in flight, the partitioner) keeps these rules, and
+//! shares [`ProducerConfig`]; its batching fields are ignored here.
+//!
+//! Not yet here (either producer): compression, transactions, KIP-360's epoch bump (a fresh id
+//! instead, above), and `acks`-aware `delivery.timeout.ms` >= `linger.ms` + `request.timeout.ms`
+//! validation as Kafka does at construction.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
