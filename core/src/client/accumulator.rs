@@ -200,8 +200,8 @@ impl Accumulator {
         !batch.closed && batch.bytes + bytes <= self.config.batch_bytes_max
     }
 
-    /// Appends a record (the caller checked its size and the buffer's room). Returns whether a
-    /// batch became ready by size, so the sender should look now.
+    /// Appends a record (the caller checked its size and the buffer's room). Returns whether the
+    /// sender should look now: a batch was started (its linger timer begins) or became full.
     pub fn append(&mut self, key: PartitionKey, record: NewRecord, slot: Slot, now_ms: u64) -> bool {
         let bytes = record_bytes(&record);
         self.buffered_bytes += bytes;
@@ -243,7 +243,7 @@ impl Accumulator {
         if batch.bytes >= batch_bytes_max {
             batch.closed = true;
         }
-        batch.closed || partition.queue.len() > 1
+        !fits || batch.closed
     }
 
     /// Partitions whose head batch may be drained now, and the earliest later time one may
@@ -460,6 +460,9 @@ impl Accumulator {
 
     /// Fails batches past `delivery.timeout.ms` that are not in flight.
     pub fn expire(&mut self, now_ms: u64) {
+        if self.next_deadline().is_none_or(|d| d > now_ms) {
+            return;
+        }
         let mut expired = Vec::new();
         for p in self.partitions.values_mut() {
             let (gone, keep): (VecDeque<Batch>, VecDeque<Batch>) =
@@ -545,15 +548,22 @@ mod tests {
     #[test]
     fn a_batch_is_ready_after_linger_or_when_full() {
         let mut a = acc(5, 1_000);
-        assert!(!a.append(key(0), rec(10), Slot::default(), 100));
-        assert_eq!(a.ready(100), (vec![], Some(105)), "lingers");
+        assert!(
+            a.append(key(0), rec(10), Slot::default(), 100),
+            "a new batch: its linger starts"
+        );
+        assert!(!a.append(key(0), rec(10), Slot::default(), 101));
+        assert_eq!(a.ready(101), (vec![], Some(105)), "lingers");
         assert_eq!(a.ready(105).0, vec![key(0)], "linger.ms passed");
         // Full: a third record of 136 bytes would take the batch (61 + 2 x 136) past batch.size,
         // so it starts the next batch and the first is ready before linger.ms.
         let mut a = acc(5, 400);
+        assert!(a.append(key(0), rec(100), Slot::default(), 0));
         assert!(!a.append(key(0), rec(100), Slot::default(), 0));
-        assert!(!a.append(key(0), rec(100), Slot::default(), 0));
-        assert!(a.append(key(0), rec(100), Slot::default(), 0), "full");
+        assert!(
+            a.append(key(0), rec(100), Slot::default(), 0),
+            "full: the next batch starts"
+        );
         assert_eq!(a.ready(0).0, vec![key(0)]);
         let b = a.drain_head(&key(0)).expect("a batch");
         assert_eq!(b.records.len(), 2);

@@ -201,22 +201,31 @@ impl<R: Runtime> BatchingProducer<R> {
     /// buffer room or the topic's partition count; a send that cannot be buffered, or a record
     /// larger than `max.request.size`, fails alone through its handle.
     pub async fn send(&self, topic: &str, partition: Option<i32>, record: NewRecord) -> SendHandle {
-        let (config, now) = (self.state.borrow().acc.config.clone(), self.rt.monotonic_ms());
-        let deadline = now.saturating_add(config.block_ms_max);
-        if config.enable_idempotence && config.acks != -1 {
+        let (block_ms_max, idempotent, acks, request_bytes_max, buffer_bytes_max) = {
+            let c = &self.state.borrow().acc.config;
+            (
+                c.block_ms_max,
+                c.enable_idempotence,
+                c.acks,
+                c.request_bytes_max,
+                c.buffer_bytes_max,
+            )
+        };
+        let deadline = self.rt.monotonic_ms().saturating_add(block_ms_max);
+        if idempotent && acks != -1 {
             return SendHandle::done(Err(SendError::Failed(
                 "enable.idempotence needs acks=-1 (all), as Kafka requires".into(),
             )));
         }
         let bytes = record_bytes(&record);
-        let limit = config.request_bytes_max.min(config.buffer_bytes_max);
+        let limit = request_bytes_max.min(buffer_bytes_max);
         if bytes + HEADER_BYTES + REQUEST_OVERHEAD_BYTES > limit {
             return SendHandle::done(Err(SendError::Failed(format!(
                 "RECORD_TOO_LARGE: the record takes {} bytes serialized, more than max.request.size ({}) or \
                  buffer.memory ({})",
                 bytes + HEADER_BYTES,
-                config.request_bytes_max,
-                config.buffer_bytes_max
+                request_bytes_max,
+                buffer_bytes_max
             ))));
         }
         let partition = match partition {
@@ -243,8 +252,7 @@ impl<R: Runtime> BatchingProducer<R> {
                 let now = self.rt.monotonic_ms();
                 if now >= deadline {
                     return SendHandle::done(Err(SendError::Failed(format!(
-                        "buffer.memory ({} bytes) stayed full for max.block.ms ({} ms)",
-                        config.buffer_bytes_max, config.block_ms_max
+                        "buffer.memory ({buffer_bytes_max} bytes) stayed full for max.block.ms ({block_ms_max} ms)"
                     ))));
                 }
                 with_timeout(&self.rt, deadline - now, changed_since(&self.state, seen)).await;
@@ -253,9 +261,10 @@ impl<R: Runtime> BatchingProducer<R> {
         let slot = Slot::default();
         let mut s = self.state.borrow_mut();
         let now = self.rt.monotonic_ms();
-        s.acc.append((topic.to_string(), partition), record, slot.clone(), now);
-        // The sender looks at every append: a new batch may need a linger timer.
-        s.changed();
+        if s.acc.append((topic.to_string(), partition), record, slot.clone(), now) {
+            // A new batch (its linger timer starts) or a full one: the sender looks.
+            s.changed();
+        }
         SendHandle { slot }
     }
 
