@@ -252,5 +252,28 @@ fn perf_produce_and_consume_start_their_own_broker_and_report_medians() {
         assert!(runs.iter().all(|l| l.contains(": 3000 records in ")), "{out}");
         assert!(out.contains(&format!("perf {mode}: median of 2 runs: ")), "{out}");
     }
+    // The batching producer: every record acknowledged, requests counted.
+    let out = ok(
+        &[
+            "perf",
+            "produce",
+            "--num-records",
+            "3000",
+            "--partitions",
+            "2",
+            "--linger-ms",
+            "5",
+            "--batch-size",
+            "4096",
+            "--runs",
+            "2",
+        ],
+        b"",
+    );
+    println!("{out}");
+    let runs: Vec<&str> = out.lines().filter(|l| l.contains(": 3000 records in ")).collect();
+    assert_eq!(runs.len(), 2, "{out}");
+    assert!(out.contains("bytes per request"), "{out}");
+    assert!(out.contains("batching producer, linger.ms 5, batch.size 4096"), "{out}");
     fails(&["perf", "produce", "--runs", "0"], b"", "must be at least 1");
 }

@@ -9,8 +9,10 @@
 //! - [`scenario`]: the scenario file format.
 //! - [`nemesis`]: plays a scenario's scheduled and random faults, each with its opposite.
 //! - [`trace`]: the replay trace of a run: its events hashed, and printed through a filter.
+//! - [`bench`]: benchmarks in virtual time (the batching producer against one broker).
 //! - [`cli`]: what the `gregor-sim` command line computes (seed lists, parallel runs, verdicts).
 
+pub mod bench;
 pub mod checker;
 pub mod cli;
 pub mod disk;

@@ -8,12 +8,12 @@
 //! madsim's seeded scheduler.
 //!
 //! Limits of this first version (stated, not hidden): one broker per cluster (replication and the
-//! coordinator come with issue #4); sends are one record per batch; async producers queue sends
-//! in memory for a sender task but do not batch yet (issue #5); consumers read every partition
+//! coordinator come with issue #4); sync sends are one record per batch; async producers run the
+//! batching producer (`linger.ms`, `batch.size`, several requests in flight); consumers read every partition
 //! by manual assignment and do not commit, unless the scenario sets `"group.id"`: then they
 //! subscribe as one consumer group and commit per the scenario's `commit` policy.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
@@ -21,6 +21,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use gregor_core::client::batching::BatchingProducer;
+use gregor_core::client::conn::with_timeout;
 use gregor_core::client::consumer::{Consumer, ConsumerConfig};
 use gregor_core::client::group::{GroupConfig, GroupConsumer, RebalanceListener, TopicPartition};
 use gregor_core::client::producer::{Producer, ProducerConfig, SendError};
@@ -145,7 +147,7 @@ fn broker_node_config(index: usize) -> NodeConfig {
     config
 }
 
-async fn broker_main(rt: SimRuntime, index: usize) {
+pub(crate) async fn broker_main(rt: SimRuntime, index: usize) {
     let config = broker_node_config(index);
     match start_broker(rt, config).await {
         Ok((_broker, accept_loop)) => accept_loop.await,
@@ -153,7 +155,7 @@ async fn broker_main(rt: SimRuntime, index: usize) {
     }
 }
 
-fn client(rt: &SimRuntime, name: String, brokers: usize) -> Cluster<SimRuntime> {
+pub(crate) fn client(rt: &SimRuntime, name: String, brokers: usize) -> Cluster<SimRuntime> {
     let config = ClientConfig {
         client_id: name,
         request_timeout_ms: 5_000,
@@ -181,82 +183,78 @@ async fn producer_main(rt: SimRuntime, w: Arc<Workload>, p: u32, next_seq: Arc<A
         acks: spec.acks_value(),
         retries: spec.retries,
         delivery_timeout_ms: spec.delivery_timeout_ms,
+        linger_ms: spec.linger_ms,
+        batch_bytes_max: spec.batch_size as usize,
+        buffer_bytes_max: usize::try_from(spec.buffer_memory).expect("validated: at most 4 GiB"),
+        block_ms_max: spec.max_block_ms,
+        in_flight_max: spec.max_in_flight as usize,
+        ..ProducerConfig::default()
     };
-    let mut producer = Producer::new(client(&rt, format!("producer-{p}"), w.brokers), config);
     let interval = Duration::from_millis(u64::from(1_000 / spec.rate_per_s.max(1)).max(1));
     let partitions = w.scenario.topic.get_ref().partitions;
+    let topic = w.scenario.topic.get_ref().name.clone();
     let next = || {
         let seq = next_seq.fetch_add(1, Ordering::Relaxed);
         let value = Value::new(p, seq);
         let partition = (seq % partitions) as i32;
-        lock(&w.pending).insert(value, (partition, spec.mode == SendMode::Async));
+        lock(&w.pending).insert(value, (partition, false));
         (value, partition)
     };
     match spec.mode {
         SendMode::Sync => {
+            let mut producer = Producer::new(client(&rt, format!("producer-{p}"), w.brokers), config);
             while rt.monotonic_ms() < w.produce_until_ms {
                 let (value, partition) = next();
-                send_one(&rt, &w, &mut producer, p, value, partition).await;
+                let result = producer.send(&topic, partition, &[record(&rt, value)]).await;
+                record_outcome(&rt, &w, p, value, partition, result);
                 rt.sleep(interval).await;
             }
         }
         SendMode::Async => {
-            // send() returns at once: records wait in this process's memory for the sender task,
-            // and die with the process if it crashes first (never acknowledged).
-            let queue: Rc<RefCell<VecDeque<(Value, i32)>>> = Rc::default();
-            let done = Rc::new(Cell::new(false));
-            let finished = Rc::new(Cell::new(false));
-            let linger = Duration::from_millis(spec.linger_ms.max(1));
-            {
-                let (rt, w, queue, done, finished) =
-                    (rt.clone(), w.clone(), queue.clone(), done.clone(), finished.clone());
-                rt.clone().spawn(async move {
-                    loop {
-                        if queue.borrow().is_empty() {
-                            if done.get() {
-                                break;
-                            }
-                            rt.sleep(Duration::from_millis(1)).await;
-                            continue;
-                        }
-                        // linger.ms: records wait in the buffer for company before they are sent.
-                        rt.sleep(linger).await;
-                        let batch: Vec<(Value, i32)> = queue.borrow_mut().drain(..).collect();
-                        for (value, partition) in batch {
-                            send_one(&rt, &w, &mut producer, p, value, partition).await;
-                        }
-                    }
-                    finished.set(true);
-                });
-            }
+            // The batching producer: send() returns once the record is in this process's buffer,
+            // where it waits for linger.ms / batch.size and dies with the process if it crashes
+            // first (never acknowledged). A task per send records its outcome when it comes.
+            let producer = BatchingProducer::start(client(&rt, format!("producer-{p}"), w.brokers), config);
             while rt.monotonic_ms() < w.produce_until_ms {
-                queue.borrow_mut().push_back(next());
+                let (value, partition) = next();
+                let handle = producer.send(&topic, Some(partition), record(&rt, value)).await;
+                if let Some(entry) = lock(&w.pending).get_mut(&value) {
+                    entry.1 = true;
+                }
+                let (rt2, w2) = (rt.clone(), w.clone());
+                rt.spawn(async move {
+                    let result = handle.await;
+                    record_outcome(&rt2, &w2, p, value, partition, result);
+                });
                 rt.sleep(interval).await;
             }
-            done.set(true);
             // close(): wait for what is buffered, as Kafka's producer does, within the run.
-            while !finished.get() && rt.monotonic_ms() < w.consume_until_ms {
-                rt.sleep(Duration::from_millis(10)).await;
-            }
+            let left_ms = w.consume_until_ms.saturating_sub(rt.monotonic_ms());
+            with_timeout(&rt, left_ms, producer.flush()).await;
+            // Let the outcome tasks record what the flush completed.
+            rt.sleep(Duration::from_millis(1)).await;
         }
     }
 }
 
-async fn send_one(
-    rt: &SimRuntime,
-    w: &Workload,
-    producer: &mut Producer<SimRuntime>,
-    p: u32,
-    value: Value,
-    partition: i32,
-) {
-    let topic = &w.scenario.topic.get_ref().name;
-    let record = NewRecord {
+fn record(rt: &SimRuntime, value: Value) -> NewRecord {
+    NewRecord {
         timestamp: rt.now_ms(),
         key: None,
         value: Some(value.to_bytes().to_vec()),
-    };
-    let outcome = match producer.send(topic, partition, &[record]).await {
+    }
+}
+
+/// Records a send's outcome in the history.
+fn record_outcome(
+    rt: &SimRuntime,
+    w: &Workload,
+    p: u32,
+    value: Value,
+    partition: i32,
+    result: Result<Option<i64>, SendError>,
+) {
+    let outcome = match result {
         Ok(Some(offset)) => SendOutcome::Acked { offset },
         Ok(None) if w.scenario.producer.acks_value() == 0 => SendOutcome::SentUnacknowledged,
         Ok(None) | Err(SendError::Unknown(_)) => SendOutcome::Unknown,

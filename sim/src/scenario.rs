@@ -39,6 +39,9 @@
 //! "enable.idempotence" = true
 //! retries = 2147483647
 //! "delivery.timeout.ms" = 120000
+//! "buffer.memory" = 33554432                   # async: bytes buffered at most
+//! "max.block.ms" = 60000                       # async: send() waits this long for room
+//! "max.in.flight.requests.per.connection" = 5  # async: at most 5 with idempotence
 //! rate_per_s = 100         # per producer
 //!
 //! [consumer]
@@ -131,6 +134,15 @@ mod defaults {
     }
     pub fn delivery_timeout_ms() -> u64 {
         120_000
+    }
+    pub fn buffer_memory() -> u64 {
+        32 * 1024 * 1024
+    }
+    pub fn max_block_ms() -> u64 {
+        60_000
+    }
+    pub fn max_in_flight() -> u32 {
+        5
     }
     pub fn rate_per_s() -> u32 {
         50
@@ -303,6 +315,15 @@ pub struct Producer {
     pub retries: u32,
     #[serde(rename = "delivery.timeout.ms", default = "defaults::delivery_timeout_ms")]
     pub delivery_timeout_ms: u64,
+    #[serde(rename = "buffer.memory", default = "defaults::buffer_memory")]
+    pub buffer_memory: u64,
+    #[serde(rename = "max.block.ms", default = "defaults::max_block_ms")]
+    pub max_block_ms: u64,
+    #[serde(
+        rename = "max.in.flight.requests.per.connection",
+        default = "defaults::max_in_flight"
+    )]
+    pub max_in_flight: u32,
     #[serde(default = "defaults::rate_per_s")]
     pub rate_per_s: u32,
 }
@@ -638,6 +659,21 @@ impl Scenario {
                 at(0..0),
                 "producer",
                 "count must be 1 to 64 and rate_per_s at least 1".into(),
+            );
+        }
+        let pr = &scenario.producer;
+        if pr.max_in_flight == 0 || (pr.idempotent() && pr.max_in_flight > 5) {
+            return bad(
+                at(0..0),
+                "producer.max.in.flight.requests.per.connection",
+                "must be 1 or more, and at most 5 with idempotence, as Kafka requires".into(),
+            );
+        }
+        if pr.buffer_memory == 0 || pr.buffer_memory > 1 << 32 || pr.batch_size == 0 {
+            return bad(
+                at(0..0),
+                "producer.buffer.memory",
+                "buffer.memory must be 1 to 4 GiB and batch.size at least 1".into(),
             );
         }
         if let Some(consumer) = &scenario.consumer {

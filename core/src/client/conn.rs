@@ -102,6 +102,41 @@ impl<R: Runtime> KafkaConn<R> {
         Ok(self.conn.send(frame).await?)
     }
 
+    /// Sends `request` without waiting for its response, for pipelining: the caller receives
+    /// the responses in order with [`KafkaConn::recv_response`] (a broker answers the requests of
+    /// one connection in the order they came). Returns the request's correlation id.
+    pub async fn send_request(&mut self, request: &Request, version: i16) -> Result<i32, ClientError> {
+        let (correlation_id, frame) = self.frame(request, version);
+        self.conn.send(frame).await?;
+        Ok(correlation_id)
+    }
+
+    /// Receives the response to the oldest request sent with [`KafkaConn::send_request`] and
+    /// not yet answered, within `timeout_ms`. Any error poisons the connection.
+    pub async fn recv_response(
+        &mut self,
+        api_key: i16,
+        version: i16,
+        correlation_id: i32,
+        timeout_ms: u64,
+    ) -> Result<Response, ClientError> {
+        let limits = self.limits;
+        let exchange = async {
+            let reply = self.conn.recv().await?.ok_or(ClientError::Net(NetError::Closed))?;
+            let (got, response) = decode_response_bytes(api_key, version, &reply, limits)?;
+            if got != correlation_id {
+                return Err(ClientError::Protocol(format!(
+                    "response for correlation id {got}, expected {correlation_id}"
+                )));
+            }
+            Ok(response)
+        };
+        let rt = self.rt.clone();
+        with_timeout(&rt, timeout_ms, exchange)
+            .await
+            .ok_or(ClientError::Timeout(timeout_ms))?
+    }
+
     /// Sends `request` at `version` and waits for its response.
     pub async fn call(&mut self, request: &Request, version: i16) -> Result<Response, ClientError> {
         self.call_with_timeout(request, version, self.timeout_ms).await

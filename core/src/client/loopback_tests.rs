@@ -20,19 +20,126 @@ use crate::error_code::ErrorCode;
 use crate::ids::{Offset, ProducerId};
 use crate::node::handlers::{self, Advertised};
 use crate::protocol::api::init_producer_id::InitProducerIdResponse;
+use crate::protocol::api::produce::{ProducePartitionResponse, ProduceRequest, ProduceResponse, ProduceTopicResponse};
 use crate::protocol::{decode_request_bytes, encode_response, Limits, Request};
 use crate::record::{build_batch, NewRecord, ProducerFields};
 use crate::runtime::{Connection, Listener, NetError, Runtime};
 
-struct World {
-    broker: Broker,
-    disk: MemDisk,
-    now_ms: u64,
+pub(super) struct World {
+    pub(super) broker: Broker,
+    pub(super) disk: MemDisk,
+    pub(super) now_ms: u64,
     /// Produce replies to lose after the broker handled the request.
-    lose_produce_replies: u32,
-    produce_requests: u32,
+    pub(super) lose_produce_replies: u32,
+    pub(super) produce_requests: u32,
     /// Codes to answer the next InitProducerId requests with, instead of an id.
-    init_errors: VecDeque<ErrorCode>,
+    pub(super) init_errors: VecDeque<ErrorCode>,
+    /// Codes to answer the next Produce requests with (every partition), writing nothing.
+    pub(super) produce_errors: VecDeque<ErrorCode>,
+    /// Every Produce request handled: (time, partitions, record batch bytes).
+    pub(super) produce_log: Vec<(u64, usize, usize)>,
+}
+
+impl World {
+    pub(super) fn new(partitions: i32) -> World {
+        let mut disk = MemDisk::new();
+        let mut broker = Broker::open(&mut disk, BrokerConfig::default(), 0).expect("open");
+        broker
+            .create_topic(&mut disk, "t", partitions, 1, &[], TopicId::from_random(1, 1), false)
+            .expect("create");
+        World {
+            broker,
+            disk,
+            now_ms: 0,
+            lose_produce_replies: 0,
+            produce_requests: 0,
+            init_errors: VecDeque::new(),
+            produce_errors: VecDeque::new(),
+            produce_log: Vec::new(),
+        }
+    }
+
+    /// Handles one request frame as the broker would; the reply, or an error if it is lost.
+    pub(super) fn answer(&mut self, frame: &Bytes) -> Result<Bytes, NetError> {
+        let (header, request) = decode_request_bytes(frame, Limits::default()).expect("the client's frames decode");
+        let v = header.api_version;
+        let advertised = Advertised {
+            host: "loopback".into(),
+            port: 9092,
+            cluster_id: "c".into(),
+        };
+        let mut lost = false;
+        let body = match &request {
+            Request::Metadata(r) => handlers::metadata(&mut self.broker, &mut self.disk, r, &advertised, || {
+                TopicId::from_random(9, 9)
+            })
+            .encode(v),
+            Request::Produce(r) => {
+                self.produce_requests += 1;
+                let partitions = r.topics.iter().map(|t| t.partitions.len()).sum();
+                let bytes = r
+                    .topics
+                    .iter()
+                    .flat_map(|t| &t.partitions)
+                    .map(|p| p.records.as_ref().map_or(0, |b| b.len()))
+                    .sum();
+                self.produce_log.push((self.now_ms, partitions, bytes));
+                if self.lose_produce_replies > 0 {
+                    self.lose_produce_replies -= 1;
+                    lost = true;
+                }
+                match self.produce_errors.pop_front() {
+                    Some(code) => refuse_produce(r, code).encode(v),
+                    None => handlers::produce(&mut self.broker, &mut self.disk, r, 0)
+                        .expect("acks=-1 is answered")
+                        .encode(v),
+                }
+            }
+            Request::InitProducerId(r) => match self.init_errors.pop_front() {
+                Some(code) => InitProducerIdResponse {
+                    throttle_time_ms: 0,
+                    error_code: code.code(),
+                    producer_id: -1,
+                    producer_epoch: -1,
+                }
+                .encode(v),
+                None => handlers::init_producer_id(&mut self.broker, &mut self.disk, r).encode(v),
+            },
+            other => panic!("the producer sent {other:?}"),
+        };
+        if lost {
+            Err(NetError::Closed)
+        } else {
+            Ok(encode_response(&header, &body))
+        }
+    }
+}
+
+/// A Produce answer with `code` for every partition (nothing written).
+fn refuse_produce(r: &ProduceRequest, code: ErrorCode) -> ProduceResponse {
+    ProduceResponse {
+        topics: r
+            .topics
+            .iter()
+            .map(|t| ProduceTopicResponse {
+                name: t.name.clone(),
+                partitions: t
+                    .partitions
+                    .iter()
+                    .map(|p| ProducePartitionResponse {
+                        index: p.index,
+                        error_code: code.code(),
+                        base_offset: -1,
+                        log_append_time_ms: -1,
+                        log_start_offset: -1,
+                        record_errors: vec![],
+                        error_message: None,
+                    })
+                    .collect(),
+            })
+            .collect(),
+        throttle_time_ms: 0,
+    }
 }
 
 #[derive(Clone)]
@@ -54,48 +161,8 @@ impl Listener for NoListener {
 
 impl Connection for Conn {
     async fn send(&mut self, frame: Bytes) -> Result<(), NetError> {
-        let (header, request) = decode_request_bytes(&frame, Limits::default()).expect("the client's frames decode");
-        let v = header.api_version;
-        let mut world = self.world.borrow_mut();
-        let w = &mut *world;
-        let advertised = Advertised {
-            host: "loopback".into(),
-            port: 9092,
-            cluster_id: "c".into(),
-        };
-        let mut lost = false;
-        let body = match &request {
-            Request::Metadata(r) => handlers::metadata(&mut w.broker, &mut w.disk, r, &advertised, || {
-                TopicId::from_random(9, 9)
-            })
-            .encode(v),
-            Request::Produce(r) => {
-                w.produce_requests += 1;
-                if w.lose_produce_replies > 0 {
-                    w.lose_produce_replies -= 1;
-                    lost = true;
-                }
-                handlers::produce(&mut w.broker, &mut w.disk, r, 0)
-                    .expect("acks=-1 is answered")
-                    .encode(v)
-            }
-            Request::InitProducerId(r) => match w.init_errors.pop_front() {
-                Some(code) => InitProducerIdResponse {
-                    throttle_time_ms: 0,
-                    error_code: code.code(),
-                    producer_id: -1,
-                    producer_epoch: -1,
-                }
-                .encode(v),
-                None => handlers::init_producer_id(&mut w.broker, &mut w.disk, r).encode(v),
-            },
-            other => panic!("the producer sent {other:?}"),
-        };
-        self.replies.push_back(if lost {
-            Err(NetError::Closed)
-        } else {
-            Ok(encode_response(&header, &body))
-        });
+        let reply = self.world.borrow_mut().answer(&frame);
+        self.replies.push_back(reply);
         Ok(())
     }
 
@@ -157,19 +224,7 @@ fn block_on<T>(f: impl Future<Output = T>) -> T {
 }
 
 fn setup(enable_idempotence: bool) -> (Loopback, Producer<Loopback>) {
-    let mut disk = MemDisk::new();
-    let mut broker = Broker::open(&mut disk, BrokerConfig::default(), 0).expect("open");
-    broker
-        .create_topic(&mut disk, "t", 1, 1, &[], TopicId::from_random(1, 1), false)
-        .expect("create");
-    let rt = Loopback(Rc::new(RefCell::new(World {
-        broker,
-        disk,
-        now_ms: 0,
-        lose_produce_replies: 0,
-        produce_requests: 0,
-        init_errors: VecDeque::new(),
-    })));
+    let rt = Loopback(Rc::new(RefCell::new(World::new(1))));
     let cluster = Cluster::new(rt.clone(), vec!["loopback:9092".into()], ClientConfig::default());
     let config = ProducerConfig {
         enable_idempotence,

@@ -6,9 +6,14 @@
 //! - [`Cluster`]: bootstrap, metadata cache, a connection per broker.
 //! - [`producer`]: sends with acks, retries and a delivery timeout; reports each send as acked,
 //!   failed (certainly not written) or unknown (maybe written).
+//! - [`batching`]: the batching producer (Kafka's design): `send()` returns at once, records
+//!   accumulate per partition by `batch.size` / `linger.ms` in the [`accumulator`], a sender
+//!   task pipelines Produce requests per leader.
 //! - [`consumer`]: polls assigned partitions from a position, resetting per
 //!   `auto.offset.reset` when the position is out of range.
 
+pub mod accumulator;
+pub mod batching;
 pub mod conn;
 pub mod consumer;
 pub mod group;
@@ -241,5 +246,7 @@ pub fn code(raw: i16) -> ErrorCode {
     ErrorCode::from_code(raw).unwrap_or(ErrorCode::UnknownServerError)
 }
 
+#[cfg(test)]
+mod batching_tests;
 #[cfg(test)]
 mod loopback_tests;

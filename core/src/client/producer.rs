@@ -21,8 +21,14 @@
 //! UNKNOWN_PRODUCER_ID whose cause is retention it resets the sequence and retries instead. A
 //! fresh id is Gregor's stand-in for the epoch bump (the broker hands out fresh ids only).
 //!
-//! Not yet here (issue #5): `linger.ms` / `batch.size` accumulation, several requests in
-//! flight, and the bounded `buffer.memory`.
+//! This is the sync producer: one batch per `send()`, one request in flight. The batching
+//! producer ([`super::batching`]: `linger.ms`, `batch.size`, `buffer.memory`, `max.block.ms`,
+//! `max.request.size`, several requests in flight, the partitioner) keeps these rules, and
+//! shares [`ProducerConfig`]; its batching fields are ignored here.
+//!
+//! Not yet here (either producer): compression, transactions, KIP-360's epoch bump (a fresh id
+//! instead, above), and `acks`-aware `delivery.timeout.ms` >= `linger.ms` + `request.timeout.ms`
+//! validation as Kafka does at construction.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -51,6 +57,21 @@ pub struct ProducerConfig {
     /// turns it on) so that workloads opt in and the checker's negative controls keep their
     /// duplicates.
     pub enable_idempotence: bool,
+    /// `linger.ms`: how long a batch waits for more records before it is sent (batching
+    /// producer only, [`super::batching`]).
+    pub linger_ms: u64,
+    /// `batch.size`: a batch is closed (ready to send) once it holds this many bytes; a record
+    /// larger than it gets a batch of its own.
+    pub batch_bytes_max: usize,
+    /// `buffer.memory`: the bytes of records buffered and in flight, at most.
+    pub buffer_bytes_max: usize,
+    /// `max.block.ms`: how long `send()` waits for buffer room or topic metadata.
+    pub block_ms_max: u64,
+    /// `max.request.size`: the bytes of one Produce request; a larger record fails alone.
+    pub request_bytes_max: usize,
+    /// `max.in.flight.requests.per.connection`: Produce requests sent to one broker and not yet
+    /// answered; at most 5 with idempotence, as Kafka requires.
+    pub in_flight_max: usize,
 }
 
 impl Default for ProducerConfig {
@@ -60,6 +81,12 @@ impl Default for ProducerConfig {
             retries: i32::MAX as u32,
             delivery_timeout_ms: 120_000,
             enable_idempotence: false,
+            linger_ms: 5,
+            batch_bytes_max: 16_384,
+            buffer_bytes_max: 32 * 1024 * 1024,
+            block_ms_max: 60_000,
+            request_bytes_max: 1_048_576,
+            in_flight_max: 5,
         }
     }
 }

@@ -7,9 +7,10 @@
 //! loopback port over a fresh data directory under the temporary directory, and stops it
 //! (SIGTERM, then kill) and removes the directory when done, whatever happened.
 //!
-//! Today's producer sends one batch at a time and waits for its acknowledgement (no linger, one
-//! request in flight), so produce throughput is bounded by the round trip per batch: the numbers
-//! measure that client, not the broker's limit.
+//! By default the produce runs use the sync producer: one batch of `--batch-records` at a time,
+//! waiting for its acknowledgement, so throughput is bounded by the round trip per batch. With
+//! `--linger-ms` or `--batch-size` they use the batching producer (`send()` per record, batches
+//! by `linger.ms` / `batch.size`, 5 requests in flight) and report bytes per Produce request.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -19,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Subcommand;
+use gregor_core::client::batching::BatchingProducer;
 use gregor_core::client::consumer::{Consumer, ConsumerConfig};
 use gregor_core::client::producer::{Producer, ProducerConfig};
 use gregor_core::record::NewRecord;
@@ -58,6 +60,13 @@ pub struct PerfArgs {
     /// The longest one run may take.
     #[arg(long, default_value_t = 30_000)]
     pub duration_ms_max: u64,
+    /// produce: use the batching producer with this `linger.ms` (`--batch-records` is then
+    /// ignored: records are sent one by one and batched by the producer).
+    #[arg(long)]
+    pub linger_ms: Option<u64>,
+    /// produce: use the batching producer with this `batch.size` in bytes.
+    #[arg(long)]
+    pub batch_size: Option<usize>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -134,15 +143,25 @@ pub fn run(command: PerfCommand) -> anyhow::Result<()> {
     }
     let stats = result?;
     let median = |f: &dyn Fn(&RunStats) -> f64| quantile(&stats.iter().map(f).collect::<Vec<_>>(), 0.5);
+    let batching = match (args.linger_ms, args.batch_size) {
+        (None, None) => format!("batch {} records", args.batch_records),
+        (linger, size) => {
+            let d = ProducerConfig::default();
+            format!(
+                "batching producer, linger.ms {}, batch.size {}",
+                linger.unwrap_or(d.linger_ms),
+                size.unwrap_or(d.batch_bytes_max)
+            )
+        }
+    };
     println!(
-        "perf {}: median of {} runs: {:.0} records/s, {:.2} MB/s ({} B records, acks={}, batch {} records)",
+        "perf {}: median of {} runs: {:.0} records/s, {:.2} MB/s ({} B records, acks={}, {batching})",
         if consume { "consume" } else { "produce" },
         stats.len(),
         median(&RunStats::records_per_s),
         median(&RunStats::mb_per_s),
         args.record_size,
         acks_name(args.acks),
-        args.batch_records
     );
     Ok(())
 }
@@ -233,6 +252,9 @@ async fn prepare_topic(producer: &mut Producer<crate::RealRuntime>, args: &PerfA
 }
 
 fn produce_runs(connect: &ConnectArgs, args: &PerfArgs) -> anyhow::Result<Vec<RunStats>> {
+    if args.linger_ms.is_some() || args.batch_size.is_some() {
+        return batching_runs(connect, args);
+    }
     let rt = super::client_runtime()?;
     let mut producer = producer_for(connect, &rt, args.acks)?;
     super::run(async move {
@@ -245,6 +267,84 @@ fn produce_runs(connect: &ConnectArgs, args: &PerfArgs) -> anyhow::Result<Vec<Ru
         }
         Ok(all)
     })
+}
+
+/// Produce runs with the batching producer: every record a `send()`, then a flush.
+fn batching_runs(connect: &ConnectArgs, args: &PerfArgs) -> anyhow::Result<Vec<RunStats>> {
+    let rt = super::client_runtime()?;
+    let mut setup = producer_for(connect, &rt, args.acks)?;
+    let defaults = ProducerConfig::default();
+    let config = ProducerConfig {
+        linger_ms: args.linger_ms.unwrap_or(defaults.linger_ms),
+        batch_bytes_max: args.batch_size.unwrap_or(defaults.batch_bytes_max),
+        ..setup.config.clone()
+    };
+    let cluster = connect.cluster(&rt)?;
+    super::run(async move {
+        let partitions = prepare_topic(&mut setup, args).await?;
+        let producer = BatchingProducer::start(cluster, config);
+        let value = vec![b'x'; args.record_size];
+        let mut all = vec![];
+        for i in 1..=args.runs {
+            let before = producer.stats();
+            let started = Instant::now();
+            let limit = Duration::from_millis(args.duration_ms_max);
+            let mut handles = Vec::new();
+            let mut n = 0u64;
+            while n < args.num_records && started.elapsed() < limit {
+                let record = NewRecord {
+                    timestamp: super::produce::now_ms(),
+                    key: None,
+                    value: Some(value.clone()),
+                };
+                let partition = i32::try_from(n % partitions as u64).expect("fewer than 2^31 partitions");
+                handles.push(producer.send(&args.topic, Some(partition), record).await);
+                n += 1;
+                if n % 64 == 0 {
+                    // The sender and connection tasks share this thread.
+                    yield_now().await;
+                }
+            }
+            producer.flush().await;
+            let mut stats = RunStats {
+                seconds: started.elapsed().as_secs_f64(),
+                ..RunStats::default()
+            };
+            for h in &handles {
+                match h.result() {
+                    Some(Ok(_)) => {
+                        stats.records += 1;
+                        stats.bytes += args.record_size as u64;
+                    }
+                    other => bail!("a send failed: {other:?}"),
+                }
+            }
+            let after = producer.stats();
+            let requests = after.requests - before.requests;
+            print_run(i, &stats);
+            println!(
+                "run {i}: {requests} Produce requests, {:.0} bytes per request",
+                (after.request_batch_bytes - before.request_batch_bytes) as f64 / requests.max(1) as f64
+            );
+            all.push(stats);
+        }
+        producer.close().await;
+        Ok(all)
+    })
+}
+
+/// Lets the other tasks of this thread run once.
+async fn yield_now() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            return std::task::Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await
 }
 
 fn consume_runs(connect: &ConnectArgs, args: &PerfArgs) -> anyhow::Result<Vec<RunStats>> {

@@ -63,6 +63,21 @@ enum Command {
         #[arg(long)]
         timeline: Option<PathBuf>,
     },
+    /// Benchmarks the batching producer against one broker in virtual time: linger.ms 0 and 5 by
+    /// batch.size 16 KiB and 1 MiB, records per simulated second and bytes per Produce request.
+    BenchProducer {
+        #[arg(long, default_value = "0..3")]
+        seeds: Seeds,
+        #[arg(long, default_value_t = 50_000)]
+        records: u64,
+        #[arg(long, default_value_t = 100)]
+        record_bytes: usize,
+        #[arg(long, default_value_t = 3)]
+        partitions: i32,
+        /// Records offered per simulated ms (0: as fast as send() takes them).
+        #[arg(long, default_value_t = 0)]
+        rate_per_ms: u64,
+    },
     /// Runs every seed twice and fails if the two runs' trace hashes or reports differ.
     CheckDeterminism {
         #[arg(required = true)]
@@ -95,6 +110,13 @@ fn main() -> ExitCode {
             timeline,
         } => replay(&scenario, seed, filter, timeline),
         Command::CheckDeterminism { scenarios, seeds, jobs } => check_determinism(&scenarios, &seeds, jobs),
+        Command::BenchProducer {
+            seeds,
+            records,
+            record_bytes,
+            partitions,
+            rate_per_ms,
+        } => bench_producer(&seeds, records, record_bytes, partitions, rate_per_ms),
     };
     match outcome {
         Ok(code) => code,
@@ -103,6 +125,61 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// The four batching configurations, each over every seed; medians.
+fn bench_producer(
+    seeds: &Seeds,
+    records: u64,
+    record_bytes: usize,
+    partitions: i32,
+    rate_per_ms: u64,
+) -> anyhow::Result<ExitCode> {
+    use gregor_sim::bench::{producer, ProducerBench};
+    let seeds: Vec<u64> = seeds.0.clone();
+    anyhow::ensure!(!seeds.is_empty(), "no seeds");
+    println!(
+        "{records} records of {record_bytes} bytes to {partitions} partitions, offered {}, seeds {seeds:?}",
+        if rate_per_ms == 0 {
+            "as fast as send() takes them".to_string()
+        } else {
+            format!("{rate_per_ms}/ms")
+        }
+    );
+    println!("linger.ms  batch.size  records/sim s (median)  bytes/request (median)  requests (median)  failed");
+    let mut base = None;
+    for (linger_ms, batch_bytes_max) in [(0, 16_384), (5, 16_384), (0, 1 << 20), (5, 1 << 20)] {
+        let mut rates = Vec::new();
+        let mut sizes = Vec::new();
+        let mut requests = Vec::new();
+        let mut failed = 0;
+        for &seed in &seeds {
+            let r = producer(&ProducerBench {
+                seed,
+                records,
+                record_bytes,
+                partitions,
+                linger_ms,
+                batch_bytes_max,
+                rate_per_ms,
+            });
+            failed += r.failed;
+            rates.push(r.records_per_s());
+            sizes.push(r.bytes_per_request());
+            requests.push(r.requests as f64);
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (rate, size, reqs) = (median(&mut rates), median(&mut sizes), median(&mut requests));
+        let base_rate = *base.get_or_insert(rate);
+        println!(
+            "{linger_ms:>9}  {batch_bytes_max:>10}  {rate:>14.0} ({:.2}x)  {size:>22.0}  {reqs:>17.0}  {failed}",
+            rate / base_rate
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The scenarios, or every parse error (file:line: key: why) and exit status 2.
