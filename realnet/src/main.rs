@@ -64,6 +64,13 @@ enum Command {
         #[command(flatten)]
         args: cli::consume::ConsumeArgs,
     },
+    /// Lists consumer groups and describes one: offsets, lag and owners per partition.
+    Groups {
+        #[command(flatten)]
+        connect: cli::ConnectArgs,
+        #[command(subcommand)]
+        command: cli::groups::GroupsCommand,
+    },
     /// Bounded load from Gregor's client: records/s, MB/s, latency percentiles.
     Perf {
         #[command(subcommand)]
@@ -104,6 +111,7 @@ fn main() -> ExitCode {
         Command::Topics { connect, command } => cli::topics::run(&connect, command).map(|()| ExitCode::SUCCESS),
         Command::Produce { connect, args } => cli::produce::run(&connect, args).map(|()| ExitCode::SUCCESS),
         Command::Consume { connect, args } => cli::consume::run(&connect, args).map(|()| ExitCode::SUCCESS),
+        Command::Groups { connect, command } => cli::groups::run(&connect, command).map(|()| ExitCode::SUCCESS),
         Command::Perf { command } => cli::perf::run(command).map(|()| ExitCode::SUCCESS),
     };
     match result {

@@ -4,6 +4,7 @@
 
 pub mod delete_topics;
 pub mod describe_configs;
+pub mod describe_groups;
 pub mod groups;
 
 use crate::broker::{AckWait, ClusterView};
@@ -29,8 +30,9 @@ use crate::protocol::api::produce::{ProducePartitionResponse, ProduceRequest, Pr
 use crate::protocol::api::{
     api_versions, create_topics, delete_topics as delete_topics_api, describe_configs as describe_configs_api, fetch,
     find_coordinator, heartbeat, init_producer_id, join_group, leave_group, list_offsets, metadata, offset_commit,
-    offset_fetch, offset_for_leader_epoch as ofle, produce, sync_group,
+    list_groups, offset_fetch, offset_for_leader_epoch as ofle, produce, sync_group,
 };
+use crate::protocol::api::describe_groups as describe_groups_api;
 use crate::protocol::{supported_versions, Uuid};
 
 /// Where clients reach this broker, and the cluster it belongs to.
@@ -61,6 +63,8 @@ pub const HANDLED_API_KEYS: &[i16] = &[
     ofle::API_KEY,
     delete_topics_api::API_KEY,
     describe_configs_api::API_KEY,
+    describe_groups_api::API_KEY,
+    list_groups::API_KEY,
 ];
 
 pub fn api_versions() -> ApiVersionsResponse {

@@ -139,7 +139,7 @@ async fn serve_connection<R: Runtime>(rt: R, broker: SharedBroker, config: NodeC
                 break;
             }
         };
-        match handle_frame(&rt, &broker, &config, &frame).await {
+        match handle_frame_from(&rt, &broker, &config, &frame, &peer).await {
             Outcome::Reply(bytes) => {
                 if let Err(e) = conn.send(bytes).await {
                     tracing::debug!(%peer, error = %e, "send failed");
@@ -155,11 +155,29 @@ async fn serve_connection<R: Runtime>(rt: R, broker: SharedBroker, config: NodeC
     }
 }
 
+#[cfg(test)]
 pub(crate) async fn handle_frame<R: Runtime>(
     rt: &R,
     broker: &SharedBroker,
     config: &NodeConfig,
     frame: &Bytes,
+) -> Outcome {
+    handle_frame_from(rt, broker, config, frame, "").await
+}
+
+/// Kafka's spelling of a member's host in DescribeGroups: `/` and the peer's address, no port.
+fn client_host(peer: &str) -> String {
+    let host = peer.rsplit_once(':').map_or(peer, |(h, _)| h);
+    format!("/{}", host.trim_start_matches('[').trim_end_matches(']'))
+}
+
+/// One request frame from `peer` (`host:port`, or empty when unknown) to its outcome.
+pub(crate) async fn handle_frame_from<R: Runtime>(
+    rt: &R,
+    broker: &SharedBroker,
+    config: &NodeConfig,
+    frame: &Bytes,
+    peer: &str,
 ) -> Outcome {
     let (header, request) = match decode_request_bytes(frame, config.limits) {
         Ok(decoded) => decoded,
@@ -251,7 +269,20 @@ pub(crate) async fn handle_frame<R: Runtime>(
                     }
                 },
             };
+            if resp.error_code == 0 && !peer.is_empty() {
+                let host = client_host(peer);
+                broker
+                    .borrow_mut()
+                    .groups_mut()
+                    .set_client_host(&req.group_id, &resp.member_id, &host);
+            }
             resp.encode(version)
+        }
+        Request::ListGroups(req) => {
+            handlers::describe_groups::list_groups(broker.borrow().groups(), req).encode(version)
+        }
+        Request::DescribeGroups(req) => {
+            handlers::describe_groups::describe_groups(broker.borrow().groups(), req).encode(version)
         }
         Request::SyncGroup(req) => {
             let reply = handlers::groups::sync_group(broker.borrow_mut().groups_mut(), req, now);
