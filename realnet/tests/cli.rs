@@ -313,7 +313,14 @@ fn groups_describe_shows_committed_offsets_lag_and_owner() {
 
     // A member that stays: it reads the other 70, commits, and idles until killed.
     let mut member = Command::new(env!("CARGO_BIN_EXE_gregor"))
-        .args(["consume", "--bootstrap-server", addr.as_str(), "events", "--group", "readers"])
+        .args([
+            "consume",
+            "--bootstrap-server",
+            addr.as_str(),
+            "events",
+            "--group",
+            "readers",
+        ])
         .args(["--timeout-ms", "25000"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -339,7 +346,10 @@ fn groups_describe_shows_committed_offsets_lag_and_owner() {
     let row = owned.unwrap_or_else(|| panic!("no row with lag 0 and an owner: {last}"));
     assert!(row[6].starts_with("gregor-cli-"), "member id {row:?}");
     assert_eq!(row[7..], ["/127.0.0.1", "gregor-cli"], "{row:?}");
-    println!("compared committed 100, lag 0 and owner {} on {} while the member lived", row[6], row[7]);
+    println!(
+        "compared committed 100, lag 0 and owner {} on {} while the member lived",
+        row[6], row[7]
+    );
 
     fails(
         &["groups", "--bootstrap-server", addr.as_str(), "describe", "nobody"],

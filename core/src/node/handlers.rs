@@ -15,6 +15,7 @@ use crate::ids::{BrokerId, LeaderEpoch, Offset};
 use crate::log::{Log, LogError};
 use crate::protocol::api::api_versions::{ApiVersion, ApiVersionsResponse};
 use crate::protocol::api::create_topics::{CreatableTopicResult, CreateTopicsRequest, CreateTopicsResponse};
+use crate::protocol::api::describe_groups as describe_groups_api;
 use crate::protocol::api::fetch::{FetchPartitionResponse, FetchRequest, FetchResponse, FetchTopicResponse};
 use crate::protocol::api::init_producer_id::{InitProducerIdRequest, InitProducerIdResponse};
 use crate::protocol::api::list_offsets::{
@@ -29,10 +30,9 @@ use crate::protocol::api::offset_for_leader_epoch::{
 use crate::protocol::api::produce::{ProducePartitionResponse, ProduceRequest, ProduceResponse, ProduceTopicResponse};
 use crate::protocol::api::{
     api_versions, create_topics, delete_topics as delete_topics_api, describe_configs as describe_configs_api, fetch,
-    find_coordinator, heartbeat, init_producer_id, join_group, leave_group, list_offsets, metadata, offset_commit,
-    list_groups, offset_fetch, offset_for_leader_epoch as ofle, produce, sync_group,
+    find_coordinator, heartbeat, init_producer_id, join_group, leave_group, list_groups, list_offsets, metadata,
+    offset_commit, offset_fetch, offset_for_leader_epoch as ofle, produce, sync_group,
 };
-use crate::protocol::api::describe_groups as describe_groups_api;
 use crate::protocol::{supported_versions, Uuid};
 
 /// Where clients reach this broker, and the cluster it belongs to.

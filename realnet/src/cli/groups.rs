@@ -126,7 +126,10 @@ async fn coordinator(cluster: &mut Cluster<RealRuntime>, group: &str) -> anyhow:
     else {
         bail!("FindCoordinator answered with another API");
     };
-    let c = resp.coordinators.first().context("FindCoordinator answered for no group")?;
+    let c = resp
+        .coordinators
+        .first()
+        .context("FindCoordinator answered for no group")?;
     if c.error_code != 0 {
         bail!(
             "no coordinator for group {group}: {:?} {}",
@@ -137,7 +140,12 @@ async fn coordinator(cluster: &mut Cluster<RealRuntime>, group: &str) -> anyhow:
     Ok(format!("{}:{}", c.host, c.port))
 }
 
-async fn call(cluster: &mut Cluster<RealRuntime>, addr: &str, request: &Request, version: i16) -> anyhow::Result<Response> {
+async fn call(
+    cluster: &mut Cluster<RealRuntime>,
+    addr: &str,
+    request: &Request,
+    version: i16,
+) -> anyhow::Result<Response> {
     let result = match cluster.conn(addr).await {
         Ok(conn) => conn.call(request, version).await,
         Err(e) => Err(e),
@@ -156,7 +164,11 @@ async fn describe_group(cluster: &mut Cluster<RealRuntime>, addr: &str, group: &
     let Response::DescribeGroups(resp) = call(cluster, addr, &request, DESCRIBE_GROUPS_VERSION).await? else {
         bail!("DescribeGroups answered with another API");
     };
-    let g = resp.groups.into_iter().next().context("DescribeGroups answered for no group")?;
+    let g = resp
+        .groups
+        .into_iter()
+        .next()
+        .context("DescribeGroups answered for no group")?;
     if g.error_code != 0 {
         bail!("cannot describe group {group}: {:?}", code(g.error_code));
     }
@@ -178,7 +190,11 @@ async fn committed_offsets(
     let Response::OffsetFetch(resp) = call(cluster, addr, &request, OFFSET_FETCH_VERSION).await? else {
         bail!("OffsetFetch answered with another API");
     };
-    let g = resp.groups.into_iter().next().context("OffsetFetch answered for no group")?;
+    let g = resp
+        .groups
+        .into_iter()
+        .next()
+        .context("OffsetFetch answered for no group")?;
     if g.error_code != 0 {
         bail!("cannot read the offsets of group {group}: {:?}", code(g.error_code));
     }
@@ -223,7 +239,10 @@ async fn log_end_offset(cluster: &mut Cluster<RealRuntime>, topic: &str, partiti
         }
     };
     if p.error_code != 0 {
-        eprintln!("warning: log end offset of {topic}-{partition}: {:?}", code(p.error_code));
+        eprintln!(
+            "warning: log end offset of {topic}-{partition}: {:?}",
+            code(p.error_code)
+        );
         return None;
     }
     Some(p.offset)
@@ -305,14 +324,17 @@ fn table(group: &str, rows: &[Row]) -> String {
         "CLIENT-ID",
     ];
     let widths: Vec<usize> = (0..header.len())
-        .map(|i| cells.iter().map(|c| c[i].len()).chain([header[i].len()]).max().unwrap_or(0))
+        .map(|i| {
+            cells
+                .iter()
+                .map(|c| c[i].len())
+                .chain([header[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     let line = |fields: Vec<&str>| {
-        let padded: Vec<String> = fields
-            .iter()
-            .zip(&widths)
-            .map(|(f, w)| format!("{f:<w$}"))
-            .collect();
+        let padded: Vec<String> = fields.iter().zip(&widths).map(|(f, w)| format!("{f:<w$}")).collect();
         format!("{}\n", padded.join(" ").trim_end())
     };
     let mut out = line(header.to_vec());

@@ -29,7 +29,8 @@ pub fn state_name(state: GroupState) -> &'static str {
 /// ListGroups: every group, filtered by state and type as asked (filters compare without case,
 /// as Kafka's do).
 pub fn list_groups(groups: &GroupCoordinator, req: &ListGroupsRequest) -> ListGroupsResponse {
-    let wanted = |filter: &[String], value: &str| filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(value));
+    let wanted =
+        |filter: &[String], value: &str| filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(value));
     ListGroupsResponse {
         throttle_time_ms: 0,
         error_code: 0,
@@ -176,7 +177,11 @@ mod tests {
             states_filter: vec!["stable".into()],
             types_filter: vec![],
         };
-        let only: Vec<String> = list_groups(&groups, &stable).groups.into_iter().map(|g| g.group_id).collect();
+        let only: Vec<String> = list_groups(&groups, &stable)
+            .groups
+            .into_iter()
+            .map(|g| g.group_id)
+            .collect();
         assert_eq!(only, vec!["live".to_string()]);
         let consumer_type = ListGroupsRequest {
             states_filter: vec![],
@@ -195,11 +200,17 @@ mod tests {
         };
         let resp = describe_groups(&groups, &req);
         let live = &resp.groups[0];
-        assert_eq!((live.group_state.as_str(), live.protocol_data.as_str()), ("Stable", "range"));
+        assert_eq!(
+            (live.group_state.as_str(), live.protocol_data.as_str()),
+            ("Stable", "range")
+        );
         let m = &live.members[0];
         println!("member: {m:?}");
         assert_eq!(m.member_id, member);
-        assert_eq!((m.client_id.as_str(), m.client_host.as_str()), ("client-a", "/127.0.0.1"));
+        assert_eq!(
+            (m.client_id.as_str(), m.client_host.as_str()),
+            ("client-a", "/127.0.0.1")
+        );
         assert_eq!(&m.member_assignment[..], b"assignment");
         assert_eq!(&m.member_metadata[..], b"subscription");
         let states: Vec<(&str, i16)> = resp.groups[1..]

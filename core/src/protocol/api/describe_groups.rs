@@ -259,8 +259,14 @@ pub(crate) mod tests {
                 ("group-a", "Stable", "consumer", "range")
             );
             let m = &g.members[0];
-            assert_eq!((&*m.member_id, &*m.client_id, &*m.client_host), ("m-1", "client-1", "/127.0.0.1"));
-            assert_eq!((&m.member_metadata[..], &m.member_assignment[..]), (&b"subscription"[..], &b"assignment"[..]));
+            assert_eq!(
+                (&*m.member_id, &*m.client_id, &*m.client_host),
+                ("m-1", "client-1", "/127.0.0.1")
+            );
+            assert_eq!(
+                (&m.member_metadata[..], &m.member_assignment[..]),
+                (&b"subscription"[..], &b"assignment"[..])
+            );
             assert_eq!(m.group_instance_id.as_deref(), (v >= INSTANCE_ID_MIN).then_some("i-1"));
             if v >= AUTHORIZED_OPERATIONS_MIN {
                 assert_eq!(g.authorized_operations, 8);

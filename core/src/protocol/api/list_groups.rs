@@ -235,8 +235,16 @@ pub(crate) mod tests {
             groups: vec![ListedGroup {
                 group_id: "g".into(),
                 protocol_type: "consumer".into(),
-                group_state: if v >= STATES_MIN { "Stable".into() } else { String::new() },
-                group_type: if v >= TYPES_MIN { "classic".into() } else { String::new() },
+                group_state: if v >= STATES_MIN {
+                    "Stable".into()
+                } else {
+                    String::new()
+                },
+                group_type: if v >= TYPES_MIN {
+                    "classic".into()
+                } else {
+                    String::new()
+                },
             }],
         }
     }
