@@ -223,6 +223,7 @@ pub fn broker(args: BrokerArgs) -> anyhow::Result<ExitCode> {
     let port = explicit_port(&listen, "--listen")?;
     let mut config = NodeConfig::single_node(&listen, &advertised_host, i32::from(port), "gregor");
     config.broker.broker_id = BrokerId(id);
+    config.fetch_zero_copy = runtime::fetch_zero_copy_from_env();
     config.broker.replica_lag_time_max_ms = match args.replica_lag_time_max_ms {
         Some(ms) => ms,
         None => file.number("replica.lag.time.max.ms")?.unwrap_or(30_000),

@@ -174,7 +174,8 @@ fn dev(args: DevArgs) -> anyhow::Result<ExitCode> {
         bytes[8..].copy_from_slice(&rt.random_u64().to_le_bytes());
         data_dir::format_cluster_id(bytes)
     })?;
-    let config = NodeConfig::single_node(&args.listen, &args.advertised_host, port, &cluster_id);
+    let mut config = NodeConfig::single_node(&args.listen, &args.advertised_host, port, &cluster_id);
+    config.fetch_zero_copy = runtime::fetch_zero_copy_from_env();
     let rt = rt.with_frame_bytes_max(config.limits.request_bytes_max as u64);
     let driver = if runtime::io_uring_available() {
         "io_uring"

@@ -34,6 +34,7 @@ use crate::protocol::api::{
     offset_commit, offset_fetch, offset_for_leader_epoch as ofle, produce, sync_group,
 };
 use crate::protocol::{supported_versions, Uuid};
+use crate::runtime::FileRegion;
 
 /// Where clients reach this broker, and the cluster it belongs to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -422,6 +423,21 @@ pub fn init_producer_id<D: Disk>(
 /// byte limits (the first batch always, as KIP-74). Returns the response and the bytes of
 /// records in it, so the driver can wait for data when there was none (`max_wait_ms`).
 pub fn fetch<D: Disk>(broker: &Broker, disk: &D, req: &FetchRequest, version: i16) -> (FetchResponse, u64) {
+    fetch_with(broker, disk, req, version, false)
+}
+
+/// As [`fetch`]; with `zero_copy` the batches are left in their segment files as
+/// `records_file` regions, for [`FetchResponse::encode_parts`] and the runtime to send from the
+/// file. Regions are whole batches below the high watermark, which only an unclean leader
+/// change truncates; a region that shrank by send time fails the send (the connection closes and
+/// the client fetches again).
+pub fn fetch_with<D: Disk>(
+    broker: &Broker,
+    disk: &D,
+    req: &FetchRequest,
+    version: i16,
+    zero_copy: bool,
+) -> (FetchResponse, u64) {
     let mut remaining = u64::try_from(req.max_bytes.max(0)).unwrap_or(0);
     let mut total = 0u64;
     let mut first = true;
@@ -452,6 +468,7 @@ pub fn fetch<D: Disk>(broker: &Broker, disk: &D, req: &FetchRequest, version: i1
                             aborted_transactions: None,
                             preferred_read_replica: -1,
                             records: None,
+                            records_file: None,
                         };
                         let Some(name) = &name else {
                             resp.error_code = ErrorCode::UnknownTopicId.code();
@@ -479,6 +496,20 @@ pub fn fetch<D: Disk>(broker: &Broker, disk: &D, req: &FetchRequest, version: i1
                                 resp.high_watermark = ok.high_watermark.0;
                                 resp.last_stable_offset = ok.last_stable_offset.0;
                                 resp.log_start_offset = ok.log_start_offset.0;
+                                if zero_copy {
+                                    let n = ok.slice.len;
+                                    if n > 0 {
+                                        first = false;
+                                        resp.records_file = Some(FileRegion {
+                                            path: ok.slice.path.clone(),
+                                            position: ok.slice.position,
+                                            len: n,
+                                        });
+                                    }
+                                    total += n;
+                                    remaining = remaining.saturating_sub(n);
+                                    return resp;
+                                }
                                 match Log::read_bytes(disk, &ok.slice) {
                                     Ok(bytes) => {
                                         let n = bytes.len() as u64;
@@ -529,6 +560,18 @@ pub fn fetch_recording<D: Disk>(
     version: i16,
     now_ms: i64,
 ) -> (FetchResponse, u64) {
+    fetch_recording_with(broker, disk, req, version, now_ms, false)
+}
+
+/// As [`fetch_recording`], with [`fetch_with`]'s `zero_copy`.
+pub fn fetch_recording_with<D: Disk>(
+    broker: &mut Broker,
+    disk: &D,
+    req: &FetchRequest,
+    version: i16,
+    now_ms: i64,
+    zero_copy: bool,
+) -> (FetchResponse, u64) {
     if req.replica_id >= 0 {
         for t in &req.topics {
             let name = if version >= fetch::TOPIC_ID_MIN {
@@ -551,7 +594,7 @@ pub fn fetch_recording<D: Disk>(
             }
         }
     }
-    fetch(broker, disk, req, version)
+    fetch_with(broker, disk, req, version, zero_copy)
 }
 
 /// OffsetForLeaderEpoch: where each asked epoch ends in the leader's log (KIP-279).

@@ -23,7 +23,7 @@ use crate::broker::{Broker, BrokerConfig, BrokerError, TopicId};
 use crate::group::Reply;
 use crate::protocol::api::api_versions::ApiVersionsResponse;
 use crate::protocol::{decode_request_bytes, encode_response, DecodeError, Limits, Request};
-use crate::runtime::{Connection, Listener, NetError, Runtime};
+use crate::runtime::{Connection, FramePart, Listener, NetError, Runtime};
 pub use handlers::Advertised;
 
 /// How a broker node listens and answers.
@@ -39,6 +39,11 @@ pub struct NodeConfig {
     pub fetch_wait_ms_max: u64,
     /// How often a waiting Fetch looks for new data.
     pub fetch_poll_ms: u64,
+    /// Whether Fetch responses carry record batches as file regions for the runtime to send
+    /// from the segment file ([`Runtime::send_parts`]) rather than copies read here. Off in the
+    /// simulator, where a read fault must answer the partition with KAFKA_STORAGE_ERROR, as it
+    /// always has; realnet turns it on.
+    pub fetch_zero_copy: bool,
     /// In cluster mode, where CreateTopics and DeleteTopics go (the coordinator holds topics);
     /// `None` for a single node, whose broker creates and deletes them itself.
     pub admin: Option<cluster::AdminQueue>,
@@ -57,6 +62,7 @@ impl NodeConfig {
             limits: Limits::default(),
             fetch_wait_ms_max: 30_000,
             fetch_poll_ms: 5,
+            fetch_zero_copy: false,
             admin: None,
         }
     }
@@ -124,6 +130,8 @@ async fn run_timers<R: Runtime>(rt: R, broker: SharedBroker) {
 /// What to do after a frame.
 pub(crate) enum Outcome {
     Reply(Bytes),
+    /// A reply of bytes and file regions (a zero-copy Fetch), header included.
+    ReplyParts(Vec<FramePart>),
     NoReply,
     Close(String),
 }
@@ -142,6 +150,12 @@ async fn serve_connection<R: Runtime>(rt: R, broker: SharedBroker, config: NodeC
         match handle_frame_from(&rt, &broker, &config, &frame, &peer).await {
             Outcome::Reply(bytes) => {
                 if let Err(e) = conn.send(bytes).await {
+                    tracing::debug!(%peer, error = %e, "send failed");
+                    break;
+                }
+            }
+            Outcome::ReplyParts(parts) => {
+                if let Err(e) = rt.send_parts(&mut conn, parts).await {
                     tracing::debug!(%peer, error = %e, "send failed");
                     break;
                 }
@@ -223,9 +237,11 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
                 .min(config.fetch_wait_ms_max);
             let deadline = rt.monotonic_ms().saturating_add(wait_ms);
             let min_bytes = u64::try_from(req.min_bytes.max(0)).unwrap_or(0);
+            let zero_copy = config.fetch_zero_copy;
             loop {
                 let (resp, bytes) = rt.with_disk(|disk| {
-                    handlers::fetch_recording(&mut broker.borrow_mut(), disk, req, version, rt.now_ms())
+                    let now = rt.now_ms();
+                    handlers::fetch_recording_with(&mut broker.borrow_mut(), disk, req, version, now, zero_copy)
                 });
                 let errors = resp
                     .topics
@@ -233,6 +249,12 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
                     .flat_map(|t| &t.partitions)
                     .any(|p| p.error_code != 0);
                 if bytes >= min_bytes || errors || rt.monotonic_ms() >= deadline {
+                    if zero_copy {
+                        let mut parts = resp.encode_parts(version);
+                        let head = encode_response(&header, &[]);
+                        parts.insert(0, FramePart::Bytes(head));
+                        return Outcome::ReplyParts(parts);
+                    }
                     break resp.encode(version);
                 }
                 rt.sleep(Duration::from_millis(config.fetch_poll_ms.max(1))).await;
