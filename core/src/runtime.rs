@@ -36,6 +36,57 @@ pub enum NetError {
     Io(String),
 }
 
+/// A region of a file in the node's data directory (`Disk` path), sent as part of a frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRegion {
+    pub path: String,
+    pub position: u64,
+    pub len: u64,
+}
+
+/// One piece of an outgoing frame: bytes, or a file region (a fetch's record batches, exactly as
+/// stored), which a binding may send without copying it through user space.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FramePart {
+    Bytes(Bytes),
+    File(FileRegion),
+}
+
+impl FramePart {
+    pub fn len(&self) -> u64 {
+        match self {
+            FramePart::Bytes(b) => b.len() as u64,
+            FramePart::File(r) => r.len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The frame `parts` make, with file regions read from `disk`: what [`Runtime::send_parts`]
+/// sends by default. A region that cannot be read in full is an error.
+pub fn flatten_parts<D: Disk>(disk: &D, parts: Vec<FramePart>) -> Result<Bytes, crate::disk::DiskError> {
+    let total: u64 = parts.iter().map(FramePart::len).sum();
+    let mut out = bytes::BytesMut::with_capacity(usize::try_from(total).unwrap_or(0));
+    for part in parts {
+        match part {
+            FramePart::Bytes(b) => out.extend_from_slice(&b),
+            FramePart::File(r) => {
+                let start = out.len();
+                let len = usize::try_from(r.len).map_err(|_| crate::disk::DiskError::Io {
+                    path: r.path.clone(),
+                    detail: "region larger than memory".into(),
+                })?;
+                out.resize(start + len, 0);
+                disk.read_at(&r.path, r.position, &mut out[start..])?;
+            }
+        }
+    }
+    Ok(out.freeze())
+}
+
 /// A framed, ordered, reliable byte-stream connection (TCP in both bindings).
 pub trait Connection {
     /// Sends one frame (the binding adds the length prefix).
@@ -74,4 +125,15 @@ pub trait Runtime: Clone + 'static {
     fn with_disk<T>(&self, f: impl FnOnce(&mut Self::Disk) -> T) -> T;
     /// The next number of this node's seeded random stream.
     fn random_u64(&self) -> u64;
+
+    /// Sends one frame made of `parts`, in order, on `conn`. By default the file regions are read
+    /// now (through [`Runtime::with_disk`]) and one copied frame is sent; a binding may instead
+    /// send them straight from the file (sendfile), as long as the peer receives the same bytes.
+    /// A region that cannot be read in full fails the send.
+    fn send_parts(&self, conn: &mut Self::Conn, parts: Vec<FramePart>) -> impl Future<Output = Result<(), NetError>> {
+        let frame = self
+            .with_disk(|disk| flatten_parts(disk, parts))
+            .map_err(|e| NetError::Io(format!("reading a file region to send: {e}")));
+        async move { conn.send(frame?).await }
+    }
 }

@@ -5,8 +5,12 @@
 //! default size, 1 works) and any number of brokers pointed at them. Each process owns its data
 //! directory (an exclusive lock), logs to stderr (`RUST_LOG`, default `info`) and prints one
 //! `gregor <kind> <id>: listening on HOST:PORT` line on stdout once it serves. SIGTERM, SIGINT
-//! or SIGHUP stop it (a broker flushes every partition first); SIGKILL is a crash, recovered at
-//! the next start by the log's and Raft's CRC scans.
+//! or SIGHUP stop it; SIGKILL is a crash, recovered at the next start by the log's and Raft's
+//! CRC scans. A broker stops with Kafka's controlled shutdown: it deregisters, waits (at most
+//! `--controlled-shutdown-timeout-ms`) until the controller has moved the leadership of its
+//! partitions to other ISR members and removed it from the ISRs, prints what it saw
+//! (`gregor broker <id>: controlled shutdown: ...`, then one line per partition), flushes every
+//! partition and exits.
 
 use std::cell::RefCell;
 use std::net::ToSocketAddrs;
@@ -19,7 +23,7 @@ use clap::Args;
 use gregor_core::consensus::NodeId;
 use gregor_core::coord::server::{start_coordinator, CoordNodeConfig, CoordTiming};
 use gregor_core::group::Coordination;
-use gregor_core::node::cluster::{start_cluster_broker, ClusterConfig};
+use gregor_core::node::cluster::{hand_off, start_cluster_broker, ClusterConfig, HandOff};
 use gregor_core::node::NodeConfig;
 use gregor_core::runtime::Runtime;
 use gregor_core::BrokerId;
@@ -78,6 +82,10 @@ pub struct BrokerArgs {
     /// `replica.lag.time.max.ms` (default 30000).
     #[arg(long)]
     pub replica_lag_time_max_ms: Option<i64>,
+    /// On SIGTERM, how long to wait for the leadership hand-off before flushing and exiting
+    /// anyway (0: exit without handing off).
+    #[arg(long, default_value_t = 10_000)]
+    pub controlled_shutdown_timeout_ms: u64,
 }
 
 fn load(config: &Option<PathBuf>, keys: &[&str]) -> anyhow::Result<ServerConfig> {
@@ -216,6 +224,7 @@ pub fn broker(args: BrokerArgs) -> anyhow::Result<ExitCode> {
     let port = explicit_port(&listen, "--listen")?;
     let mut config = NodeConfig::single_node(&listen, &advertised_host, i32::from(port), "gregor");
     config.broker.broker_id = BrokerId(id);
+    config.fetch_zero_copy = runtime::fetch_zero_copy_from_env();
     config.broker.replica_lag_time_max_ms = match args.replica_lag_time_max_ms {
         Some(ms) => ms,
         None => file.number("replica.lag.time.max.ms")?.unwrap_or(30_000),
@@ -255,13 +264,20 @@ pub fn broker(args: BrokerArgs) -> anyhow::Result<ExitCode> {
         partitions: offsets_partitions,
         replication_factor: offsets_rf,
     };
+    let controlled = cluster.shutdown.clone();
+    let hand_off_ms = args.controlled_shutdown_timeout_ms;
     let code = runtime::block_on(async move {
         let shutdown = monoio::utils::CtrlC::new().context("cannot install the SIGTERM/SIGINT handler")?;
         let (broker, accept_loop) = start_cluster_broker(rt.clone(), config, cluster).await?;
         println!("gregor broker {id}: listening on {listen}");
         monoio::spawn(accept_loop);
         shutdown.await;
-        tracing::info!("signal received: flushing every partition, then exiting");
+        if hand_off_ms > 0 {
+            tracing::info!("signal received: controlled shutdown (handing off leadership)");
+            let result = hand_off(&rt, &broker, &controlled, hand_off_ms).await;
+            report_hand_off(id, &result);
+        }
+        tracing::info!("flushing every partition, then exiting");
         let failures = rt.with_disk(|disk| broker.borrow_mut().flush_all(disk));
         for (topic, partition, error) in &failures {
             tracing::error!(%topic, partition, %error, "flush failed at shutdown; recent writes may not be durable");
@@ -275,4 +291,33 @@ pub fn broker(args: BrokerArgs) -> anyhow::Result<ExitCode> {
     .context("cannot start the I/O runtime")??;
     drop(lock);
     Ok(code)
+}
+
+/// Prints (stdout, for operators and tests) and logs what the controlled shutdown achieved.
+fn report_hand_off(id: i32, r: &HandOff) {
+    let outcome = if r.is_done() { "handed off" } else { "timed out" };
+    let names = |v: &[(String, i32)]| v.iter().map(|(t, p)| format!("{t}-{p}")).collect::<Vec<_>>();
+    println!(
+        "gregor broker {id}: controlled shutdown: {outcome}; deregistered {}, still leading {:?}, still in ISR of {:?}, sole replica of {:?}",
+        r.deregistered,
+        names(&r.still_leading),
+        names(&r.still_in_isr),
+        names(&r.sole_replica),
+    );
+    for (topic, p, leader, isr) in &r.states {
+        let isr: Vec<i32> = isr.iter().map(|b| b.0).collect();
+        println!(
+            "gregor broker {id}: controlled shutdown: {topic}-{p} leader {} isr {isr:?}",
+            leader.map_or(-1, |l| l.0)
+        );
+    }
+    if r.is_done() {
+        tracing::info!(
+            broker = id,
+            "controlled shutdown: leadership handed off, out of every ISR"
+        );
+    } else {
+        tracing::warn!(broker = id, still_leading = ?r.still_leading, still_in_isr = ?r.still_in_isr,
+            "controlled shutdown timed out; exiting anyway");
+    }
 }

@@ -161,6 +161,26 @@ impl FsDisk {
         f(open)
     }
 
+    /// A second descriptor of `path` (a `dup`) whose `len` bytes from `pos` exist now: what a
+    /// zero-copy send reads from. It stays valid if the file is later removed or the cache
+    /// closes its own descriptor; bytes truncated away meanwhile are simply not there.
+    pub fn region_file(&self, path: &str, pos: u64, len: u64) -> Result<File, DiskError> {
+        self.with_file(path, |open| {
+            match pos.checked_add(len) {
+                Some(end) if end <= open.len => {}
+                _ => {
+                    return Err(DiskError::UnexpectedEof {
+                        path: path.to_string(),
+                        pos,
+                        wanted: usize::try_from(len).unwrap_or(usize::MAX),
+                        len: open.len,
+                    })
+                }
+            }
+            open.file.try_clone().map_err(|e| map_err(path, e))
+        })
+    }
+
     /// Closes one cached file if the cache is full: a clean one if any, else a dirty one after
     /// syncing it (a failure there is remembered for that path's next `sync`, rule 5).
     fn make_room(&self, cache: &mut HashMap<String, OpenFile>) -> Result<(), DiskError> {

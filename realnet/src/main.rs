@@ -64,6 +64,13 @@ enum Command {
         #[command(flatten)]
         args: cli::consume::ConsumeArgs,
     },
+    /// Lists consumer groups and describes one: offsets, lag and owners per partition.
+    Groups {
+        #[command(flatten)]
+        connect: cli::ConnectArgs,
+        #[command(subcommand)]
+        command: cli::groups::GroupsCommand,
+    },
     /// Bounded load from Gregor's client: records/s, MB/s, latency percentiles.
     Perf {
         #[command(subcommand)]
@@ -104,6 +111,7 @@ fn main() -> ExitCode {
         Command::Topics { connect, command } => cli::topics::run(&connect, command).map(|()| ExitCode::SUCCESS),
         Command::Produce { connect, args } => cli::produce::run(&connect, args).map(|()| ExitCode::SUCCESS),
         Command::Consume { connect, args } => cli::consume::run(&connect, args).map(|()| ExitCode::SUCCESS),
+        Command::Groups { connect, command } => cli::groups::run(&connect, command).map(|()| ExitCode::SUCCESS),
         Command::Perf { command } => cli::perf::run(command).map(|()| ExitCode::SUCCESS),
     };
     match result {
@@ -166,7 +174,8 @@ fn dev(args: DevArgs) -> anyhow::Result<ExitCode> {
         bytes[8..].copy_from_slice(&rt.random_u64().to_le_bytes());
         data_dir::format_cluster_id(bytes)
     })?;
-    let config = NodeConfig::single_node(&args.listen, &args.advertised_host, port, &cluster_id);
+    let mut config = NodeConfig::single_node(&args.listen, &args.advertised_host, port, &cluster_id);
+    config.fetch_zero_copy = runtime::fetch_zero_copy_from_env();
     let rt = rt.with_frame_bytes_max(config.limits.request_bytes_max as u64);
     let driver = if runtime::io_uring_available() {
         "io_uring"

@@ -33,6 +33,18 @@
 //! (its future dropped) has lost its place in the byte stream: every later call on it fails, so
 //! frames are never interleaved or misparsed, and the caller drops it. Frames are written whole by
 //! one `send` at a time (`&mut self`), so two frames never interleave on the wire.
+//!
+//! # Zero-copy sends
+//!
+//! [`Runtime::send_parts`] writes a frame whose record batches are regions of segment files
+//! (a Fetch response) with `sendfile(2)` from a `dup` of the file's descriptor taken when the
+//! send starts, so the batches go from the page cache to the socket without passing through
+//! user space. The socket is non-blocking (io_uring handles that for its own operations);
+//! when `sendfile` would block, the send waits for the socket to be writable. A region that
+//! turns out shorter than promised (truncated meanwhile) fails the send: the frame's length is
+//! already on the wire. `GREGOR_FETCH_ZERO_COPY=0` in the environment turns zero-copy fetch off
+//! in `gregor dev` and `gregor broker` ([`fetch_zero_copy_from_env`]): batches are then read and
+//! copied into the response, as the simulator always does, for comparing the two.
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -41,7 +53,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{Buf, Bytes, BytesMut};
-use gregor_core::runtime::{Connection, Listener, NetError, Runtime};
+use gregor_core::runtime::{Connection, FramePart, Listener, NetError, Runtime};
 use monoio::buf::{IoBufMut, SliceMut};
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
 use monoio::net::{ListenerOpts, TcpListener, TcpStream};
@@ -58,6 +70,8 @@ const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// Responses up to this size are copied behind their length prefix and written with one call;
 /// larger ones are written as prefix then body, without the copy.
 const COALESCE_BYTES_MAX: usize = 64 * 1024;
+/// Bytes one `sendfile` call is asked to move, so one large region does not hold the thread.
+const SENDFILE_CHUNK_BYTES: usize = 1 << 20;
 /// io_uring submission queue entries.
 const RING_ENTRIES: u32 = 1024;
 
@@ -189,6 +203,26 @@ impl Runtime for RealRuntime {
         f(&mut self.disk.borrow_mut())
     }
 
+    fn send_parts(&self, conn: &mut RealConn, parts: Vec<FramePart>) -> impl Future<Output = Result<(), NetError>> {
+        let pieces: Result<Vec<Piece>, NetError> = parts
+            .into_iter()
+            .map(|part| match part {
+                FramePart::Bytes(b) => Ok(Piece::Bytes(b)),
+                FramePart::File(r) => self
+                    .disk
+                    .borrow()
+                    .region_file(&r.path, r.position, r.len)
+                    .map(|file| Piece::File {
+                        file,
+                        position: r.position,
+                        len: r.len,
+                    })
+                    .map_err(|e| NetError::Io(format!("opening a file region to send: {e}"))),
+            })
+            .collect();
+        async move { conn.send_pieces(pieces?).await }
+    }
+
     fn random_u64(&self) -> u64 {
         self.rng.borrow_mut().next_u64()
     }
@@ -235,6 +269,24 @@ pub struct RealConn {
     frame_bytes_max: u64,
 }
 
+/// `sendfile` on the socket must not block the ring's thread: with O_NONBLOCK it returns
+/// EAGAIN instead (io_uring's own operations handle a non-blocking socket by polling).
+fn set_nonblocking(stream: &TcpStream) -> Result<(), NetError> {
+    let fd = socket_fd(stream);
+    let flags = rustix::fs::fcntl_getfl(fd).map_err(|e| io_error("fcntl(F_GETFL)", e.into()))?;
+    rustix::fs::fcntl_setfl(fd, flags | rustix::fs::OFlags::NONBLOCK).map_err(|e| io_error("fcntl(F_SETFL)", e.into()))
+}
+
+/// The socket's descriptor, borrowed for as long as the stream is (monoio's `TcpStream` has
+/// `AsRawFd` but not `AsFd`).
+#[allow(unsafe_code)]
+fn socket_fd(stream: &TcpStream) -> std::os::fd::BorrowedFd<'_> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `stream` owns this open descriptor and closes it only when dropped, which the
+    // returned borrow's lifetime (tied to `&stream`) rules out while it is used.
+    unsafe { std::os::fd::BorrowedFd::borrow_raw(stream.as_raw_fd()) }
+}
+
 fn io_error(what: &str, e: io::Error) -> NetError {
     match e.kind() {
         io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe | io::ErrorKind::UnexpectedEof => NetError::Closed,
@@ -247,6 +299,7 @@ impl RealConn {
         // Kafka answers one request at a time per connection: Nagle would hold each small
         // response back for the peer's delayed ACK.
         stream.set_nodelay(true).map_err(|e| io_error("set TCP_NODELAY", e))?;
+        set_nonblocking(&stream)?;
         let peer = stream
             .peer_addr()
             .map_or_else(|_| "unknown peer".to_string(), |a| a.to_string());
@@ -281,6 +334,99 @@ impl RealConn {
         Ok(Some(
             usize::try_from(len).expect("a positive i32 fits in usize on every target we build"),
         ))
+    }
+}
+
+/// A part of an outgoing frame, its file open.
+enum Piece {
+    Bytes(Bytes),
+    File {
+        file: std::fs::File,
+        position: u64,
+        len: u64,
+    },
+}
+
+impl Piece {
+    fn len(&self) -> u64 {
+        match self {
+            Piece::Bytes(b) => b.len() as u64,
+            Piece::File { len, .. } => *len,
+        }
+    }
+}
+
+/// Whether a node serves Fetch with zero-copy sends (`NodeConfig::fetch_zero_copy`): yes,
+/// unless `GREGOR_FETCH_ZERO_COPY=0` is set (to compare with the copying path).
+pub fn fetch_zero_copy_from_env() -> bool {
+    std::env::var("GREGOR_FETCH_ZERO_COPY").as_deref() != Ok("0")
+}
+
+impl RealConn {
+    /// One frame of `pieces`: the length prefix and the bytes pieces written by io_uring (
+    /// coalesced up to the next file piece), each file piece by `sendfile`.
+    async fn send_pieces(&mut self, pieces: Vec<Piece>) -> Result<(), NetError> {
+        if self.writing {
+            return Err(NetError::Io(format!(
+                "an earlier send to {} stopped part-way; the stream is unusable",
+                self.peer
+            )));
+        }
+        let total: u64 = pieces.iter().map(Piece::len).sum();
+        let len = i32::try_from(total)
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| NetError::Io(format!("cannot frame {total} bytes: must be 1..=i32::MAX")))?;
+        self.writing = true;
+        let mut pending: Vec<u8> = len.to_be_bytes().to_vec();
+        for piece in pieces {
+            match piece {
+                Piece::Bytes(b) => pending.extend_from_slice(&b),
+                Piece::File { file, position, len } => {
+                    if !pending.is_empty() {
+                        let (result, _) = self.stream.write_all(std::mem::take(&mut pending)).await;
+                        result.map_err(|e| io_error("send", e))?;
+                    }
+                    self.sendfile(&file, position, len).await?;
+                }
+            }
+        }
+        if !pending.is_empty() {
+            let (result, _) = self.stream.write_all(pending).await;
+            result.map_err(|e| io_error("send", e))?;
+        }
+        self.writing = false;
+        Ok(())
+    }
+
+    /// `len` bytes of `file` from `position` to the socket, waiting for room when it is full.
+    async fn sendfile(&mut self, file: &std::fs::File, position: u64, len: u64) -> Result<(), NetError> {
+        let mut offset = position;
+        let end = position + len;
+        while offset < end {
+            let chunk = usize::try_from(end - offset)
+                .unwrap_or(usize::MAX)
+                .min(SENDFILE_CHUNK_BYTES);
+            match rustix::fs::sendfile(socket_fd(&self.stream), file, Some(&mut offset), chunk) {
+                Ok(0) => {
+                    return Err(NetError::Io(format!(
+                        "file region ended {} bytes early (truncated?); the frame to {} is cut",
+                        end - offset,
+                        self.peer
+                    )))
+                }
+                Ok(_) => {}
+                Err(rustix::io::Errno::AGAIN) => {
+                    self.stream
+                        .writable(false)
+                        .await
+                        .map_err(|e| io_error("waiting to send", e))?;
+                }
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(io_error("sendfile", e.into())),
+            }
+        }
+        Ok(())
     }
 }
 

@@ -277,3 +277,108 @@ fn perf_produce_and_consume_start_their_own_broker_and_report_medians() {
     assert!(out.contains("batching producer, linger.ms 5, batch.size 4096"), "{out}");
     fails(&["perf", "produce", "--runs", "0"], b"", "must be at least 1");
 }
+
+/// The rows of `gregor groups describe` as whitespace-separated fields, header dropped.
+fn describe_rows(out: &str) -> Vec<Vec<String>> {
+    out.lines()
+        .skip_while(|l| !l.starts_with("GROUP "))
+        .skip(1)
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect()
+}
+
+/// `gregor consume --group` commits what it printed; `gregor groups list|describe` then show
+/// the group, its committed offset, the log end offset and the lag, and, while a member is
+/// consuming, which member (id, host, client id) owns the partition.
+#[test]
+fn groups_describe_shows_committed_offsets_lag_and_owner() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let broker = Broker::start(&dir.path().join("data"), free_port());
+    let addr = broker.addr();
+    let run_ok = |args: &[&str]| {
+        let mut v = vec![args[0], "--bootstrap-server", addr.as_str()];
+        v.extend_from_slice(&args[1..]);
+        ok(&v, b"")
+    };
+    run_ok(&["topics", "create", "events", "--partitions", "1"]);
+    let input: String = (0..100).map(|i| format!("event-{i}\n")).collect();
+    let mut produce = vec!["produce", "--bootstrap-server", addr.as_str(), "events"];
+    produce.extend(["--acks", "all"]);
+    ok(&produce, input.as_bytes());
+
+    let consumed = run_ok(&[
+        "consume",
+        "events",
+        "--group",
+        "readers",
+        "--from-beginning",
+        "--max-messages",
+        "30",
+        "--timeout-ms",
+        "10000",
+    ]);
+    assert_eq!(consumed.lines().count(), 30, "{consumed}");
+
+    assert_eq!(run_ok(&["groups", "list"]).trim(), "readers");
+    let listed = run_ok(&["groups", "list", "--state"]);
+    assert!(
+        listed.lines().any(|l| l.split_whitespace().eq(["readers", "Empty"])),
+        "{listed}"
+    );
+
+    let described = run_ok(&["groups", "describe", "readers"]);
+    println!("{described}");
+    assert!(described.contains("has no active members"), "{described}");
+    let rows = describe_rows(&described);
+    let want = ["readers", "events", "0", "30", "100", "70", "-", "-", "-"];
+    assert_eq!(rows, vec![want.map(String::from).to_vec()], "{described}");
+    println!("compared committed 30, log end 100, lag 70 and no owner after the member left");
+
+    // A member that stays: it reads the other 70, commits, and idles until killed.
+    let mut member = Command::new(env!("CARGO_BIN_EXE_gregor"))
+        .args([
+            "consume",
+            "--bootstrap-server",
+            addr.as_str(),
+            "events",
+            "--group",
+            "readers",
+        ])
+        .args(["--timeout-ms", "25000"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the group member");
+    let mut last = String::new();
+    let mut owned = None;
+    for _ in 0..40 {
+        last = run_ok(&["groups", "describe", "readers"]);
+        let rows = describe_rows(&last);
+        if let [row] = rows.as_slice() {
+            if row[3..6] == ["100", "100", "0"] && row[6] != "-" {
+                owned = Some(row.clone());
+                break;
+            }
+        }
+        thread::sleep(Duration::from_millis(250));
+    }
+    let _ = member.kill();
+    let _ = member.wait();
+    println!("{last}");
+    let row = owned.unwrap_or_else(|| panic!("no row with lag 0 and an owner: {last}"));
+    assert!(row[6].starts_with("gregor-cli-"), "member id {row:?}");
+    assert_eq!(row[7..], ["/127.0.0.1", "gregor-cli"], "{row:?}");
+    println!(
+        "compared committed 100, lag 0 and owner {} on {} while the member lived",
+        row[6], row[7]
+    );
+
+    fails(
+        &["groups", "--bootstrap-server", addr.as_str(), "describe", "nobody"],
+        b"",
+        "does not exist",
+    );
+    let status = broker.stop();
+    assert!(status.success(), "gregor dev exited with {status}");
+}

@@ -2,7 +2,10 @@
 //! `gregor broker`. confluent-kafka produces with acks=all and idempotence while the test kills
 //! the partition's leader with SIGKILL and restarts it; afterwards every acknowledged message
 //! must be in the log, none twice (`tests/python/confluent_failover.py` checks and prints what it
-//! compared). Every process and wait is bounded; all addresses are 127.0.0.1.
+//! compared). A second test stops the leader with SIGTERM instead (Kafka's controlled
+//! shutdown): before it exits, its own view must show the leadership moved to another broker and
+//! itself out of the ISR, and the producer must see no failed send. Every process and wait is
+//! bounded; all addresses are 127.0.0.1.
 
 mod common;
 use common::{free_port, wait_bounded};
@@ -22,6 +25,8 @@ struct Proc {
     child: Option<Child>,
     args: Vec<String>,
     log: PathBuf,
+    /// Its stdout lines after the `listening` one.
+    lines: mpsc::Receiver<String>,
 }
 
 impl Proc {
@@ -54,8 +59,9 @@ impl Proc {
             child: Some(child),
             args,
             log,
+            lines: rx,
         };
-        match rx.recv_timeout(START_TIMEOUT) {
+        match proc.lines.recv_timeout(START_TIMEOUT) {
             Ok(line) if line.contains(": listening on 127.0.0.1:") => proc,
             other => panic!("{:?} did not start ({other:?}); log:\n{}", proc.args, proc.log_text()),
         }
@@ -71,6 +77,25 @@ impl Proc {
             let _ = child.kill();
             let _ = wait_bounded(&mut child, Duration::from_secs(10));
         }
+    }
+
+    /// SIGTERM; the exit status (None: it ignored SIGTERM and was killed) and what it printed.
+    fn terminate(&mut self) -> (Option<std::process::ExitStatus>, Vec<String>) {
+        let Some(mut child) = self.child.take() else {
+            return (None, vec![]);
+        };
+        let pid = rustix::process::Pid::from_child(&child);
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("send SIGTERM");
+        let status = wait_bounded(&mut child, Duration::from_secs(30));
+        if status.is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let mut lines = Vec::new();
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(2)) {
+            lines.push(line);
+        }
+        (status, lines)
     }
 
     fn restart(&mut self) {
@@ -135,11 +160,27 @@ fn leader_of_partition_0(bootstrap: &str, topic: &str) -> Option<i32> {
     line.split("Leader: ").nth(1)?.split_whitespace().next()?.parse().ok()
 }
 
-#[test]
-fn leader_killed_with_sigkill_loses_no_acknowledged_message() {
-    let Some(python) = python_with_confluent() else {
-        return;
-    };
+/// A running cluster: 3 coordinators, 3 brokers (ids 0..3), the topic "failover" (1 partition,
+/// replication factor 3, min.insync.replicas 2), and its partition 0's leader.
+struct Cluster {
+    dir: tempfile::TempDir,
+    _coords: Vec<Proc>,
+    brokers: Vec<Proc>,
+    broker_ports: Vec<u16>,
+    leader: i32,
+}
+
+impl Cluster {
+    fn bootstrap(&self) -> String {
+        self.broker_ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+fn start_cluster() -> Cluster {
     let dir = tempfile::tempdir().expect("temp dir");
     let coord_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let peers = coord_ports
@@ -153,7 +194,7 @@ fn leader_killed_with_sigkill_loses_no_acknowledged_message() {
         .map(|p| format!("127.0.0.1:{p}"))
         .collect::<Vec<_>>()
         .join(",");
-    let _coords: Vec<Proc> = (0..3)
+    let coords: Vec<Proc> = (0..3)
         .map(|i| {
             let data = dir.path().join(format!("c{i}"));
             Proc::start(
@@ -171,7 +212,7 @@ fn leader_killed_with_sigkill_loses_no_acknowledged_message() {
         })
         .collect();
     let broker_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let mut brokers: Vec<Proc> = (0..3)
+    let brokers: Vec<Proc> = (0..3)
         .map(|i| {
             let data = dir.path().join(format!("b{i}"));
             Proc::start(
@@ -192,11 +233,6 @@ fn leader_killed_with_sigkill_loses_no_acknowledged_message() {
             )
         })
         .collect();
-    let bootstrap = broker_ports
-        .iter()
-        .map(|p| format!("127.0.0.1:{p}"))
-        .collect::<Vec<_>>()
-        .join(",");
     let first = format!("127.0.0.1:{}", broker_ports[0]);
     // The brokers register within a few seconds; creation needs 3 live brokers for rf 3.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -227,6 +263,33 @@ fn leader_killed_with_sigkill_loses_no_acknowledged_message() {
         assert!(Instant::now() < deadline, "no leader for failover-0");
         thread::sleep(Duration::from_millis(200));
     };
+    Cluster {
+        dir,
+        _coords: coords,
+        brokers,
+        broker_ports,
+        leader,
+    }
+}
+
+#[test]
+fn leader_killed_with_sigkill_loses_no_acknowledged_message() {
+    let Some(python) = python_with_confluent() else {
+        return;
+    };
+    let Cluster {
+        dir,
+        _coords,
+        mut brokers,
+        broker_ports,
+        leader,
+    } = start_cluster();
+    let bootstrap = broker_ports
+        .iter()
+        .map(|p| format!("127.0.0.1:{p}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let first = format!("127.0.0.1:{}", broker_ports[0]);
     println!("partition 0 leader: broker {leader}");
 
     let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python");
@@ -292,4 +355,113 @@ fn leader_killed_with_sigkill_loses_no_acknowledged_message() {
             .any(|l| l.starts_with("compared ") && !l.starts_with("compared 0 ")),
         "no comparison reported:\n{out}{err}"
     );
+}
+
+/// Starts `confluent_failover.py` producing 3000 messages to "failover" and waits until one is
+/// acknowledged.
+fn start_producer(python: &str, dir: &Path, bootstrap: &str) -> Child {
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python");
+    let ready = dir.join("ready");
+    let script = Command::new(python)
+        .arg(scripts.join("confluent_failover.py"))
+        .args([bootstrap, "failover", "3000", "60"])
+        .arg(&ready)
+        .current_dir(&scripts)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the python producer");
+    let wait_ready = Instant::now() + Duration::from_secs(30);
+    while !ready.exists() {
+        assert!(Instant::now() < wait_ready, "the producer never got an acknowledgement");
+        thread::sleep(Duration::from_millis(50));
+    }
+    script
+}
+
+/// SIGTERM on the partition leader: Kafka's controlled shutdown. Before it exits, the broker's
+/// own view shows partition 0 led by another broker and an ISR without it (it prints that
+/// view), and the idempotent acks=all producer sees no failed send: every message acknowledged,
+/// all in the log, none twice.
+#[test]
+fn leader_stopped_with_sigterm_hands_off_leadership_before_exiting() {
+    let Some(python) = python_with_confluent() else {
+        return;
+    };
+    let mut cluster = start_cluster();
+    let leader = cluster.leader;
+    println!("partition 0 leader: broker {leader}");
+    let mut script = start_producer(&python, cluster.dir.path(), &cluster.bootstrap());
+    thread::sleep(Duration::from_millis(1_000));
+    let victim = usize::try_from(leader).expect("broker ids are 0..3");
+    println!("SIGTERM broker {victim} (the leader) mid-produce");
+    let (status, lines) = cluster.brokers[victim].terminate();
+    for l in &lines {
+        println!("  {l}");
+    }
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "broker {victim} did not exit cleanly on SIGTERM ({status:?}); log:\n{}",
+        cluster.brokers[victim].log_text()
+    );
+    let summary = lines
+        .iter()
+        .find(|l| l.contains("controlled shutdown: handed off"))
+        .unwrap_or_else(|| panic!("broker {victim} did not report a hand-off: {lines:?}"));
+    assert!(summary.contains("deregistered true"), "{summary}");
+    let partition = lines
+        .iter()
+        .find(|l| l.contains("controlled shutdown: failover-0 leader "))
+        .unwrap_or_else(|| panic!("broker {victim} did not print partition 0's state: {lines:?}"));
+    let after: Vec<&str> = partition
+        .split("failover-0 leader ")
+        .nth(1)
+        .expect("checked above")
+        .splitn(2, " isr ")
+        .collect();
+    let new_leader: i32 = after[0].parse().expect("a broker id");
+    let isr: Vec<i32> = after[1]
+        .trim_matches(|c| c == '[' || c == ']')
+        .split(", ")
+        .map(|b| b.parse().expect("a broker id"))
+        .collect();
+    assert!(
+        new_leader >= 0 && new_leader != leader,
+        "leader before exit: {new_leader}"
+    );
+    assert!(!isr.contains(&leader) && isr.len() == 2, "ISR before exit: {isr:?}");
+    println!("checked: before exiting, broker {leader} saw partition 0 led by {new_leader} with ISR {isr:?}");
+
+    let status = wait_bounded(&mut script, SCRIPT_TIMEOUT);
+    if status.is_none() {
+        let _ = script.kill();
+    }
+    let mut out = String::new();
+    if let Some(mut s) = script.stdout.take() {
+        let _ = std::io::Read::read_to_string(&mut s, &mut out);
+    }
+    let mut err = String::new();
+    if let Some(mut s) = script.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut s, &mut err);
+    }
+    println!("{out}");
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the producer's check failed ({status:?}):\n{out}{err}"
+    );
+    let produced = out
+        .lines()
+        .find(|l| l.starts_with("produced "))
+        .unwrap_or_else(|| panic!("no summary line:\n{out}{err}"));
+    assert!(
+        produced.starts_with("produced 3000, acked 3000, failed 0 "),
+        "every send must be acknowledged: {produced}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("compared 3000 acknowledged messages")),
+        "no comparison reported:\n{out}{err}"
+    );
+    println!("checked: 3000 acks=all sends, none failed, all in the log once");
 }

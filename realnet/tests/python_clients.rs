@@ -5,7 +5,8 @@
 //! without a consumer group (the broker serves no group APIs yet), and checks each partition
 //! holds exactly the acknowledged messages, byte for byte, in send order. `kafka_python_admin.py`
 //! checks the admin APIs (DescribeConfigs, DeleteTopics) through kafka-python's admin client;
-//! `confluent_group.py` a consumer group of two confluent-kafka members with manual commits.
+//! `confluent_group.py` a consumer group of two confluent-kafka members with manual commits;
+//! `confluent_admin_groups.py` the AdminClient listing and describing a group.
 //!
 //! The Python comes from `GREGOR_PYTHON` (`.ci/run` sets it to a venv with pinned client
 //! versions). Without it, or without a client module, the test is skipped, except under CI=true,
@@ -184,4 +185,21 @@ fn confluent_kafka_group_of_two_splits_partitions_and_resumes_from_commits() {
     let budget = SCRIPT_BUDGET.as_secs().to_string();
     let line = run_script(&python, "confluent_group.py", &["group-topic", "4000", &budget]);
     assert!(line.contains("compared 4000 messages consumed once"), "{line}");
+}
+
+/// confluent-kafka's AdminClient: list_consumer_groups (ListGroups) shows a group STABLE while
+/// its member consumes and EMPTY after it left; describe_consumer_groups (DescribeGroups) shows
+/// the member's client id, host and assignment; the committed offsets add up.
+#[test]
+fn confluent_kafka_admin_lists_and_describes_consumer_groups() {
+    let Some(python) = python_with("confluent_kafka") else {
+        return;
+    };
+    let budget = SCRIPT_BUDGET.as_secs().to_string();
+    let line = run_script(
+        &python,
+        "confluent_admin_groups.py",
+        &["admin-groups-topic", "admin-groups", "200", &budget],
+    );
+    assert!(line.contains("200 committed offsets"), "{line}");
 }

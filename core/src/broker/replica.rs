@@ -556,6 +556,13 @@ impl Broker {
     pub fn poll_isr_proposals(&mut self, now_ms: i64) -> Vec<IsrProposal> {
         let me = self.config.broker_id;
         let lag_max = self.config.replica_lag_time_max_ms;
+        // KIP-841: only registered brokers join an ISR. A broker in controlled shutdown has
+        // deregistered and may still fetch; adding it back would undo the controller's shrink.
+        // Without a cluster view (a single node) there is nobody to check against.
+        let registered: Option<Vec<BrokerId>> = self
+            .cluster_view
+            .as_ref()
+            .map(|v| v.brokers.iter().map(|b| b.id).collect());
         let mut out = Vec::new();
         for ((topic, p), part) in self.partitions.iter_mut() {
             let hw = part.high_watermark;
@@ -588,7 +595,8 @@ impl Broker {
                 // Kafka's isFollowerInSync: at the HW and past this epoch's start offset.
                 let reached_hw = f.leo >= hw && f.leo >= *epoch_start;
                 let lagging = now_ms.saturating_sub(f.last_caught_up_ms) > lag_max;
-                if !isr.contains(id) && reached_hw && !lagging {
+                let eligible = registered.as_ref().is_none_or(|r| r.contains(id));
+                if !isr.contains(id) && reached_hw && !lagging && eligible {
                     isr.push(*id);
                 }
             }

@@ -288,6 +288,39 @@ fn isr_shrinks_after_lag_and_expands_after_catching_up() {
     );
 }
 
+/// KIP-841: a follower that caught up but is not registered (a broker in controlled shutdown,
+/// which deregistered and still fetches) is not proposed for the ISR; once registered it is.
+#[test]
+fn isr_expands_only_with_registered_brokers() {
+    let mut c = nodes(2, TruncationPolicy::LeaderEpoch);
+    let rec = record(&[0, 1], 1);
+    apply(&mut c, &[0, 1], &rec, &zk(0, 1, &[0]), 0, 0);
+    let registration = |id: i32| crate::cluster::BrokerRegistration {
+        id: BrokerId(id),
+        host: "127.0.0.1".into(),
+        port: 9092 + id,
+        rack: None,
+    };
+    let view = |ids: &[i32]| ClusterView {
+        brokers: ids.iter().map(|i| registration(*i)).collect(),
+        controller: Some(BrokerId(0)),
+        topics: BTreeMap::new(),
+    };
+    c[0].broker.set_cluster_view(view(&[0]));
+    produce(&mut c[0], 1, 1, 10).expect("acks=1");
+    pump(&mut c, 1, 0, 20);
+    pump(&mut c, 1, 0, 30);
+    assert_eq!(leo(&c[1]), Offset(1), "the follower caught up");
+    let proposals = c[0].broker.poll_isr_proposals(40);
+    println!("unregistered follower: proposals {proposals:?}");
+    assert!(proposals.is_empty(), "broker 1 is not registered: {proposals:?}");
+    c[0].broker.set_cluster_view(view(&[0, 1]));
+    let proposals = c[0].broker.poll_isr_proposals(50);
+    println!("registered follower: proposals {proposals:?}");
+    assert_eq!(proposals.len(), 1);
+    assert_eq!(proposals[0].new_state.isr, ids(&[0, 1]));
+}
+
 fn fetch_req(replica_id: i32, epoch: i32) -> FetchRequest {
     FetchRequest {
         replica_id,

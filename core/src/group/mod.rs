@@ -330,6 +330,8 @@ impl GroupCoordinator {
                 Member {
                     id: member_id.clone(),
                     group_instance_id: req.group_instance_id.clone(),
+                    client_id: client_id.to_string(),
+                    client_host: String::new(),
                     session_timeout_ms: req.session_timeout_ms,
                     rebalance_timeout_ms,
                     protocol_type: req.protocol_type.clone(),
@@ -378,6 +380,29 @@ impl GroupCoordinator {
     fn apply(&mut self, done: Completions) {
         self.done_joins.extend(done.joins);
         self.done_syncs.extend(done.syncs);
+    }
+
+    /// Records where a member connected from, for DescribeGroups (the driver knows the peer;
+    /// the join itself does not). Unknown groups or members are ignored.
+    pub fn set_client_host(&mut self, group_id: &str, member_id: &str, host: &str) {
+        if let Some(m) = self.groups.get_mut(group_id).and_then(|g| g.members.get_mut(member_id)) {
+            m.client_host = host.to_string();
+        }
+    }
+
+    /// Every live group, in id order, and every group known only by its committed offsets
+    /// (Empty), for ListGroups: (id, state, protocol type).
+    pub fn list_groups(&self) -> Vec<(String, GroupState, String)> {
+        let mut out: BTreeMap<String, (GroupState, String)> = self
+            .offsets
+            .group_ids()
+            .into_iter()
+            .map(|id| (id, (GroupState::Empty, String::new())))
+            .collect();
+        for (id, g) in &self.groups {
+            out.insert(id.clone(), (g.state, g.protocol_type.clone().unwrap_or_default()));
+        }
+        out.into_iter().map(|(id, (state, ty))| (id, state, ty)).collect()
     }
 
     /// The answer to a parked JoinGroup, once there is one.

@@ -307,6 +307,17 @@ impl OffsetStore {
         self.group(group).next().is_some()
     }
 
+    /// Every group with a committed offset, in id order, each once.
+    pub fn group_ids(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for (g, _, _) in self.committed.keys() {
+            if out.last() != Some(g) {
+                out.push(g.clone());
+            }
+        }
+        out
+    }
+
     pub fn log_end_offset(&self) -> Offset {
         self.log.as_ref().map_or(Offset(0), |l| l.log_end_offset())
     }

@@ -25,6 +25,9 @@ pub enum GroupState {
 pub struct Member {
     pub id: String,
     pub group_instance_id: Option<String>,
+    /// The `client.id` of its JoinGroup, and where it connected from (DescribeGroups).
+    pub client_id: String,
+    pub client_host: String,
     pub session_timeout_ms: i32,
     pub rebalance_timeout_ms: i32,
     pub protocol_type: String,

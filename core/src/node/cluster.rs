@@ -19,6 +19,12 @@
 //!    coordinator's create refuses a duplicate), deletion writes a request under
 //!    `/admin/delete_topics` for the controller, as Kafka's ZooKeeper mode does.
 //!
+//! 6. carries out a controlled shutdown when the process asks for one ([`ControlledShutdown`]):
+//!    it deletes its own registration, so the controller hands the leadership of its partitions
+//!    to other ISR members and removes it from every ISR, as for a dead broker but at once
+//!    rather than after the session timeout; [`hand_off`] waits (bounded) until the broker's
+//!    view shows that done. It never registers again in this process.
+//!
 //! The task re-reads at least every `refresh_ms` and sooner on a watch event, an admin request
 //! or an ISR proposal. Reads are a full scan: clusters in the simulator hold a few topics.
 //!
@@ -27,7 +33,7 @@
 //! unknown (the next read settles it), and the session may expire (its ephemerals are gone: the
 //! controller office and the registration are re-established in a new session).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::rc::Rc;
@@ -73,6 +79,107 @@ pub struct ClusterConfig {
     /// [`Coordination::Local`] here is the old bug (every broker coordinates every group, with
     /// unreplicated offsets), kept only for the simulator's negative control.
     pub group_coordination: Coordination,
+    /// Set by the process on SIGTERM; read by the cluster task.
+    pub shutdown: ControlledShutdown,
+}
+
+/// Kafka's controlled shutdown, shared by the process (which asks) and the cluster task (which
+/// deregisters the broker). See [`hand_off`].
+#[derive(Clone, Debug, Default)]
+pub struct ControlledShutdown(Rc<Cell<ShutdownPhase>>);
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum ShutdownPhase {
+    #[default]
+    Running,
+    Requested,
+    Deregistered,
+}
+
+impl ControlledShutdown {
+    pub fn request(&self) {
+        if self.0.get() == ShutdownPhase::Running {
+            self.0.set(ShutdownPhase::Requested);
+        }
+    }
+
+    pub fn is_requested(&self) -> bool {
+        self.0.get() != ShutdownPhase::Running
+    }
+
+    /// The broker's registration is gone: the controller counts it as stopped.
+    pub fn is_deregistered(&self) -> bool {
+        self.0.get() == ShutdownPhase::Deregistered
+    }
+}
+
+/// What a controlled shutdown achieved by the time [`hand_off`] returned, from the broker's own
+/// view of the partition states.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HandOff {
+    pub deregistered: bool,
+    /// Partitions this broker still leads, and ISRs it is still in, although another ISR member
+    /// could take over: what the wait did not get done.
+    pub still_leading: Vec<(String, i32)>,
+    pub still_in_isr: Vec<(String, i32)>,
+    /// Partitions whose ISR is this broker alone: nobody can take over (offline once it stops).
+    pub sole_replica: Vec<(String, i32)>,
+    /// Every partition of the view with its leader and ISR, as last seen.
+    pub states: Vec<(String, i32, Option<BrokerId>, Vec<BrokerId>)>,
+}
+
+impl HandOff {
+    pub fn is_done(&self) -> bool {
+        self.deregistered && self.still_leading.is_empty() && self.still_in_isr.is_empty()
+    }
+}
+
+fn hand_off_state(broker: &SharedBroker, shutdown: &ControlledShutdown) -> HandOff {
+    let b = broker.borrow();
+    let me = b.config().broker_id;
+    let mut out = HandOff {
+        deregistered: shutdown.is_deregistered(),
+        ..HandOff::default()
+    };
+    let Some(view) = b.cluster_view() else {
+        return out;
+    };
+    for (topic, (_, states)) in &view.topics {
+        for (&p, state) in states {
+            let key = (topic.clone(), p);
+            if state.isr == [me] {
+                out.sole_replica.push(key.clone());
+            } else if state.leader == Some(me) {
+                out.still_leading.push(key.clone());
+            } else if state.isr.contains(&me) {
+                out.still_in_isr.push(key.clone());
+            }
+            out.states.push((topic.clone(), p, state.leader, state.isr.clone()));
+        }
+    }
+    out
+}
+
+/// Controlled shutdown: asks the cluster task to deregister the broker, then waits until the
+/// broker's view shows no partition led by it or with it in the ISR (but those it alone
+/// replicates), or until `timeout_ms` passes. The broker keeps serving meanwhile: requests to
+/// partitions it no longer leads get NOT_LEADER_OR_FOLLOWER and clients move on. The caller
+/// flushes and exits afterwards whatever the result.
+pub async fn hand_off<R: Runtime>(
+    rt: &R,
+    broker: &SharedBroker,
+    shutdown: &ControlledShutdown,
+    timeout_ms: u64,
+) -> HandOff {
+    shutdown.request();
+    let deadline = rt.monotonic_ms().saturating_add(timeout_ms);
+    loop {
+        let state = hand_off_state(broker, shutdown);
+        if state.is_done() || rt.monotonic_ms() >= deadline {
+            return state;
+        }
+        rt.sleep(Duration::from_millis(20)).await;
+    }
 }
 
 impl ClusterConfig {
@@ -84,6 +191,7 @@ impl ClusterConfig {
             controller: ControllerConfig::default(),
             detect_restarts: true,
             group_coordination: Coordination::partitioned_default(),
+            shutdown: ControlledShutdown::default(),
         }
     }
 }
@@ -331,6 +439,11 @@ impl<R: Runtime> Session<R> {
     }
 
     async fn register(&mut self) -> Step<()> {
+        if self.cluster.shutdown.is_requested() {
+            // A broker in controlled shutdown stays away (a session that expired meanwhile).
+            self.cluster.shutdown.0.set(ShutdownPhase::Deregistered);
+            return Ok(());
+        }
         for path in controller::BOOTSTRAP_PATHS {
             self.create_retrying(path, Vec::new(), CreateMode::Persistent).await?;
         }
@@ -372,6 +485,23 @@ impl<R: Runtime> Session<R> {
                 Err(e) => tracing::debug!(target: "cluster", error = %e, "registration failed; retrying"),
             }
             self.rt.sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Controlled shutdown: deletes this broker's registration; the controller (maybe this
+    /// very session) then moves its leaderships and shrinks it out of the ISRs.
+    async fn deregister(&mut self) -> Step<()> {
+        match self.client.delete(&broker_path(self.me()), None).await {
+            Ok(()) | Err(CoordError::Tree(TreeError::NoNode)) => {
+                tracing::info!(target: "cluster", broker = self.me().0, "controlled shutdown: deregistered");
+                self.cluster.shutdown.0.set(ShutdownPhase::Deregistered);
+                Ok(())
+            }
+            Err(e) if fatal(&e) => Err(End::Expired),
+            Err(e) => {
+                tracing::debug!(target: "cluster", error = %e, "deregistration failed; retrying");
+                Ok(())
+            }
         }
     }
 
@@ -422,6 +552,9 @@ impl<R: Runtime> Session<R> {
         let deadline = self.rt.monotonic_ms().saturating_add(self.cluster.refresh_ms);
         while self.rt.monotonic_ms() < deadline {
             self.isr_proposals().await?;
+            if self.cluster.shutdown.0.get() == ShutdownPhase::Requested {
+                return self.deregister().await;
+            }
             if !self.admin.is_empty() || self.broker.borrow().offsets_topic_wanted() {
                 return Ok(());
             }

@@ -4,6 +4,7 @@
 
 pub mod delete_topics;
 pub mod describe_configs;
+pub mod describe_groups;
 pub mod groups;
 
 use crate::broker::{AckWait, ClusterView};
@@ -14,6 +15,7 @@ use crate::ids::{BrokerId, LeaderEpoch, Offset};
 use crate::log::{Log, LogError};
 use crate::protocol::api::api_versions::{ApiVersion, ApiVersionsResponse};
 use crate::protocol::api::create_topics::{CreatableTopicResult, CreateTopicsRequest, CreateTopicsResponse};
+use crate::protocol::api::describe_groups as describe_groups_api;
 use crate::protocol::api::fetch::{FetchPartitionResponse, FetchRequest, FetchResponse, FetchTopicResponse};
 use crate::protocol::api::init_producer_id::{InitProducerIdRequest, InitProducerIdResponse};
 use crate::protocol::api::list_offsets::{
@@ -28,10 +30,11 @@ use crate::protocol::api::offset_for_leader_epoch::{
 use crate::protocol::api::produce::{ProducePartitionResponse, ProduceRequest, ProduceResponse, ProduceTopicResponse};
 use crate::protocol::api::{
     api_versions, create_topics, delete_topics as delete_topics_api, describe_configs as describe_configs_api, fetch,
-    find_coordinator, heartbeat, init_producer_id, join_group, leave_group, list_offsets, metadata, offset_commit,
-    offset_fetch, offset_for_leader_epoch as ofle, produce, sync_group,
+    find_coordinator, heartbeat, init_producer_id, join_group, leave_group, list_groups, list_offsets, metadata,
+    offset_commit, offset_fetch, offset_for_leader_epoch as ofle, produce, sync_group,
 };
 use crate::protocol::{supported_versions, Uuid};
+use crate::runtime::FileRegion;
 
 /// Where clients reach this broker, and the cluster it belongs to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,6 +64,8 @@ pub const HANDLED_API_KEYS: &[i16] = &[
     ofle::API_KEY,
     delete_topics_api::API_KEY,
     describe_configs_api::API_KEY,
+    describe_groups_api::API_KEY,
+    list_groups::API_KEY,
 ];
 
 pub fn api_versions() -> ApiVersionsResponse {
@@ -419,6 +424,21 @@ pub fn init_producer_id<D: Disk>(
 /// byte limits (the first batch always, as KIP-74). Returns the response and the bytes of
 /// records in it, so the driver can wait for data when there was none (`max_wait_ms`).
 pub fn fetch<D: Disk>(broker: &Broker, disk: &D, req: &FetchRequest, version: i16) -> (FetchResponse, u64) {
+    fetch_with(broker, disk, req, version, false)
+}
+
+/// As [`fetch`]; with `zero_copy` the batches are left in their segment files as
+/// `records_file` regions, for [`FetchResponse::encode_parts`] and the runtime to send from the
+/// file. Regions are whole batches below the high watermark, which only an unclean leader
+/// change truncates; a region that shrank by send time fails the send (the connection closes and
+/// the client fetches again).
+pub fn fetch_with<D: Disk>(
+    broker: &Broker,
+    disk: &D,
+    req: &FetchRequest,
+    version: i16,
+    zero_copy: bool,
+) -> (FetchResponse, u64) {
     let mut remaining = u64::try_from(req.max_bytes.max(0)).unwrap_or(0);
     let mut total = 0u64;
     let mut first = true;
@@ -449,6 +469,7 @@ pub fn fetch<D: Disk>(broker: &Broker, disk: &D, req: &FetchRequest, version: i1
                             aborted_transactions: None,
                             preferred_read_replica: -1,
                             records: None,
+                            records_file: None,
                         };
                         let Some(name) = &name else {
                             resp.error_code = ErrorCode::UnknownTopicId.code();
@@ -476,6 +497,20 @@ pub fn fetch<D: Disk>(broker: &Broker, disk: &D, req: &FetchRequest, version: i1
                                 resp.high_watermark = ok.high_watermark.0;
                                 resp.last_stable_offset = ok.last_stable_offset.0;
                                 resp.log_start_offset = ok.log_start_offset.0;
+                                if zero_copy {
+                                    let n = ok.slice.len;
+                                    if n > 0 {
+                                        first = false;
+                                        resp.records_file = Some(FileRegion {
+                                            path: ok.slice.path.clone(),
+                                            position: ok.slice.position,
+                                            len: n,
+                                        });
+                                    }
+                                    total += n;
+                                    remaining = remaining.saturating_sub(n);
+                                    return resp;
+                                }
                                 match Log::read_bytes(disk, &ok.slice) {
                                     Ok(bytes) => {
                                         let n = bytes.len() as u64;
@@ -526,6 +561,18 @@ pub fn fetch_recording<D: Disk>(
     version: i16,
     now_ms: i64,
 ) -> (FetchResponse, u64) {
+    fetch_recording_with(broker, disk, req, version, now_ms, false)
+}
+
+/// As [`fetch_recording`], with [`fetch_with`]'s `zero_copy`.
+pub fn fetch_recording_with<D: Disk>(
+    broker: &mut Broker,
+    disk: &D,
+    req: &FetchRequest,
+    version: i16,
+    now_ms: i64,
+    zero_copy: bool,
+) -> (FetchResponse, u64) {
     if req.replica_id >= 0 {
         for t in &req.topics {
             let name = if version >= fetch::TOPIC_ID_MIN {
@@ -548,7 +595,7 @@ pub fn fetch_recording<D: Disk>(
             }
         }
     }
-    fetch(broker, disk, req, version)
+    fetch_with(broker, disk, req, version, zero_copy)
 }
 
 /// OffsetForLeaderEpoch: where each asked epoch ends in the leader's log (KIP-279).

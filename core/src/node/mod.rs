@@ -23,7 +23,7 @@ use crate::broker::{Broker, BrokerConfig, BrokerError, TopicId};
 use crate::group::Reply;
 use crate::protocol::api::api_versions::ApiVersionsResponse;
 use crate::protocol::{decode_request_bytes, encode_response, DecodeError, Limits, Request};
-use crate::runtime::{Connection, Listener, NetError, Runtime};
+use crate::runtime::{Connection, FramePart, Listener, NetError, Runtime};
 pub use handlers::Advertised;
 
 /// How a broker node listens and answers.
@@ -39,6 +39,11 @@ pub struct NodeConfig {
     pub fetch_wait_ms_max: u64,
     /// How often a waiting Fetch looks for new data.
     pub fetch_poll_ms: u64,
+    /// Whether Fetch responses carry record batches as file regions for the runtime to send
+    /// from the segment file ([`Runtime::send_parts`]) rather than copies read here. Off in the
+    /// simulator, where a read fault must answer the partition with KAFKA_STORAGE_ERROR, as it
+    /// always has; realnet turns it on.
+    pub fetch_zero_copy: bool,
     /// In cluster mode, where CreateTopics and DeleteTopics go (the coordinator holds topics);
     /// `None` for a single node, whose broker creates and deletes them itself.
     pub admin: Option<cluster::AdminQueue>,
@@ -57,6 +62,7 @@ impl NodeConfig {
             limits: Limits::default(),
             fetch_wait_ms_max: 30_000,
             fetch_poll_ms: 5,
+            fetch_zero_copy: false,
             admin: None,
         }
     }
@@ -134,6 +140,8 @@ fn sync_group_coordination<R: Runtime>(rt: &R, broker: &SharedBroker) {
 /// What to do after a frame.
 pub(crate) enum Outcome {
     Reply(Bytes),
+    /// A reply of bytes and file regions (a zero-copy Fetch), header included.
+    ReplyParts(Vec<FramePart>),
     NoReply,
     Close(String),
 }
@@ -149,9 +157,15 @@ async fn serve_connection<R: Runtime>(rt: R, broker: SharedBroker, config: NodeC
                 break;
             }
         };
-        match handle_frame(&rt, &broker, &config, &frame).await {
+        match handle_frame_from(&rt, &broker, &config, &frame, &peer).await {
             Outcome::Reply(bytes) => {
                 if let Err(e) = conn.send(bytes).await {
+                    tracing::debug!(%peer, error = %e, "send failed");
+                    break;
+                }
+            }
+            Outcome::ReplyParts(parts) => {
+                if let Err(e) = rt.send_parts(&mut conn, parts).await {
                     tracing::debug!(%peer, error = %e, "send failed");
                     break;
                 }
@@ -165,11 +179,29 @@ async fn serve_connection<R: Runtime>(rt: R, broker: SharedBroker, config: NodeC
     }
 }
 
+#[cfg(test)]
 pub(crate) async fn handle_frame<R: Runtime>(
     rt: &R,
     broker: &SharedBroker,
     config: &NodeConfig,
     frame: &Bytes,
+) -> Outcome {
+    handle_frame_from(rt, broker, config, frame, "").await
+}
+
+/// Kafka's spelling of a member's host in DescribeGroups: `/` and the peer's address, no port.
+fn client_host(peer: &str) -> String {
+    let host = peer.rsplit_once(':').map_or(peer, |(h, _)| h);
+    format!("/{}", host.trim_start_matches('[').trim_end_matches(']'))
+}
+
+/// One request frame from `peer` (`host:port`, or empty when unknown) to its outcome.
+pub(crate) async fn handle_frame_from<R: Runtime>(
+    rt: &R,
+    broker: &SharedBroker,
+    config: &NodeConfig,
+    frame: &Bytes,
+    peer: &str,
 ) -> Outcome {
     let (header, request) = match decode_request_bytes(frame, config.limits) {
         Ok(decoded) => decoded,
@@ -215,9 +247,11 @@ pub(crate) async fn handle_frame<R: Runtime>(
                 .min(config.fetch_wait_ms_max);
             let deadline = rt.monotonic_ms().saturating_add(wait_ms);
             let min_bytes = u64::try_from(req.min_bytes.max(0)).unwrap_or(0);
+            let zero_copy = config.fetch_zero_copy;
             loop {
                 let (resp, bytes) = rt.with_disk(|disk| {
-                    handlers::fetch_recording(&mut broker.borrow_mut(), disk, req, version, rt.now_ms())
+                    let now = rt.now_ms();
+                    handlers::fetch_recording_with(&mut broker.borrow_mut(), disk, req, version, now, zero_copy)
                 });
                 let errors = resp
                     .topics
@@ -225,6 +259,12 @@ pub(crate) async fn handle_frame<R: Runtime>(
                     .flat_map(|t| &t.partitions)
                     .any(|p| p.error_code != 0);
                 if bytes >= min_bytes || errors || rt.monotonic_ms() >= deadline {
+                    if zero_copy {
+                        let mut parts = resp.encode_parts(version);
+                        let head = encode_response(&header, &[]);
+                        parts.insert(0, FramePart::Bytes(head));
+                        return Outcome::ReplyParts(parts);
+                    }
                     break resp.encode(version);
                 }
                 rt.sleep(Duration::from_millis(config.fetch_poll_ms.max(1))).await;
@@ -262,7 +302,20 @@ pub(crate) async fn handle_frame<R: Runtime>(
                     }
                 },
             };
+            if resp.error_code == 0 && !peer.is_empty() {
+                let host = client_host(peer);
+                broker
+                    .borrow_mut()
+                    .groups_mut()
+                    .set_client_host(&req.group_id, &resp.member_id, &host);
+            }
             resp.encode(version)
+        }
+        Request::ListGroups(req) => {
+            handlers::describe_groups::list_groups(broker.borrow().groups(), req).encode(version)
+        }
+        Request::DescribeGroups(req) => {
+            handlers::describe_groups::describe_groups(broker.borrow().groups(), req).encode(version)
         }
         Request::SyncGroup(req) => {
             sync_group_coordination(rt, broker);

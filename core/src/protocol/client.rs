@@ -161,6 +161,8 @@ pub(crate) mod tests {
             SyncGroup(sync_group),
             Heartbeat(heartbeat),
             LeaveGroup(leave_group),
+            DescribeGroups(describe_groups),
+            ListGroups(list_groups),
             OffsetCommit(offset_commit),
             OffsetFetch(offset_fetch),
             DeleteTopics(delete_topics),

@@ -23,6 +23,8 @@ fn corpus() -> Vec<Vec<u8>> {
     frames.extend(api::heartbeat::tests::sample_frames());
     frames.extend(api::leave_group::tests::sample_frames());
     frames.extend(api::sync_group::tests::sample_frames());
+    frames.extend(api::describe_groups::tests::sample_frames());
+    frames.extend(api::list_groups::tests::sample_frames());
     frames.extend(api::init_producer_id::tests::sample_frames());
     frames.extend(api::offset_for_leader_epoch::tests::sample_frames());
     frames.extend(api::offset_commit::tests::sample_frames());

@@ -96,6 +96,8 @@ const SUPPORTED: &[ApiSupport] = &[
     support!("Heartbeat", heartbeat),
     support!("LeaveGroup", leave_group),
     support!("SyncGroup", sync_group),
+    support!("DescribeGroups", describe_groups),
+    support!("ListGroups", list_groups),
     support!("ApiVersions", api_versions),
     support!("CreateTopics", create_topics),
     support!("DeleteTopics", delete_topics),
@@ -132,6 +134,8 @@ pub enum Request {
     Heartbeat(heartbeat::HeartbeatRequest),
     LeaveGroup(leave_group::LeaveGroupRequest),
     SyncGroup(sync_group::SyncGroupRequest),
+    DescribeGroups(describe_groups::DescribeGroupsRequest),
+    ListGroups(list_groups::ListGroupsRequest),
     InitProducerId(init_producer_id::InitProducerIdRequest),
     OffsetForLeaderEpoch(offset_for_leader_epoch::OffsetForLeaderEpochRequest),
 }
@@ -171,6 +175,8 @@ request_dispatch!(
     Heartbeat(heartbeat),
     LeaveGroup(leave_group),
     SyncGroup(sync_group),
+    DescribeGroups(describe_groups),
+    ListGroups(list_groups),
     InitProducerId(init_producer_id),
     OffsetForLeaderEpoch(offset_for_leader_epoch),
 );
@@ -226,6 +232,8 @@ fn decode_with(mut r: Reader<'_>) -> Result<(RequestHeader, Request), DecodeErro
         heartbeat::API_KEY => Request::Heartbeat(heartbeat::HeartbeatRequest::decode(v, r)?),
         leave_group::API_KEY => Request::LeaveGroup(leave_group::LeaveGroupRequest::decode(v, r)?),
         sync_group::API_KEY => Request::SyncGroup(sync_group::SyncGroupRequest::decode(v, r)?),
+        describe_groups::API_KEY => Request::DescribeGroups(describe_groups::DescribeGroupsRequest::decode(v, r)?),
+        list_groups::API_KEY => Request::ListGroups(list_groups::ListGroupsRequest::decode(v, r)?),
         init_producer_id::API_KEY => Request::InitProducerId(init_producer_id::InitProducerIdRequest::decode(v, r)?),
         offset_for_leader_epoch::API_KEY => {
             Request::OffsetForLeaderEpoch(offset_for_leader_epoch::OffsetForLeaderEpochRequest::decode(v, r)?)
@@ -318,6 +326,8 @@ responses! {
     Heartbeat(heartbeat::HeartbeatResponse),
     LeaveGroup(leave_group::LeaveGroupResponse),
     SyncGroup(sync_group::SyncGroupResponse),
+    DescribeGroups(describe_groups::DescribeGroupsResponse),
+    ListGroups(list_groups::ListGroupsResponse),
     ApiVersions(api_versions::ApiVersionsResponse),
     CreateTopics(create_topics::CreateTopicsResponse),
     DeleteTopics(delete_topics::DeleteTopicsResponse),

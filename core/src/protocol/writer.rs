@@ -8,6 +8,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::Uuid;
+use crate::runtime::{FileRegion, FramePart};
 
 /// One tagged field to write: its tag and the encoder of its payload.
 pub type TaggedField<'a> = (u32, &'a dyn Fn(&mut Writer));
@@ -15,6 +16,8 @@ pub type TaggedField<'a> = (u32, &'a dyn Fn(&mut Writer));
 #[derive(Debug, Default)]
 pub struct Writer {
     buf: BytesMut,
+    /// Finished pieces before `buf`, when a file region was written ([`Writer::file_region`]).
+    parts: Vec<FramePart>,
 }
 
 impl Writer {
@@ -23,15 +26,36 @@ impl Writer {
     }
 
     pub fn len(&self) -> usize {
-        self.buf.len()
+        let parts: u64 = self.parts.iter().map(FramePart::len).sum();
+        self.buf.len() + usize::try_from(parts).unwrap_or(usize::MAX)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
+        self.len() == 0
     }
 
+    /// The bytes written. A writer holding a file region must use [`Writer::finish_parts`].
     pub fn finish(self) -> Bytes {
+        assert!(self.parts.is_empty(), "a writer with file regions finishes as parts");
         self.buf.freeze()
+    }
+
+    /// The frame as bytes and file regions, in order.
+    pub fn finish_parts(mut self) -> Vec<FramePart> {
+        if !self.buf.is_empty() {
+            self.parts.push(FramePart::Bytes(self.buf.split().freeze()));
+        }
+        self.parts
+    }
+
+    /// A `bytes` field whose content is a file region, sent later from the file itself.
+    pub fn file_region(&mut self, flexible: bool, region: FileRegion) {
+        let len = usize::try_from(region.len).expect("a region sent in one frame fits in memory");
+        self.length(flexible, true, Some(len));
+        self.parts.push(FramePart::Bytes(self.buf.split().freeze()));
+        if len > 0 {
+            self.parts.push(FramePart::File(region));
+        }
     }
 
     pub fn i8(&mut self, v: i8) {

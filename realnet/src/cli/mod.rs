@@ -1,4 +1,4 @@
-//! The `gregor` client subcommands (`topics`, `produce`, `consume`, `perf`): thin shells over
+//! The `gregor` client subcommands (`topics`, `produce`, `consume`, `groups`, `perf`): thin shells over
 //! core's own client ([`gregor_core::client`]) on [`RealRuntime`], speaking only the Kafka wire
 //! protocol, so they work against any Kafka-protocol broker at the versions they pick.
 //!
@@ -8,6 +8,7 @@
 //! the command's own limits.
 
 pub mod consume;
+pub mod groups;
 pub mod perf;
 pub mod produce;
 pub mod topics;

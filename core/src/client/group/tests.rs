@@ -51,6 +51,11 @@ impl Connection for Conn {
         let world = self.rt.0.clone();
         match handle_frame(&self.rt, &world.broker, &world.node, &frame).await {
             Outcome::Reply(bytes) => Ok(Some(bytes)),
+            Outcome::ReplyParts(parts) => self
+                .rt
+                .with_disk(|disk| crate::runtime::flatten_parts(disk, parts))
+                .map(Some)
+                .map_err(|e| NetError::Io(e.to_string())),
             Outcome::NoReply => Ok(None),
             Outcome::Close(why) => Err(NetError::Io(why)),
         }

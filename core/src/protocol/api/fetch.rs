@@ -12,6 +12,7 @@ use bytes::Bytes;
 use crate::protocol::reader::{min_bytes, Reader, Result};
 use crate::protocol::writer::{TaggedField, Writer};
 use crate::protocol::Uuid;
+use crate::runtime::{FileRegion, FramePart};
 
 pub const API_KEY: i16 = 1;
 pub const VERSION_MIN: i16 = 4;
@@ -196,6 +197,9 @@ pub struct FetchPartitionResponse {
     /// v11+; -1 when there is none.
     pub preferred_read_replica: i32,
     pub records: Option<Bytes>,
+    /// Broker side, instead of `records`: the batches as a region of a segment file, sent from
+    /// the file without a copy by [`FetchResponse::encode_parts`] (`encode` cannot carry it).
+    pub records_file: Option<FileRegion>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -218,9 +222,21 @@ pub struct AbortedTransaction {
 
 impl FetchResponse {
     pub fn encode(&self, version: i16) -> Bytes {
+        let mut w = Writer::new();
+        self.write(version, &mut w);
+        w.finish()
+    }
+
+    /// As `encode`, with each `records_file` left as a file region to send from the file.
+    pub fn encode_parts(&self, version: i16) -> Vec<FramePart> {
+        let mut w = Writer::new();
+        self.write(version, &mut w);
+        w.finish_parts()
+    }
+
+    fn write(&self, version: i16, w: &mut Writer) {
         assert!((VERSION_MIN..=VERSION_MAX).contains(&version));
         let flex = version >= FLEXIBLE_MIN;
-        let mut w = Writer::new();
         w.i32(self.throttle_time_ms);
         if version >= 7 {
             w.i16(self.error_code);
@@ -236,7 +252,6 @@ impl FetchResponse {
             w.no_tagged_fields(flex);
         });
         w.no_tagged_fields(flex);
-        w.finish()
     }
 }
 
@@ -258,7 +273,10 @@ fn encode_partition(w: &mut Writer, version: i16, flex: bool, p: &FetchPartition
     }
     // The schema allows null, but Kafka's broker always writes a record set (empty on errors) and
     // librdkafka rejects a null one ("invalid MessageSetSize -1") and refetches in a tight loop.
-    w.nullable_bytes(flex, Some(p.records.as_deref().unwrap_or(&[])));
+    match &p.records_file {
+        Some(region) => w.file_region(flex, region.clone()),
+        None => w.nullable_bytes(flex, Some(p.records.as_deref().unwrap_or(&[]))),
+    }
     let diverging = p.diverging_epoch.map(|d| {
         move |w: &mut Writer| {
             w.i32(d.epoch);
@@ -430,6 +448,7 @@ fn decode_partition(r: &mut Reader<'_>, version: i16, flex: bool) -> Result<Fetc
         aborted_transactions,
         preferred_read_replica,
         records,
+        records_file: None,
     })
 }
 
@@ -440,6 +459,59 @@ pub(crate) mod tests {
     use crate::protocol::Request;
     use kafka_protocol::messages as kp;
     use kafka_protocol::messages::fetch_request as kfq;
+
+    /// A response whose batches are file regions, flattened from the file, is byte for byte the
+    /// response carrying the same batches as bytes, in every version (the zero-copy contract).
+    #[test]
+    fn file_region_parts_flatten_to_the_copied_response() {
+        use crate::disk::mem::MemDisk;
+        use crate::disk::Disk;
+        let mut disk = MemDisk::new();
+        disk.create("seg.log").expect("create");
+        let batches: Vec<u8> = (0..300u32).map(|i| (i % 251) as u8).collect();
+        disk.append("seg.log", &[7; 10]).expect("append");
+        disk.append("seg.log", &batches).expect("append");
+        let file: Vec<u8> = [&[7u8; 10][..], &batches[..]].concat();
+        let partition = |index: i32, region: Option<(u64, u64)>| FetchPartitionResponse {
+            partition_index: index,
+            high_watermark: 9,
+            last_stable_offset: 9,
+            log_start_offset: 0,
+            preferred_read_replica: -1,
+            records: region.map(|(at, len)| Bytes::copy_from_slice(&file[at as usize..(at + len) as usize])),
+            ..FetchPartitionResponse::default()
+        };
+        let copied = |regions: &[Option<(u64, u64)>]| FetchResponse {
+            topics: vec![FetchTopicResponse {
+                topic: "t".into(),
+                topic_id: Uuid([3; 16]),
+                partitions: regions
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| partition(i as i32, *r))
+                    .collect(),
+            }],
+            ..FetchResponse::default()
+        };
+        let regions = [Some((10, 300)), None, Some((10, 120)), Some((130, 0))];
+        let mut zero_copy = copied(&regions);
+        for (p, r) in zero_copy.topics[0].partitions.iter_mut().zip(regions) {
+            p.records = None;
+            p.records_file = r.map(|(position, len)| FileRegion {
+                path: "seg.log".into(),
+                position,
+                len,
+            });
+        }
+        for v in VERSION_MIN..=VERSION_MAX {
+            let parts = zero_copy.encode_parts(v);
+            let files = parts.iter().filter(|p| matches!(p, FramePart::File(_))).count();
+            let flat = crate::runtime::flatten_parts(&disk, parts).expect("regions exist");
+            assert_eq!(flat, copied(&regions).encode(v), "v{v}");
+            assert_eq!(files, 2, "v{v}: the empty region is no file part");
+        }
+        println!("compared zero-copy and copied Fetch responses in v{VERSION_MIN}..=v{VERSION_MAX}");
+    }
 
     /// A populated request as a Kafka client encodes it at version `v`.
     pub(crate) fn sample(v: i16) -> kp::FetchRequest {
@@ -576,6 +648,7 @@ pub(crate) mod tests {
                     }]),
                     preferred_read_replica: -1,
                     records: Some(records.clone()),
+                    records_file: None,
                 }],
             }],
         };
@@ -683,6 +756,7 @@ pub(crate) mod tests {
                         }]),
                         preferred_read_replica: if v >= 11 { 2 } else { -1 },
                         records: Some(Bytes::from_static(b"batch bytes as stored")),
+                        records_file: None,
                     },
                     FetchPartitionResponse {
                         partition_index: 5,
@@ -695,6 +769,7 @@ pub(crate) mod tests {
                         aborted_transactions: None,
                         preferred_read_replica: -1,
                         records: Some(Bytes::new()),
+                        records_file: None,
                     },
                 ],
             }],
@@ -800,6 +875,7 @@ pub(crate) mod tests {
                         aborted_transactions: None,
                         preferred_read_replica: 2,
                         records: Some(Bytes::from_static(b"records")),
+                        records_file: None,
                     }],
                 }],
             };
