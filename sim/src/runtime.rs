@@ -27,8 +27,12 @@
 //! - `random_u64` draws from the node's [`Purpose::Runtime`] stream. The stream continues across
 //!   restarts, like the entropy a real process would draw afresh.
 //!
-//! Fault model: what madsim simulates (node kill/restart/pause, link clogging, latency) plus the
-//! disk's own faults; the byte stream itself is never corrupted here.
+//! - Frame faults ([`frame_faults`]): while the harness sets rates on a node, frames the node
+//!   sends on Kafka connections may be delivered twice or arrive with one bit flipped inside a
+//!   record batch (the model, and why only there, is written in that module).
+//!
+//! Fault model: what madsim simulates (node kill/restart/pause, link clogging, latency), the
+//! disk's own faults, and the frame faults above; the byte stream is otherwise never corrupted.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -47,6 +51,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::disk::SimDisk;
 use crate::seed::{self, Purpose};
 
+pub mod frame_faults;
+
+use frame_faults::{FrameFaults, FrameRates, FrameStats, KAFKA_PORT};
+
 /// Kafka's default `socket.request.max.bytes` (100 MiB).
 pub const FRAME_BYTES_MAX_DEFAULT: u64 = 100 * 1024 * 1024;
 
@@ -62,6 +70,7 @@ pub struct NodeState {
     disk: Mutex<SimDisk>,
     rng: Mutex<ChaCha8Rng>,
     skew_ms: AtomicI64,
+    frame_faults: Mutex<FrameFaults>,
     /// Disk latency taken from the disk but not yet slept (less than 1 ms).
     disk_latency_carry_us: AtomicU64,
 }
@@ -75,6 +84,7 @@ impl NodeState {
             disk: Mutex::new(disk),
             rng: Mutex::new(seed::stream(seed, index, Purpose::Runtime)),
             skew_ms: AtomicI64::new(0),
+            frame_faults: Mutex::new(FrameFaults::new(seed, index)),
             disk_latency_carry_us: AtomicU64::new(0),
         }
     }
@@ -110,6 +120,27 @@ impl NodeState {
     pub fn skew_ms(&self) -> i64 {
         self.skew_ms.load(Ordering::Relaxed)
     }
+
+    fn frame_faults(&self) -> std::sync::MutexGuard<'_, FrameFaults> {
+        self.frame_faults
+            .lock()
+            .expect("frame fault lock poisoned: a panic while drawing already failed the run")
+    }
+
+    /// Sets the frame fault rates of the frames this node sends on Kafka connections. Its
+    /// opposite is `set_frame_rates(FrameRates::default())`.
+    pub fn set_frame_rates(&self, rates: FrameRates) {
+        self.frame_faults().set(rates);
+    }
+
+    pub fn frame_rates(&self) -> FrameRates {
+        self.frame_faults().rates()
+    }
+
+    /// How many frames this node's frame faults duplicated and corrupted so far.
+    pub fn frame_stats(&self) -> FrameStats {
+        self.frame_faults().stats()
+    }
 }
 
 /// gregor-core's `Runtime` for one simulated node.
@@ -135,6 +166,11 @@ impl SimRuntime {
     pub fn state(&self) -> &Arc<NodeState> {
         &self.state
     }
+}
+
+/// Whether `addr` (`host:port`) is on Kafka's port: frame faults apply to those connections.
+fn is_kafka(addr: &str) -> bool {
+    addr.rsplit(':').next().and_then(|p| p.parse::<u16>().ok()) == Some(KAFKA_PORT)
 }
 
 fn io_to_net(addr: &str, e: std::io::Error) -> NetError {
@@ -181,7 +217,12 @@ impl Runtime for SimRuntime {
 
     async fn connect(&self, addr: &str) -> Result<SimConnection, NetError> {
         let stream = TcpStream::connect(addr).await.map_err(|e| io_to_net(addr, e))?;
-        Ok(SimConnection::new(stream, addr.to_string(), self.state.clone()))
+        Ok(SimConnection::new(
+            stream,
+            addr.to_string(),
+            self.state.clone(),
+            is_kafka(addr),
+        ))
     }
 
     async fn listen(&self, addr: &str) -> Result<SimListener, NetError> {
@@ -219,7 +260,12 @@ impl Listener for SimListener {
 
     async fn accept(&mut self) -> Result<SimConnection, NetError> {
         let (stream, peer) = self.listener.accept().await.map_err(|e| io_to_net(&self.addr, e))?;
-        Ok(SimConnection::new(stream, peer.to_string(), self.state.clone()))
+        Ok(SimConnection::new(
+            stream,
+            peer.to_string(),
+            self.state.clone(),
+            is_kafka(&self.addr),
+        ))
     }
 }
 
@@ -233,15 +279,18 @@ pub struct SimConnection {
     frame_bytes_max: u64,
     /// The node this end lives on: its disk latency delays this end's sends.
     state: Arc<NodeState>,
+    /// A Kafka connection: the node's frame faults apply to what this end sends.
+    kafka: bool,
 }
 
 impl SimConnection {
-    fn new(stream: TcpStream, peer: String, state: Arc<NodeState>) -> Self {
+    fn new(stream: TcpStream, peer: String, state: Arc<NodeState>, kafka: bool) -> Self {
         SimConnection {
             stream: Some(stream),
             peer,
             frame_bytes_max: state.frame_bytes_max,
             state,
+            kafka,
         }
     }
 
@@ -283,7 +332,6 @@ impl SimConnection {
     }
 
     async fn send_inner(&mut self, frame: Bytes) -> Result<(), NetError> {
-        let stream = self.stream.as_mut().ok_or(NetError::Closed)?;
         let len = frame.len() as u64;
         if len > FRAME_BYTES_WIRE_MAX {
             return Err(NetError::FrameTooLarge {
@@ -291,12 +339,31 @@ impl SimConnection {
                 max: FRAME_BYTES_WIRE_MAX,
             });
         }
+        if self.stream.is_none() {
+            return Err(NetError::Closed);
+        }
+        let (frame, copies) = if self.kafka {
+            let fate = self.state.frame_faults().apply(frame);
+            if fate.corrupted {
+                tracing::debug!(target: "net", peer = %self.peer, bytes = len, "frame corrupted");
+            }
+            if fate.duplicate {
+                tracing::debug!(target: "net", peer = %self.peer, bytes = len, "frame duplicated");
+            }
+            (fate.frame, if fate.duplicate { 2 } else { 1 })
+        } else {
+            (frame, 1)
+        };
+        let stream = self.stream.as_mut().ok_or(NetError::Closed)?;
         let header = u32::try_from(len).expect("checked against i32::MAX").to_be_bytes();
-        // madsim buffers writes and hands the buffer to the network on flush: one frame, one
-        // simulated message.
-        stream.write_all(&header).await.map_err(|e| io_to_net(&self.peer, e))?;
-        stream.write_all(&frame).await.map_err(|e| io_to_net(&self.peer, e))?;
-        stream.flush().await.map_err(|e| io_to_net(&self.peer, e))
+        for _ in 0..copies {
+            // madsim buffers writes and hands the buffer to the network on flush: one frame,
+            // one simulated message.
+            stream.write_all(&header).await.map_err(|e| io_to_net(&self.peer, e))?;
+            stream.write_all(&frame).await.map_err(|e| io_to_net(&self.peer, e))?;
+            stream.flush().await.map_err(|e| io_to_net(&self.peer, e))?;
+        }
+        Ok(())
     }
 }
 
