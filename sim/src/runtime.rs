@@ -8,7 +8,10 @@
 //! Contract (that of `gregor_core::runtime`, bound to madsim):
 //! - Time is madsim's virtual time. `now_ms` is the virtual wall clock plus the node's skew
 //!   (a fault set by the harness, with its opposite); `monotonic_ms` is virtual time since the
-//!   simulation started and is never skewed. Every `sleep` lasts at least 1 ms (madsim).
+//!   simulation started and is never skewed. Every `sleep` lasts at least 1 ms (madsim). A
+//!   `sleep` registers one madsim timer, at its first poll, however often it is polled again
+//!   (madsim's own `Sleep` adds a timer at every poll, and its timer heap cannot drop them: a
+//!   request timeout polled at each step of its request left dozens behind).
 //! - `spawn` runs the task on the node of the calling task with madsim's `spawn_local` (core's
 //!   futures are not `Send`). A `SimRuntime` is only handed to code running on its own node, so
 //!   that is this node; it is asserted. The task dies when the node is killed.
@@ -35,8 +38,10 @@
 //! disk's own faults, and the frame faults above; the byte stream is otherwise never corrupted.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
@@ -201,7 +206,7 @@ impl Runtime for SimRuntime {
     }
 
     fn sleep(&self, duration: Duration) -> impl Future<Output = ()> {
-        madsim::time::sleep(duration)
+        OneTimerSleep::new(duration)
     }
 
     fn spawn(&self, task: impl Future<Output = ()> + 'static) {
@@ -244,6 +249,58 @@ impl Runtime for SimRuntime {
             .lock()
             .expect("rng lock poisoned: a panic while drawing already failed the run")
             .next_u64()
+    }
+}
+
+/// The latest waker of a [`OneTimerSleep`], woken by its one madsim timer.
+#[derive(Debug, Default)]
+struct ForwardWaker(Mutex<Option<Waker>>);
+
+impl Wake for ForwardWaker {
+    fn wake(self: Arc<Self>) {
+        let waker = self.0.lock().expect("never poisoned: no code panics holding it").take();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+/// A madsim sleep that adds its timer to madsim's heap once, at the first poll; later polls
+/// only look at the clock and keep the latest waker for the timer to wake.
+#[derive(Debug)]
+struct OneTimerSleep {
+    sleep: Pin<Box<madsim::time::Sleep>>,
+    forward: Option<Arc<ForwardWaker>>,
+}
+
+impl OneTimerSleep {
+    fn new(duration: Duration) -> Self {
+        OneTimerSleep {
+            sleep: Box::pin(madsim::time::sleep(duration)),
+            forward: None,
+        }
+    }
+}
+
+impl Future for OneTimerSleep {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.sleep.is_elapsed() {
+            return Poll::Ready(());
+        }
+        match &self.forward {
+            Some(forward) => {
+                *forward.0.lock().expect("never poisoned: no code panics holding it") = Some(cx.waker().clone());
+                Poll::Pending
+            }
+            None => {
+                let forward = Arc::new(ForwardWaker(Mutex::new(Some(cx.waker().clone()))));
+                let waker = Waker::from(forward.clone());
+                self.forward = Some(forward);
+                self.sleep.as_mut().poll(&mut Context::from_waker(&waker))
+            }
+        }
     }
 }
 

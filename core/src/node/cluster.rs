@@ -50,6 +50,7 @@ use crate::protocol::api::delete_topics::{DeletableTopicResult, DeleteTopicsRequ
 use crate::runtime::Runtime;
 
 use super::replica_fetcher::{run_replica_fetcher, ReplicaFetcherConfig};
+use super::watch::PartitionWatch;
 use super::{start_broker, NodeConfig, NodeError, SharedBroker};
 
 /// How a broker joins its cluster.
@@ -226,13 +227,24 @@ pub async fn start_cluster_broker<R: Runtime>(
         port: config.advertised.port,
         rack: None,
     };
+    let watch = config.watch.clone();
     let (broker, accept_loop) = start_broker(rt.clone(), config).await?;
     rt.spawn(run_replica_fetcher(
         rt.clone(),
         broker.clone(),
-        ReplicaFetcherConfig::default(),
+        ReplicaFetcherConfig {
+            watch: watch.clone(),
+            ..ReplicaFetcherConfig::default()
+        },
     ));
-    rt.spawn(cluster_main(rt.clone(), broker.clone(), cluster, registration, admin));
+    rt.spawn(cluster_main(
+        rt.clone(),
+        broker.clone(),
+        cluster,
+        registration,
+        admin,
+        watch,
+    ));
     Ok((broker, accept_loop))
 }
 
@@ -257,6 +269,7 @@ async fn cluster_main<R: Runtime>(
     cluster: ClusterConfig,
     registration: BrokerRegistration,
     admin: AdminQueue,
+    watch: PartitionWatch,
 ) {
     let mut client_config = CoordClientConfig::new(cluster.coordinators.clone());
     client_config.session_timeout_ms = cluster.session_timeout_ms;
@@ -276,6 +289,7 @@ async fn cluster_main<R: Runtime>(
             cluster: cluster.clone(),
             registration: registration.clone(),
             admin: admin.clone(),
+            watch: watch.clone(),
             client,
             controller: None,
         };
@@ -290,6 +304,8 @@ struct Session<R: Runtime> {
     cluster: ClusterConfig,
     registration: BrokerRegistration,
     admin: AdminQueue,
+    /// Woken requests re-check leadership, ISR and high watermarks after a change applied here.
+    watch: PartitionWatch,
     client: CoordClient<R>,
     controller: Option<Controller>,
 }
@@ -394,6 +410,7 @@ impl<R: Runtime> Session<R> {
             }
         };
         self.apply(&scan);
+        self.watch.poke_all();
         let duties = self.controller_duties(&scan).await;
         let epoch = self.controller.as_ref().map(|c| c.epoch);
         self.broker.borrow_mut().set_acting_controller_epoch(epoch);
@@ -430,6 +447,9 @@ impl<R: Runtime> Session<R> {
     async fn isr_proposals(&mut self) -> Step<()> {
         let now = self.rt.now_ms();
         let proposals = self.broker.borrow_mut().poll_isr_proposals(now);
+        if !proposals.is_empty() {
+            self.watch.poke_all();
+        }
         for p in proposals {
             let path = partition_state_path(&p.topic, p.partition);
             let result = match self
@@ -460,6 +480,7 @@ impl<R: Runtime> Session<R> {
             self.broker
                 .borrow_mut()
                 .isr_update_result(&p.topic, p.partition, result);
+            self.watch.poke_all();
         }
         Ok(())
     }
