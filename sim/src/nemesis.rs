@@ -18,9 +18,17 @@
 //!   and an empty disk in place of the old one ([`World::lose_disk`]), opposite restart;
 //!   `pause`/resume;
 //!   `isolate`/rejoin; `disk-full` (ENOSPC past the disk's current usage)/drain;
-//!   `sync-fail` (fsync EIO)/heal; `clock-skew` (+[`CLOCK_SKEW_MS`])/unskew. Random profiles add
-//!   `partition-halves` (the brokers and coordinators cut in two)/repair. A restart only starts a
+//!   `sync-fail` (fsync EIO)/heal; `clock-skew` (+[`CLOCK_SKEW_MS`])/unskew;
+//!   `duplicate-frames` and `corrupt-frames` (a share of the node's Kafka frames delivered twice,
+//!   or with a bit flipped in a record batch: `crate::runtime::frame_faults`)/heal;
+//!   `bridge` (the other brokers and coordinators cut into two halves that only the named node
+//!   joins)/repair; `swizzle-clog` (nodes clogged one at a time, every [`SWIZZLE_STEP_MS`], then
+//!   unclogged one at a time in another order: each step is its own event, `swizzle-clog` and
+//!   `swizzle-unclog`). Random profiles add `partition-halves` (the brokers and coordinators cut
+//!   in two)/repair, and draw bridges and swizzles over their targets. A restart only starts a
 //!   node that is down, so overlapping faults never kill a node a second time.
+//! - Clogging (madsim's) stalls messages, it does not drop them: a swizzle is FoundationDB's
+//!   "swizzle-clogging", which finds bugs that depend on the order links come back in.
 //! - `FaultEvent::at_ms` is virtual time since the simulation started, like the history's.
 
 use std::time::Duration;
@@ -28,12 +36,19 @@ use std::time::Duration;
 use rand_chacha::rand_core::RngCore;
 use rand_chacha::ChaCha8Rng;
 
-use crate::scenario::{FaultKind, Scenario};
+use crate::runtime::frame_faults::FrameRates;
+use crate::scenario::{FaultKind, Scenario, FRAME_FAULT_RATE_DEFAULT};
 use crate::seed::{self, Purpose};
 use crate::world::{Fault, NodeIndex, World};
 
 /// How far a `clock-skew` fault moves a node's wall clock ahead.
 pub const CLOCK_SKEW_MS: i64 = 60_000;
+
+/// The time between two steps of a swizzle (clogging one node, or unclogging one).
+pub const SWIZZLE_STEP_MS: u64 = 500;
+
+/// Frame fault rates are held as parts per million (faults are compared, and f64 is not `Eq`).
+const PPM: f64 = 1_000_000.0;
 
 /// One fault or opposite the nemesis applied, for the run's result and the replay timeline.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,6 +69,10 @@ pub enum RandomFault {
     Node(FaultKind),
     /// The brokers and coordinators cut into two halves.
     Halves,
+    /// One node the only link between two halves of the others.
+    Bridge,
+    /// Some of the targets clogged one at a time, then unclogged one at a time in another order.
+    Swizzle,
 }
 
 /// A named random fault profile (`[faults] profile = "..."`).
@@ -71,6 +90,8 @@ pub struct Profile {
     pub coordinators_too: bool,
     /// Kinds with their relative weights; empty draws nothing.
     pub weights: &'static [(RandomFault, u32)],
+    /// The share of frames a random `duplicate-frames` or `corrupt-frames` fault hits.
+    pub frame_rate: f64,
 }
 
 /// Every profile a scenario may name.
@@ -83,6 +104,7 @@ pub const PROFILES: &[Profile] = &[
         concurrent_max: 0,
         coordinators_too: false,
         weights: &[],
+        frame_rate: 0.0,
     },
     Profile {
         name: "crashes",
@@ -95,6 +117,7 @@ pub const PROFILES: &[Profile] = &[
             (RandomFault::Node(FaultKind::Crash), 3),
             (RandomFault::Node(FaultKind::Kill), 1),
         ],
+        frame_rate: 0.0,
     },
     Profile {
         name: "partitions",
@@ -104,6 +127,7 @@ pub const PROFILES: &[Profile] = &[
         concurrent_max: 1,
         coordinators_too: true,
         weights: &[(RandomFault::Node(FaultKind::Isolate), 2), (RandomFault::Halves, 1)],
+        frame_rate: 0.0,
     },
     Profile {
         name: "disk",
@@ -116,6 +140,7 @@ pub const PROFILES: &[Profile] = &[
             (RandomFault::Node(FaultKind::DiskFull), 1),
             (RandomFault::Node(FaultKind::SyncFail), 1),
         ],
+        frame_rate: 0.0,
     },
     Profile {
         name: "mixed",
@@ -132,6 +157,26 @@ pub const PROFILES: &[Profile] = &[
             (RandomFault::Halves, 1),
             (RandomFault::Node(FaultKind::ClockSkew), 1),
         ],
+        frame_rate: 0.0,
+    },
+    // The network beyond cuts: bridges, swizzles, duplicated and corrupted frames (on brokers;
+    // on a coordinator, whose links carry no Kafka frames, those two do nothing).
+    Profile {
+        name: "network",
+        interval_s_mean: 8.0,
+        fault_s_min: 3.0,
+        fault_s_max: 8.0,
+        concurrent_max: 1,
+        coordinators_too: true,
+        weights: &[
+            (RandomFault::Node(FaultKind::Isolate), 1),
+            (RandomFault::Halves, 1),
+            (RandomFault::Bridge, 2),
+            (RandomFault::Swizzle, 2),
+            (RandomFault::Node(FaultKind::DuplicateFrames), 2),
+            (RandomFault::Node(FaultKind::CorruptFrames), 2),
+        ],
+        frame_rate: 0.05,
     },
 ];
 
@@ -157,12 +202,28 @@ enum Injection {
     HealSyncs(NodeIndex),
     Skew(NodeIndex),
     Unskew(NodeIndex),
+    /// Frame fault rates in parts per million.
+    DuplicateFrames(NodeIndex, u32),
+    HealDuplicates(NodeIndex),
+    CorruptFrames(NodeIndex, u32),
+    HealCorruption(NodeIndex),
     Split(Vec<NodeIndex>, Vec<NodeIndex>),
     Mend(Vec<NodeIndex>, Vec<NodeIndex>),
+    /// Two sides cut from each other; the bridge (not in either) keeps its links to both.
+    Bridge(Vec<NodeIndex>, NodeIndex, Vec<NodeIndex>),
+    Unbridge(Vec<NodeIndex>, NodeIndex, Vec<NodeIndex>),
+    /// A swizzle: clog these nodes one at a time (in this order); its opposite unclogs them one
+    /// at a time in the other order. The steps are `Clog`/`Unclog`.
+    Swizzle(Vec<NodeIndex>, Vec<NodeIndex>),
+    Unswizzle(Vec<NodeIndex>),
+    Clog(NodeIndex),
+    Unclog(NodeIndex),
 }
 
 impl Injection {
-    fn of(kind: FaultKind, node: NodeIndex) -> Injection {
+    /// A fault on one node; `rate` is for the frame faults.
+    fn of(kind: FaultKind, node: NodeIndex, rate: f64) -> Injection {
+        let ppm = (rate.clamp(0.0, 1.0) * PPM).round() as u32;
         match kind {
             FaultKind::Crash => Injection::Crash(node),
             FaultKind::Kill => Injection::Kill(node),
@@ -172,6 +233,10 @@ impl Injection {
             FaultKind::DiskFull => Injection::DiskFull(node),
             FaultKind::SyncFail => Injection::SyncFail(node),
             FaultKind::ClockSkew => Injection::Skew(node),
+            FaultKind::DuplicateFrames => Injection::DuplicateFrames(node, ppm),
+            FaultKind::CorruptFrames => Injection::CorruptFrames(node, ppm),
+            // Faults over many nodes are built by the nemesis; alone, the node is clogged.
+            FaultKind::Bridge | FaultKind::SwizzleClog => Injection::Clog(node),
         }
     }
 
@@ -184,7 +249,12 @@ impl Injection {
             Injection::DiskFull(n) => Injection::Drain(*n),
             Injection::SyncFail(n) => Injection::HealSyncs(*n),
             Injection::Skew(n) => Injection::Unskew(*n),
+            Injection::DuplicateFrames(n, _) => Injection::HealDuplicates(*n),
+            Injection::CorruptFrames(n, _) => Injection::HealCorruption(*n),
             Injection::Split(a, b) => Injection::Mend(a.clone(), b.clone()),
+            Injection::Bridge(a, x, b) => Injection::Unbridge(a.clone(), *x, b.clone()),
+            Injection::Swizzle(_, unclog) => Injection::Unswizzle(unclog.clone()),
+            Injection::Clog(n) => Injection::Unclog(*n),
             opposite => panic!("{opposite:?} is an opposite, not a fault"),
         }
     }
@@ -205,8 +275,18 @@ impl Injection {
             Injection::HealSyncs(_) => "heal-syncs",
             Injection::Skew(_) => "clock-skew",
             Injection::Unskew(_) => "unskew",
+            Injection::DuplicateFrames(..) => "duplicate-frames",
+            Injection::HealDuplicates(_) => "heal-duplicates",
+            Injection::CorruptFrames(..) => "corrupt-frames",
+            Injection::HealCorruption(_) => "heal-corruption",
             Injection::Split(..) => "partition-halves",
             Injection::Mend(..) => "repair-halves",
+            Injection::Bridge(..) => "bridge",
+            Injection::Unbridge(..) => "repair-bridge",
+            Injection::Swizzle(..) => "swizzle",
+            Injection::Unswizzle(..) => "unswizzle",
+            Injection::Clog(_) => "swizzle-clog",
+            Injection::Unclog(_) => "swizzle-unclog",
         }
     }
 
@@ -214,6 +294,10 @@ impl Injection {
     fn nodes(&self) -> Vec<NodeIndex> {
         match self {
             Injection::Split(a, b) | Injection::Mend(a, b) => a.iter().chain(b).copied().collect(),
+            Injection::Bridge(a, x, b) | Injection::Unbridge(a, x, b) => {
+                a.iter().chain(b).chain(std::iter::once(x)).copied().collect()
+            }
+            Injection::Swizzle(nodes, _) | Injection::Unswizzle(nodes) => nodes.clone(),
             Injection::Crash(n)
             | Injection::Kill(n)
             | Injection::DiskLost(n)
@@ -227,11 +311,30 @@ impl Injection {
             | Injection::SyncFail(n)
             | Injection::HealSyncs(n)
             | Injection::Skew(n)
-            | Injection::Unskew(n) => vec![*n],
+            | Injection::Unskew(n)
+            | Injection::DuplicateFrames(n, _)
+            | Injection::HealDuplicates(n)
+            | Injection::CorruptFrames(n, _)
+            | Injection::HealCorruption(n)
+            | Injection::Clog(n)
+            | Injection::Unclog(n) => vec![*n],
         }
     }
 
     fn apply(&self, world: &World) {
+        let cut = |a: &[NodeIndex], b: &[NodeIndex], fault: fn(NodeIndex, NodeIndex) -> Fault| {
+            for &x in a {
+                for &y in b {
+                    world.inject(&fault(x, y));
+                }
+            }
+        };
+        let frames = |n: NodeIndex, f: &dyn Fn(&mut FrameRates)| {
+            let state = world.state(n);
+            let mut rates = state.frame_rates();
+            f(&mut rates);
+            state.set_frame_rates(rates);
+        };
         match self {
             Injection::Crash(n) => world.kill(*n),
             Injection::Kill(n) => world.kill_process(*n),
@@ -243,8 +346,8 @@ impl Injection {
             }
             Injection::Pause(n) => world.inject(&Fault::Pause(*n)),
             Injection::Resume(n) => world.inject(&Fault::Resume(*n)),
-            Injection::Isolate(n) => world.inject(&Fault::Isolate(*n)),
-            Injection::Rejoin(n) => world.inject(&Fault::Rejoin(*n)),
+            Injection::Isolate(n) | Injection::Clog(n) => world.inject(&Fault::Isolate(*n)),
+            Injection::Rejoin(n) | Injection::Unclog(n) => world.inject(&Fault::Rejoin(*n)),
             Injection::DiskFull(n) => world.with_disk(*n, |disk| {
                 let used = disk.inner().used_bytes();
                 disk.fill(used);
@@ -254,20 +357,14 @@ impl Injection {
             Injection::HealSyncs(n) => world.with_disk(*n, |disk| disk.heal_syncs()),
             Injection::Skew(n) => world.inject(&Fault::Skew(*n, CLOCK_SKEW_MS)),
             Injection::Unskew(n) => world.inject(&Fault::Unskew(*n)),
-            Injection::Split(a, b) => {
-                for &x in a {
-                    for &y in b {
-                        world.inject(&Fault::Partition(x, y));
-                    }
-                }
-            }
-            Injection::Mend(a, b) => {
-                for &x in a {
-                    for &y in b {
-                        world.inject(&Fault::Repair(x, y));
-                    }
-                }
-            }
+            Injection::DuplicateFrames(n, ppm) => frames(*n, &|r| r.duplicate = f64::from(*ppm) / PPM),
+            Injection::HealDuplicates(n) => frames(*n, &|r| r.duplicate = 0.0),
+            Injection::CorruptFrames(n, ppm) => frames(*n, &|r| r.corrupt = f64::from(*ppm) / PPM),
+            Injection::HealCorruption(n) => frames(*n, &|r| r.corrupt = 0.0),
+            Injection::Split(a, b) | Injection::Bridge(a, _, b) => cut(a, b, Fault::Partition),
+            Injection::Mend(a, b) | Injection::Unbridge(a, _, b) => cut(a, b, Fault::Repair),
+            // The steps are applied one by one by the nemesis.
+            Injection::Swizzle(..) | Injection::Unswizzle(_) => {}
         }
     }
 }
@@ -284,6 +381,16 @@ struct Pending {
     random: bool,
 }
 
+/// One step of a fault spread over time (a swizzle's clogs and unclogs), due at `due_ms` after
+/// `play` started.
+#[derive(Debug)]
+struct Step {
+    due_ms: u64,
+    seq: u64,
+    injection: Injection,
+    label: String,
+}
+
 /// A scheduled fault, times in ms after `play` starts.
 #[derive(Clone, Debug)]
 struct Planned {
@@ -291,6 +398,7 @@ struct Planned {
     kind: FaultKind,
     node: String,
     heal_after_ms: Option<u64>,
+    rate: f64,
 }
 
 fn secs_to_ms(s: f64) -> u64 {
@@ -307,6 +415,30 @@ fn now_ms() -> u64 {
     u64::try_from(madsim::time::TimeHandle::current().elapsed().as_millis()).expect("virtual time within u64 ms")
 }
 
+/// Shuffles `items` in place (Fisher-Yates) with draws from `rng`.
+fn shuffle<T>(items: &mut [T], rng: &mut ChaCha8Rng) {
+    for i in (1..items.len()).rev() {
+        let j = (rng.next_u64() % (i as u64 + 1)) as usize;
+        items.swap(i, j);
+    }
+}
+
+/// The order a swizzle unclogs `clogged` in: a shuffle that differs from the clogging order
+/// (rotated by one if the shuffle happened to give the same order back).
+fn unclog_order(clogged: &[NodeIndex], rng: &mut ChaCha8Rng) -> Vec<NodeIndex> {
+    let mut order = clogged.to_vec();
+    shuffle(&mut order, rng);
+    if order == clogged {
+        order.rotate_left(1);
+    }
+    order
+}
+
+/// Names of nodes, comma-separated, for labels.
+fn names(world: &World, nodes: &[NodeIndex]) -> String {
+    nodes.iter().map(|&n| world.name(n)).collect::<Vec<_>>().join(",")
+}
+
 /// Plays one run's faults. Build it with [`Nemesis::new`], run [`Nemesis::play`] next to the
 /// workload, read [`Nemesis::events`] afterwards.
 #[derive(Debug)]
@@ -315,8 +447,12 @@ pub struct Nemesis {
     plan: Vec<Planned>,
     profile: &'static Profile,
     targets: Vec<String>,
+    /// Every broker and coordinator by name: the nodes bridges and scheduled swizzles work on.
+    servers: Vec<String>,
     rng: ChaCha8Rng,
+    plan_rng: ChaCha8Rng,
     pending: Vec<Pending>,
+    steps: Vec<Step>,
     seq: u64,
     events: Vec<FaultEvent>,
 }
@@ -338,22 +474,30 @@ impl Nemesis {
                     kind: f.fault,
                     node: f.node.clone(),
                     heal_after_ms: f.heal_after_s.map(secs_to_ms),
+                    rate: f.rate.unwrap_or(FRAME_FAULT_RATE_DEFAULT),
                 }
             })
             .collect();
         // Stable: faults at the same time apply in file order.
         plan.sort_by_key(|p| p.at_ms);
-        let mut targets: Vec<String> = (0..scenario.cluster.brokers).map(|i| format!("broker-{i}")).collect();
+        let brokers: Vec<String> = (0..scenario.cluster.brokers).map(|i| format!("broker-{i}")).collect();
+        let coordinators: Vec<String> = (0..scenario.cluster.coordinators)
+            .map(|i| format!("coordinator-{i}"))
+            .collect();
+        let mut targets = brokers.clone();
         if profile.coordinators_too {
-            targets.extend((0..scenario.cluster.coordinators).map(|i| format!("coordinator-{i}")));
+            targets.extend(coordinators.iter().cloned());
         }
         Nemesis {
             duration_ms: scenario.duration_s * 1000,
             plan,
             profile,
             targets,
+            servers: brokers.into_iter().chain(coordinators).collect(),
             rng: seed::stream(seed, seed::WORLD, Purpose::Nemesis),
+            plan_rng: seed::stream(seed, seed::WORLD, Purpose::NemesisPlan),
             pending: Vec::new(),
+            steps: Vec::new(),
             seq: 0,
             events: Vec::new(),
         }
@@ -377,11 +521,8 @@ impl Nemesis {
         let mut random_next_ms = (!self.profile.weights.is_empty()).then(|| self.draw_interval_ms());
         loop {
             let now = now_ms() - start_ms;
-            // Opposites first: a node freed at `now` may take a new fault at `now`.
-            while let Some(i) = self.next_due(now) {
-                let p = self.pending.remove(i);
-                self.record(world, &p.opposite, &p.label);
-            }
+            // Steps and opposites first: a node freed at `now` may take a new fault at `now`.
+            self.apply_due(world, now);
             if now >= self.duration_ms {
                 break;
             }
@@ -399,6 +540,7 @@ impl Nemesis {
                 self.plan.get(planned).map(|p| p.at_ms),
                 random_next_ms,
                 self.pending.iter().filter_map(|p| p.due_ms).min(),
+                self.steps.iter().map(|s| s.due_ms).min(),
             ]
             .into_iter()
             .flatten()
@@ -409,13 +551,77 @@ impl Nemesis {
         self.heal(world);
     }
 
+    /// Applies every step and opposite due at `now`, in due order (steps before opposites due at
+    /// the same ms, so a swizzle has clogged every node before it starts unclogging).
+    fn apply_due(&mut self, world: &World, now: u64) {
+        loop {
+            let step = self
+                .steps
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.due_ms <= now)
+                .min_by_key(|(_, s)| (s.due_ms, s.seq))
+                .map(|(i, s)| (i, s.due_ms));
+            let pending = self
+                .next_due(now)
+                .map(|i| (i, self.pending[i].due_ms.unwrap_or(u64::MAX)));
+            match (step, pending) {
+                (Some((i, due)), p) if p.is_none_or(|(_, p_due)| due <= p_due) => {
+                    let s = self.steps.remove(i);
+                    self.record(world, &s.injection, &s.label);
+                }
+                (_, Some((i, _))) => {
+                    let p = self.pending.remove(i);
+                    self.release(world, p, Some(now));
+                }
+                _ => return,
+            }
+        }
+    }
+
     /// Applies the opposite of every fault still in force, in the order they were due (those
-    /// due "at the heal" last, in the order they were applied).
+    /// due "at the heal" last, in the order they were applied). Steps still to come are applied
+    /// first, all at once.
     pub fn heal(&mut self, world: &World) {
+        let mut steps = std::mem::take(&mut self.steps);
+        steps.sort_by_key(|s| (s.due_ms, s.seq));
+        for s in steps {
+            self.record(world, &s.injection, &s.label);
+        }
         let mut pending = std::mem::take(&mut self.pending);
         pending.sort_by_key(|p| (p.due_ms.unwrap_or(u64::MAX), p.seq));
         for p in pending {
-            self.record(world, &p.opposite, &p.label);
+            self.release(world, p, None);
+        }
+    }
+
+    /// Applies a pending fault's opposite; an unswizzle unclogs its first node now and the
+    /// others one step apart (all at once at the heal, `now` = `None`).
+    fn release(&mut self, world: &World, p: Pending, now: Option<u64>) {
+        match (&p.opposite, now) {
+            (Injection::Unswizzle(order), Some(now)) => {
+                for (i, &n) in order.iter().enumerate() {
+                    let step = Injection::Unclog(n);
+                    let label = world.name(n);
+                    if i == 0 {
+                        self.record(world, &step, &label);
+                    } else {
+                        self.seq += 1;
+                        self.steps.push(Step {
+                            due_ms: now + i as u64 * SWIZZLE_STEP_MS,
+                            seq: self.seq,
+                            injection: step,
+                            label,
+                        });
+                    }
+                }
+            }
+            (Injection::Unswizzle(order), None) => {
+                for &n in order {
+                    self.record(world, &Injection::Unclog(n), &world.name(n));
+                }
+            }
+            _ => self.record(world, &p.opposite, &p.label),
         }
     }
 
@@ -428,12 +634,26 @@ impl Nemesis {
             .map(|(i, _)| i)
     }
 
+    /// The brokers and coordinators as they resolve now, each node once, without `except`.
+    fn servers(&self, resolve: &dyn Fn(&str) -> Option<NodeIndex>, except: NodeIndex) -> Vec<NodeIndex> {
+        let mut nodes = Vec::new();
+        for name in &self.servers {
+            if let Some(node) = resolve(name) {
+                if node != except && !nodes.contains(&node) {
+                    nodes.push(node);
+                }
+            }
+        }
+        nodes
+    }
+
     fn play_planned(&mut self, world: &World, resolve: &dyn Fn(&str) -> Option<NodeIndex>, fault: &Planned, now: u64) {
         let Some(node) = resolve(&fault.node) else {
             let what = format!(
                 "{} skipped: no such node now",
-                Injection::of(fault.kind, NodeIndex(0)).name()
+                Injection::of(fault.kind, NodeIndex(0), fault.rate).name()
             );
+            let what = what.replace("swizzle-clog skipped", "swizzle skipped");
             tracing::info!(target: "nemesis", node = %fault.node, "{what}");
             self.events.push(FaultEvent {
                 at_ms: now_ms(),
@@ -443,9 +663,33 @@ impl Nemesis {
             return;
         };
         let label = label(world, &fault.node, node);
-        let injection = Injection::of(fault.kind, node);
-        self.record(world, &injection, &label);
-        self.hold(injection, label, fault.heal_after_ms.map(|after| now + after), false);
+        let due = fault.heal_after_ms.map(|after| now + after);
+        match fault.kind {
+            FaultKind::Bridge => {
+                // The others alternate between the sides, in node order.
+                let others = self.servers(resolve, node);
+                let (a, b): (Vec<_>, Vec<_>) = others.iter().enumerate().partition(|(i, _)| i % 2 == 0);
+                let side = |v: Vec<(usize, &NodeIndex)>| v.into_iter().map(|(_, &n)| n).collect::<Vec<_>>();
+                let (a, b) = (side(a), side(b));
+                let label = format!("{}|{label}|{}", names(world, &a), names(world, &b));
+                self.start(world, Injection::Bridge(a, node, b), label, due, false, now);
+            }
+            FaultKind::SwizzleClog => {
+                // The named node first, then the other brokers in node order.
+                let brokers: Vec<NodeIndex> = self
+                    .servers(resolve, node)
+                    .into_iter()
+                    .filter(|&n| world.name(n).starts_with("broker-"))
+                    .collect();
+                let order: Vec<NodeIndex> = std::iter::once(node).chain(brokers).collect();
+                let unclog = unclog_order(&order, &mut self.plan_rng);
+                self.start(world, Injection::Swizzle(order, unclog), label, due, false, now);
+            }
+            kind => {
+                let injection = Injection::of(kind, node, fault.rate);
+                self.start(world, injection, label, due, false, now);
+            }
+        }
     }
 
     fn play_random(&mut self, world: &World, resolve: &dyn Fn(&str) -> Option<NodeIndex>, now: u64) {
@@ -467,7 +711,12 @@ impl Nemesis {
             }
             pick -= u64::from(w);
         }
-        let held: Vec<NodeIndex> = self.pending.iter().flat_map(|p| p.opposite.nodes()).collect();
+        let held: Vec<NodeIndex> = self
+            .pending
+            .iter()
+            .flat_map(|p| p.opposite.nodes())
+            .chain(self.steps.iter().flat_map(|s| s.injection.nodes()))
+            .collect();
         // Resolved in target order, each node once (two names may share a node).
         let mut candidates: Vec<(String, NodeIndex)> = Vec::new();
         for name in &self.targets {
@@ -477,6 +726,11 @@ impl Nemesis {
                 }
             }
         }
+        let all_free = candidates.iter().all(|(_, n)| !held.contains(n));
+        let mut rng = seed::stream(shuffle_seed, seed::WORLD, Purpose::Nemesis);
+        let nodes = |side: &[(String, NodeIndex)]| side.iter().map(|&(_, n)| n).collect::<Vec<_>>();
+        let side_names =
+            |side: &[(String, NodeIndex)]| side.iter().map(|(s, _)| s.as_str()).collect::<Vec<_>>().join(",");
         let (injection, label) = match kind {
             RandomFault::Node(kind) => {
                 let free: Vec<&(String, NodeIndex)> = candidates.iter().filter(|(_, n)| !held.contains(n)).collect();
@@ -484,30 +738,71 @@ impl Nemesis {
                     return;
                 }
                 let (name, node) = free[(target_draw % free.len() as u64) as usize];
-                (Injection::of(kind, *node), label(world, name, *node))
+                (
+                    Injection::of(kind, *node, self.profile.frame_rate),
+                    label(world, name, *node),
+                )
             }
             RandomFault::Halves => {
-                if candidates.len() < 2 || candidates.iter().any(|(_, n)| held.contains(n)) {
+                if candidates.len() < 2 || !all_free {
                     return;
                 }
-                let mut rng = seed::stream(shuffle_seed, seed::WORLD, Purpose::Nemesis);
-                for i in (1..candidates.len()).rev() {
-                    let j = (rng.next_u64() % (i as u64 + 1)) as usize;
-                    candidates.swap(i, j);
-                }
+                shuffle(&mut candidates, &mut rng);
                 let (a, b) = candidates.split_at(candidates.len() / 2);
-                let names =
-                    |side: &[(String, NodeIndex)]| side.iter().map(|(s, _)| s.as_str()).collect::<Vec<_>>().join(",");
-                let label = format!("{}|{}", names(a), names(b));
-                let nodes = |side: &[(String, NodeIndex)]| side.iter().map(|&(_, n)| n).collect::<Vec<_>>();
+                let label = format!("{}|{}", side_names(a), side_names(b));
                 (Injection::Split(nodes(a), nodes(b)), label)
             }
+            RandomFault::Bridge => {
+                if candidates.len() < 3 || !all_free {
+                    return;
+                }
+                shuffle(&mut candidates, &mut rng);
+                let (bridge, rest) = candidates.split_first().expect("three candidates or more");
+                let (a, b) = rest.split_at(rest.len() / 2);
+                let label = format!("{}|{}|{}", side_names(a), bridge.0, side_names(b));
+                (Injection::Bridge(nodes(a), bridge.1, nodes(b)), label)
+            }
+            RandomFault::Swizzle => {
+                let mut free: Vec<(String, NodeIndex)> =
+                    candidates.into_iter().filter(|(_, n)| !held.contains(n)).collect();
+                if free.len() < 2 {
+                    return;
+                }
+                shuffle(&mut free, &mut rng);
+                let count = 2 + (rng.next_u64() % (free.len() as u64 - 1)) as usize;
+                let order = nodes(&free[..count]);
+                let unclog = unclog_order(&order, &mut rng);
+                (Injection::Swizzle(order, unclog), side_names(&free[..count]))
+            }
         };
-        self.record(world, &injection, &label);
-        self.hold(injection, label, Some(now + fault_ms), true);
+        self.start(world, injection, label, Some(now + fault_ms), true, now);
     }
 
-    fn hold(&mut self, fault: Injection, label: String, due_ms: Option<u64>, random: bool) {
+    /// Applies a fault (a swizzle: its first clog now, the others as steps) and holds it until
+    /// its opposite is due.
+    fn start(&mut self, world: &World, fault: Injection, label: String, due_ms: Option<u64>, random: bool, now: u64) {
+        let mut due_ms = due_ms;
+        if let Injection::Swizzle(order, _) = &fault {
+            for (i, &n) in order.iter().enumerate() {
+                let step = Injection::Clog(n);
+                if i == 0 {
+                    self.record(world, &step, &world.name(n));
+                } else {
+                    self.seq += 1;
+                    self.steps.push(Step {
+                        due_ms: now + i as u64 * SWIZZLE_STEP_MS,
+                        seq: self.seq,
+                        injection: step,
+                        label: world.name(n),
+                    });
+                }
+            }
+            // Unclogging starts only once every node has been clogged.
+            let clogged_ms = now + (order.len() as u64 - 1) * SWIZZLE_STEP_MS;
+            due_ms = due_ms.map(|d| d.max(clogged_ms));
+        } else {
+            self.record(world, &fault, &label);
+        }
         self.seq += 1;
         self.pending.push(Pending {
             due_ms,

@@ -8,7 +8,10 @@
 //! Contract (that of `gregor_core::runtime`, bound to madsim):
 //! - Time is madsim's virtual time. `now_ms` is the virtual wall clock plus the node's skew
 //!   (a fault set by the harness, with its opposite); `monotonic_ms` is virtual time since the
-//!   simulation started and is never skewed. Every `sleep` lasts at least 1 ms (madsim).
+//!   simulation started and is never skewed. Every `sleep` lasts at least 1 ms (madsim). A
+//!   `sleep` registers one madsim timer, at its first poll, however often it is polled again
+//!   (madsim's own `Sleep` adds a timer at every poll, and its timer heap cannot drop them: a
+//!   request timeout polled at each step of its request left dozens behind).
 //! - `spawn` runs the task on the node of the calling task with madsim's `spawn_local` (core's
 //!   futures are not `Send`). A `SimRuntime` is only handed to code running on its own node, so
 //!   that is this node; it is asserted. The task dies when the node is killed.
@@ -27,12 +30,18 @@
 //! - `random_u64` draws from the node's [`Purpose::Runtime`] stream. The stream continues across
 //!   restarts, like the entropy a real process would draw afresh.
 //!
-//! Fault model: what madsim simulates (node kill/restart/pause, link clogging, latency) plus the
-//! disk's own faults; the byte stream itself is never corrupted here.
+//! - Frame faults ([`frame_faults`]): while the harness sets rates on a node, frames the node
+//!   sends on Kafka connections may be delivered twice or arrive with one bit flipped inside a
+//!   record batch (the model, and why only there, is written in that module).
+//!
+//! Fault model: what madsim simulates (node kill/restart/pause, link clogging, latency), the
+//! disk's own faults, and the frame faults above; the byte stream is otherwise never corrupted.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
@@ -46,6 +55,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::disk::SimDisk;
 use crate::seed::{self, Purpose};
+
+pub mod frame_faults;
+
+use frame_faults::{FrameFaults, FrameRates, FrameStats, KAFKA_PORT};
 
 /// Kafka's default `socket.request.max.bytes` (100 MiB).
 pub const FRAME_BYTES_MAX_DEFAULT: u64 = 100 * 1024 * 1024;
@@ -62,6 +75,7 @@ pub struct NodeState {
     disk: Mutex<SimDisk>,
     rng: Mutex<ChaCha8Rng>,
     skew_ms: AtomicI64,
+    frame_faults: Mutex<FrameFaults>,
     /// Disk latency taken from the disk but not yet slept (less than 1 ms).
     disk_latency_carry_us: AtomicU64,
 }
@@ -75,6 +89,7 @@ impl NodeState {
             disk: Mutex::new(disk),
             rng: Mutex::new(seed::stream(seed, index, Purpose::Runtime)),
             skew_ms: AtomicI64::new(0),
+            frame_faults: Mutex::new(FrameFaults::new(seed, index)),
             disk_latency_carry_us: AtomicU64::new(0),
         }
     }
@@ -110,6 +125,27 @@ impl NodeState {
     pub fn skew_ms(&self) -> i64 {
         self.skew_ms.load(Ordering::Relaxed)
     }
+
+    fn frame_faults(&self) -> std::sync::MutexGuard<'_, FrameFaults> {
+        self.frame_faults
+            .lock()
+            .expect("frame fault lock poisoned: a panic while drawing already failed the run")
+    }
+
+    /// Sets the frame fault rates of the frames this node sends on Kafka connections. Its
+    /// opposite is `set_frame_rates(FrameRates::default())`.
+    pub fn set_frame_rates(&self, rates: FrameRates) {
+        self.frame_faults().set(rates);
+    }
+
+    pub fn frame_rates(&self) -> FrameRates {
+        self.frame_faults().rates()
+    }
+
+    /// How many frames this node's frame faults duplicated and corrupted so far.
+    pub fn frame_stats(&self) -> FrameStats {
+        self.frame_faults().stats()
+    }
 }
 
 /// gregor-core's `Runtime` for one simulated node.
@@ -135,6 +171,11 @@ impl SimRuntime {
     pub fn state(&self) -> &Arc<NodeState> {
         &self.state
     }
+}
+
+/// Whether `addr` (`host:port`) is on Kafka's port: frame faults apply to those connections.
+fn is_kafka(addr: &str) -> bool {
+    addr.rsplit(':').next().and_then(|p| p.parse::<u16>().ok()) == Some(KAFKA_PORT)
 }
 
 fn io_to_net(addr: &str, e: std::io::Error) -> NetError {
@@ -165,7 +206,7 @@ impl Runtime for SimRuntime {
     }
 
     fn sleep(&self, duration: Duration) -> impl Future<Output = ()> {
-        madsim::time::sleep(duration)
+        OneTimerSleep::new(duration)
     }
 
     fn spawn(&self, task: impl Future<Output = ()> + 'static) {
@@ -181,7 +222,12 @@ impl Runtime for SimRuntime {
 
     async fn connect(&self, addr: &str) -> Result<SimConnection, NetError> {
         let stream = TcpStream::connect(addr).await.map_err(|e| io_to_net(addr, e))?;
-        Ok(SimConnection::new(stream, addr.to_string(), self.state.clone()))
+        Ok(SimConnection::new(
+            stream,
+            addr.to_string(),
+            self.state.clone(),
+            is_kafka(addr),
+        ))
     }
 
     async fn listen(&self, addr: &str) -> Result<SimListener, NetError> {
@@ -206,6 +252,58 @@ impl Runtime for SimRuntime {
     }
 }
 
+/// The latest waker of a [`OneTimerSleep`], woken by its one madsim timer.
+#[derive(Debug, Default)]
+struct ForwardWaker(Mutex<Option<Waker>>);
+
+impl Wake for ForwardWaker {
+    fn wake(self: Arc<Self>) {
+        let waker = self.0.lock().expect("never poisoned: no code panics holding it").take();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+/// A madsim sleep that adds its timer to madsim's heap once, at the first poll; later polls
+/// only look at the clock and keep the latest waker for the timer to wake.
+#[derive(Debug)]
+struct OneTimerSleep {
+    sleep: Pin<Box<madsim::time::Sleep>>,
+    forward: Option<Arc<ForwardWaker>>,
+}
+
+impl OneTimerSleep {
+    fn new(duration: Duration) -> Self {
+        OneTimerSleep {
+            sleep: Box::pin(madsim::time::sleep(duration)),
+            forward: None,
+        }
+    }
+}
+
+impl Future for OneTimerSleep {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.sleep.is_elapsed() {
+            return Poll::Ready(());
+        }
+        match &self.forward {
+            Some(forward) => {
+                *forward.0.lock().expect("never poisoned: no code panics holding it") = Some(cx.waker().clone());
+                Poll::Pending
+            }
+            None => {
+                let forward = Arc::new(ForwardWaker(Mutex::new(Some(cx.waker().clone()))));
+                let waker = Waker::from(forward.clone());
+                self.forward = Some(forward);
+                self.sleep.as_mut().poll(&mut Context::from_waker(&waker))
+            }
+        }
+    }
+}
+
 /// Accepts simulated TCP connections on one address.
 #[derive(Debug)]
 pub struct SimListener {
@@ -219,7 +317,12 @@ impl Listener for SimListener {
 
     async fn accept(&mut self) -> Result<SimConnection, NetError> {
         let (stream, peer) = self.listener.accept().await.map_err(|e| io_to_net(&self.addr, e))?;
-        Ok(SimConnection::new(stream, peer.to_string(), self.state.clone()))
+        Ok(SimConnection::new(
+            stream,
+            peer.to_string(),
+            self.state.clone(),
+            is_kafka(&self.addr),
+        ))
     }
 }
 
@@ -233,15 +336,18 @@ pub struct SimConnection {
     frame_bytes_max: u64,
     /// The node this end lives on: its disk latency delays this end's sends.
     state: Arc<NodeState>,
+    /// A Kafka connection: the node's frame faults apply to what this end sends.
+    kafka: bool,
 }
 
 impl SimConnection {
-    fn new(stream: TcpStream, peer: String, state: Arc<NodeState>) -> Self {
+    fn new(stream: TcpStream, peer: String, state: Arc<NodeState>, kafka: bool) -> Self {
         SimConnection {
             stream: Some(stream),
             peer,
             frame_bytes_max: state.frame_bytes_max,
             state,
+            kafka,
         }
     }
 
@@ -283,7 +389,6 @@ impl SimConnection {
     }
 
     async fn send_inner(&mut self, frame: Bytes) -> Result<(), NetError> {
-        let stream = self.stream.as_mut().ok_or(NetError::Closed)?;
         let len = frame.len() as u64;
         if len > FRAME_BYTES_WIRE_MAX {
             return Err(NetError::FrameTooLarge {
@@ -291,12 +396,31 @@ impl SimConnection {
                 max: FRAME_BYTES_WIRE_MAX,
             });
         }
+        if self.stream.is_none() {
+            return Err(NetError::Closed);
+        }
+        let (frame, copies) = if self.kafka {
+            let fate = self.state.frame_faults().apply(frame);
+            if fate.corrupted {
+                tracing::debug!(target: "net", peer = %self.peer, bytes = len, "frame corrupted");
+            }
+            if fate.duplicate {
+                tracing::debug!(target: "net", peer = %self.peer, bytes = len, "frame duplicated");
+            }
+            (fate.frame, if fate.duplicate { 2 } else { 1 })
+        } else {
+            (frame, 1)
+        };
+        let stream = self.stream.as_mut().ok_or(NetError::Closed)?;
         let header = u32::try_from(len).expect("checked against i32::MAX").to_be_bytes();
-        // madsim buffers writes and hands the buffer to the network on flush: one frame, one
-        // simulated message.
-        stream.write_all(&header).await.map_err(|e| io_to_net(&self.peer, e))?;
-        stream.write_all(&frame).await.map_err(|e| io_to_net(&self.peer, e))?;
-        stream.flush().await.map_err(|e| io_to_net(&self.peer, e))
+        for _ in 0..copies {
+            // madsim buffers writes and hands the buffer to the network on flush: one frame,
+            // one simulated message.
+            stream.write_all(&header).await.map_err(|e| io_to_net(&self.peer, e))?;
+            stream.write_all(&frame).await.map_err(|e| io_to_net(&self.peer, e))?;
+            stream.flush().await.map_err(|e| io_to_net(&self.peer, e))?;
+        }
+        Ok(())
     }
 }
 

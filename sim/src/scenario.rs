@@ -58,12 +58,15 @@
 //! processing_ms = 0        # per record; with commit = "auto" processing runs behind polling
 //!
 //! [faults]
-//! profile = "none"         # or crashes | partitions | disk | mixed (`crate::nemesis::PROFILES`)
+//! profile = "none"         # or crashes | partitions | disk | mixed | network (`crate::nemesis::PROFILES`)
 //! [[faults.schedule]]
 //! at_s = 20
 //! fault = "crash"          # crash | kill | disk-lost | pause | isolate | disk-full | sync-fail | clock-skew
+//!                          # | duplicate-frames | corrupt-frames | bridge | swizzle-clog
 //! node = "leader"          # "leader", "follower" (of partition 0), "controller", "broker-N", "coordinator-N", "producer-N", "consumer-N"
+//!                          # (bridge: the node in the middle; swizzle-clog: the first node clogged)
 //! heal_after_s = 5         # the opposite fault (restart, resume, repair, ...) after this long
+//! rate = 0.05              # duplicate-frames, corrupt-frames only: share of the node's frames hit
 //!
 //! [expect]
 //! outcome = "no-anomalies" # or "anomaly", with:
@@ -448,6 +451,26 @@ pub enum FaultKind {
     SyncFail,
     /// The node's wall clock jumps ahead by a minute. Opposite: reset.
     ClockSkew,
+    /// A share (`rate`) of the frames the node sends on Kafka connections arrive twice: a
+    /// client's retry on the same connection, a server answering twice. Opposite: heal.
+    DuplicateFrames,
+    /// A share (`rate`) of the frames the node sends on Kafka connections arrive with one bit
+    /// flipped inside a record batch, which its CRC32C must catch. Opposite: heal.
+    CorruptFrames,
+    /// Bridge (Jepsen): the other brokers and coordinators are cut into two halves that can only
+    /// talk through this node, which still reaches both. Opposite: repair.
+    Bridge,
+    /// Swizzle-clogging (FoundationDB): this node and then each other broker have their links
+    /// clogged one at a time, then unclogged one at a time in another order. Opposite: the
+    /// unclogging.
+    SwizzleClog,
+}
+
+impl FaultKind {
+    /// Whether the fault takes a `rate`.
+    pub fn has_rate(self) -> bool {
+        matches!(self, FaultKind::DuplicateFrames | FaultKind::CorruptFrames)
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -459,7 +482,14 @@ pub struct ScheduledFault {
     /// When the opposite fault runs; `None` means never (until the heal phase).
     #[serde(default)]
     pub heal_after_s: Option<f64>,
+    /// For `duplicate-frames` and `corrupt-frames`: the share of frames hit, in (0, 1]
+    /// (default [`FRAME_FAULT_RATE_DEFAULT`]).
+    #[serde(default)]
+    pub rate: Option<f64>,
 }
+
+/// The share of frames a frame fault hits when the scenario gives no `rate`.
+pub const FRAME_FAULT_RATE_DEFAULT: f64 = 0.05;
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -725,6 +755,23 @@ impl Scenario {
                     "faults.schedule.node",
                     format!("{:?} names no node of this cluster", f.node),
                 );
+            }
+            match f.rate {
+                Some(_) if !f.fault.has_rate() => {
+                    return bad(
+                        at(fault.span()),
+                        "faults.schedule.rate",
+                        "only duplicate-frames and corrupt-frames take a rate".into(),
+                    )
+                }
+                Some(rate) if !(rate > 0.0 && rate <= 1.0) => {
+                    return bad(
+                        at(fault.span()),
+                        "faults.schedule.rate",
+                        format!("{rate} is not in (0, 1]"),
+                    )
+                }
+                _ => {}
             }
             if !(0.0..=scenario.duration_s as f64).contains(&f.at_s) {
                 return bad(

@@ -27,6 +27,9 @@ pub enum Purpose {
     Nemesis = 3,
     /// The workload (what clients produce and consume).
     Workload = 4,
+    /// Choices inside scheduled faults (the order a swizzle unclogs its nodes in), apart from
+    /// the random profile's [`Purpose::Nemesis`] stream so they never shift its draws.
+    NemesisPlan = 5,
 }
 
 /// The node index used for streams that belong to the whole run rather than one node.

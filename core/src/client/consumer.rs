@@ -191,11 +191,18 @@ impl<R: Runtime> Consumer<R> {
             let bytes = p.records.clone().unwrap_or_default();
             let mut at = 0;
             let mut next = position;
+            let mut corrupt = None;
             while at < bytes.len() {
                 let Ok(h) = BatchHeader::parse(&bytes[at..]) else { break };
                 let end = at + h.total_bytes();
                 if end > bytes.len() || h.total_bytes() < record::HEADER_BYTES {
                     break; // a partial batch at the end of a fetch: read it next time
+                }
+                // `check.crcs` (Kafka's default): a batch damaged on its way is never handed to
+                // the application; the position stays before it and the next poll fetches it anew.
+                if let Err(e) = record::validate_batch(&bytes[at..end]) {
+                    corrupt = Some(e);
+                    break;
                 }
                 let recs = record::records(&bytes[at..end]).ok_or_else(|| {
                     ClientError::Protocol("compressed or malformed batch: not supported by this client yet".into())
@@ -214,6 +221,13 @@ impl<R: Runtime> Consumer<R> {
                 at = end;
             }
             self.positions.insert(partition, Some(next));
+            if let Some(e) = corrupt {
+                self.cluster.drop_conn(&addr);
+                return Err(ClientError::Protocol(format!(
+                    "corrupt record batch in {}-{partition} at offset {next}: {e}",
+                    self.topic
+                )));
+            }
         }
         Ok(())
     }

@@ -57,6 +57,7 @@ use crate::protocol::api::delete_topics::{DeletableTopicResult, DeleteTopicsRequ
 use crate::runtime::Runtime;
 
 use super::replica_fetcher::{run_replica_fetcher, ReplicaFetcherConfig};
+use super::watch::PartitionWatch;
 use super::{start_broker, NodeConfig, NodeError, SharedBroker};
 
 /// How a broker joins its cluster.
@@ -342,13 +343,24 @@ pub async fn start_cluster_broker<R: Runtime>(
         port: config.advertised.port,
         rack: None,
     };
+    let watch = config.watch.clone();
     let (broker, accept_loop) = start_broker(rt.clone(), config).await?;
     rt.spawn(run_replica_fetcher(
         rt.clone(),
         broker.clone(),
-        ReplicaFetcherConfig::default(),
+        ReplicaFetcherConfig {
+            watch: watch.clone(),
+            ..ReplicaFetcherConfig::default()
+        },
     ));
-    rt.spawn(cluster_main(rt.clone(), broker.clone(), cluster, registration, admin));
+    rt.spawn(cluster_main(
+        rt.clone(),
+        broker.clone(),
+        cluster,
+        registration,
+        admin,
+        watch,
+    ));
     Ok((broker, accept_loop))
 }
 
@@ -373,6 +385,7 @@ async fn cluster_main<R: Runtime>(
     cluster: ClusterConfig,
     registration: BrokerRegistration,
     admin: AdminQueue,
+    watch: PartitionWatch,
 ) {
     let mut client_config = CoordClientConfig::new(cluster.coordinators.clone());
     client_config.session_timeout_ms = cluster.session_timeout_ms;
@@ -392,6 +405,7 @@ async fn cluster_main<R: Runtime>(
             cluster: cluster.clone(),
             registration: registration.clone(),
             admin: admin.clone(),
+            watch: watch.clone(),
             client,
             controller: None,
         };
@@ -406,6 +420,8 @@ struct Session<R: Runtime> {
     cluster: ClusterConfig,
     registration: BrokerRegistration,
     admin: AdminQueue,
+    /// Woken requests re-check leadership, ISR and high watermarks after a change applied here.
+    watch: PartitionWatch,
     client: CoordClient<R>,
     controller: Option<Controller>,
 }
@@ -532,6 +548,7 @@ impl<R: Runtime> Session<R> {
             }
         };
         self.apply(&scan);
+        self.watch.poke_all();
         if self.broker.borrow_mut().take_offsets_topic_wanted() {
             self.create_offsets_topic(&scan).await?;
         }
@@ -574,6 +591,9 @@ impl<R: Runtime> Session<R> {
     async fn isr_proposals(&mut self) -> Step<()> {
         let now = self.rt.now_ms();
         let proposals = self.broker.borrow_mut().poll_isr_proposals(now);
+        if !proposals.is_empty() {
+            self.watch.poke_all();
+        }
         for p in proposals {
             let path = partition_state_path(&p.topic, p.partition);
             let result = match self
@@ -604,6 +624,7 @@ impl<R: Runtime> Session<R> {
             self.broker
                 .borrow_mut()
                 .isr_update_result(&p.topic, p.partition, result);
+            self.watch.poke_all();
         }
         Ok(())
     }

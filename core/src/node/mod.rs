@@ -7,10 +7,15 @@
 //! untrusted: a frame that does not decode closes its connection only; other connections and the
 //! broker carry on. The broker's state is shared by the node's tasks on one thread
 //! (`Rc<RefCell<_>>`); no borrow is held across an `.await`.
+//!
+//! A Fetch without enough data and an acks=all Produce below the high watermark wait (Kafka's
+//! purgatory) until [`watch`] wakes them: appends, follower fetches, replica fetch answers and
+//! cluster state changes poke the partitions they touched. They never poll on a short timer.
 
 pub mod cluster;
 pub mod handlers;
 pub mod replica_fetcher;
+pub mod watch;
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -37,13 +42,18 @@ pub struct NodeConfig {
     pub limits: Limits,
     /// The longest a Fetch may wait for data, whatever its `max_wait_ms` asks.
     pub fetch_wait_ms_max: u64,
-    /// How often a waiting Fetch looks for new data.
+    /// How often a parked JoinGroup or SyncGroup looks for its answer.
     pub fetch_poll_ms: u64,
     /// Whether Fetch responses carry record batches as file regions for the runtime to send
     /// from the segment file ([`Runtime::send_parts`]) rather than copies read here. Off in the
     /// simulator, where a read fault must answer the partition with KAFKA_STORAGE_ERROR, as it
     /// always has; realnet turns it on.
     pub fetch_zero_copy: bool,
+    /// A waiting Fetch or acks=all Produce is woken by the partition's change ([`watch`]); this
+    /// is the longest it sleeps without one before it looks again anyway.
+    pub wait_recheck_ms: u64,
+    /// Wakes waiting requests when a partition changes; clones of the config share it.
+    pub watch: watch::PartitionWatch,
     /// In cluster mode, where CreateTopics and DeleteTopics go (the coordinator holds topics);
     /// `None` for a single node, whose broker creates and deletes them itself.
     pub admin: Option<cluster::AdminQueue>,
@@ -63,6 +73,8 @@ impl NodeConfig {
             fetch_wait_ms_max: 30_000,
             fetch_poll_ms: 5,
             fetch_zero_copy: false,
+            wait_recheck_ms: 100,
+            watch: watch::PartitionWatch::default(),
             admin: None,
         }
     }
@@ -93,7 +105,7 @@ pub async fn start_broker<R: Runtime>(
     tracing::info!(topics = broker.topics().len(), listen = %config.listen, "broker opened its data");
     let shared = Rc::new(RefCell::new(broker));
     let mut listener = rt.listen(&config.listen).await?;
-    rt.spawn(run_timers(rt.clone(), shared.clone()));
+    rt.spawn(run_timers(rt.clone(), shared.clone(), config.watch.clone()));
     let state = shared.clone();
     let accept_loop = async move {
         loop {
@@ -110,7 +122,7 @@ pub async fn start_broker<R: Runtime>(
 }
 
 /// Runs the broker's time-driven work (`flush.ms`, retention) for as long as the node lives.
-async fn run_timers<R: Runtime>(rt: R, broker: SharedBroker) {
+async fn run_timers<R: Runtime>(rt: R, broker: SharedBroker, watch: watch::PartitionWatch) {
     loop {
         let now = rt.now_ms();
         let deadline = broker.borrow().poll_timeout().unwrap_or(now + 1_000);
@@ -124,6 +136,8 @@ async fn run_timers<R: Runtime>(rt: R, broker: SharedBroker) {
         for (topic, partition, error) in failures {
             tracing::error!(%topic, partition, %error, "partition failed; it answers KAFKA_STORAGE_ERROR from now on");
         }
+        // Retention may have moved log starts, a failure may have failed a partition.
+        watch.poke_all();
     }
 }
 
@@ -232,10 +246,32 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
             }
             // acks=all on a replicated partition: parked until the HW passes the batch, the
             // request's timeout, or a leadership change.
+            {
+                let b = broker.borrow();
+                for t in &req.topics {
+                    for p in &t.partitions {
+                        config.watch.poke(&b, &t.name, p.index);
+                    }
+                }
+            }
             let timeout_ms = u64::try_from(req.timeout_ms.max(0)).unwrap_or(0);
             let deadline = rt.monotonic_ms().saturating_add(timeout_ms);
             while !pending.is_empty() {
-                rt.sleep(Duration::from_millis(config.fetch_poll_ms.max(1))).await;
+                let now = rt.monotonic_ms();
+                let interests = pending
+                    .iter()
+                    .map(|w| watch::Interest {
+                        topic: w.topic.clone(),
+                        partition: w.partition,
+                        log_end_above: None,
+                        high_watermark_at_least: Some(w.end_offset.0),
+                    })
+                    .collect();
+                let recheck = config.wait_recheck_ms.min(deadline.saturating_sub(now)).max(1);
+                config
+                    .watch
+                    .wait(interests, rt.sleep(Duration::from_millis(recheck)))
+                    .await;
                 let timed_out = rt.monotonic_ms() >= deadline;
                 handlers::settle_acks(&broker.borrow(), &mut resp, &mut pending, timed_out);
             }
@@ -248,17 +284,47 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
             let deadline = rt.monotonic_ms().saturating_add(wait_ms);
             let min_bytes = u64::try_from(req.min_bytes.max(0)).unwrap_or(0);
             let zero_copy = config.fetch_zero_copy;
+            // A follower's fetch waits for the log end, a consumer's for the high watermark.
+            let follower = req.replica_id >= 0;
+            // (topic, partition, fetch offset), topics named even when the request uses ids.
+            let asked: Vec<(String, i32, i64)> = {
+                let b = broker.borrow();
+                req.topics
+                    .iter()
+                    .filter_map(|t| {
+                        let name = if version >= crate::protocol::api::fetch::TOPIC_ID_MIN {
+                            b.topic_by_id(TopicId(t.topic_id.0)).map(|(n, _)| n.clone())
+                        } else {
+                            Some(t.topic.clone())
+                        };
+                        name.map(|n| (n, t))
+                    })
+                    .flat_map(|(n, t)| {
+                        t.partitions
+                            .iter()
+                            .map(move |p| (n.clone(), p.partition, p.fetch_offset))
+                    })
+                    .collect()
+            };
             loop {
                 let (resp, bytes) = rt.with_disk(|disk| {
                     let now = rt.now_ms();
                     handlers::fetch_recording_with(&mut broker.borrow_mut(), disk, req, version, now, zero_copy)
                 });
+                if follower {
+                    // The follower's fetch offset may have moved the high watermark.
+                    let b = broker.borrow();
+                    for (topic, partition, _) in &asked {
+                        config.watch.poke(&b, topic, *partition);
+                    }
+                }
                 let errors = resp
                     .topics
                     .iter()
                     .flat_map(|t| &t.partitions)
                     .any(|p| p.error_code != 0);
-                if bytes >= min_bytes || errors || rt.monotonic_ms() >= deadline {
+                let now = rt.monotonic_ms();
+                if bytes >= min_bytes || errors || now >= deadline {
                     if zero_copy {
                         let mut parts = resp.encode_parts(version);
                         let head = encode_response(&header, &[]);
@@ -267,7 +333,20 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
                     }
                     break resp.encode(version);
                 }
-                rt.sleep(Duration::from_millis(config.fetch_poll_ms.max(1))).await;
+                let interests = asked
+                    .iter()
+                    .map(|(topic, partition, offset)| watch::Interest {
+                        topic: topic.clone(),
+                        partition: *partition,
+                        log_end_above: follower.then_some(*offset),
+                        high_watermark_at_least: (!follower).then_some(offset.saturating_add(1)),
+                    })
+                    .collect();
+                let recheck = config.wait_recheck_ms.min(deadline - now).max(1);
+                config
+                    .watch
+                    .wait(interests, rt.sleep(Duration::from_millis(recheck)))
+                    .await;
             }
         }
         Request::ListOffsets(req) => rt

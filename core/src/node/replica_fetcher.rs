@@ -27,6 +27,7 @@ use crate::protocol::api::offset_for_leader_epoch::{
 use crate::protocol::{Request, Response};
 use crate::runtime::Runtime;
 
+use super::watch::PartitionWatch;
 use super::SharedBroker;
 
 /// How the fetcher asks.
@@ -41,6 +42,8 @@ pub struct ReplicaFetcherConfig {
     pub backoff_ms: u64,
     /// `replica.socket.timeout.ms`
     pub request_timeout_ms: u64,
+    /// The node's waiting requests, poked after each answer is applied.
+    pub watch: PartitionWatch,
 }
 
 impl Default for ReplicaFetcherConfig {
@@ -53,6 +56,7 @@ impl Default for ReplicaFetcherConfig {
             // Below Kafka's 30 s: a request stuck on a dead leader delays this leader's task
             // until it gives up, and a partition whose leadership returns to it waits as long.
             request_timeout_ms: 10_000,
+            watch: PartitionWatch::default(),
         }
     }
 }
@@ -249,6 +253,7 @@ async fn step<R: Runtime>(
             return Err(ClientError::Protocol(format!("unexpected response {}", other.api_key())).to_string());
         }
     };
+    config.watch.poke(&broker.borrow(), &task.topic, task.partition);
     applied.map_err(|e| format!("applying the leader's answer: {e}"))?;
     if code_seen != ErrorCode::None {
         return Err(format!("leader answered {code_seen:?}"));

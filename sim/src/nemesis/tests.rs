@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use gregor_core::disk::Disk;
+use gregor_core::runtime::Runtime;
 
 use super::*;
 use crate::world::run_seed;
@@ -240,7 +241,257 @@ fn every_profile_is_well_formed() {
         assert!(p.fault_s_min <= p.fault_s_max && p.interval_s_mean > 0.0, "{p:?}");
         assert_eq!(p.weights.is_empty(), p.concurrent_max == 0, "{p:?}");
     }
-    for name in ["none", "crashes", "partitions", "mixed", "disk"] {
+    for name in ["none", "crashes", "partitions", "mixed", "disk", "network"] {
         assert!(profile(name).is_some(), "{name}");
     }
+}
+
+/// Adds `names` as nodes that accept connections on port 7000 (and hold them open).
+fn add_listening_nodes(world: &World, names: &[String]) {
+    for (i, name) in names.iter().enumerate() {
+        let addr = world.addr(NodeIndex(i), 7000);
+        world.add_node(name, move |rt| {
+            let addr = addr.clone();
+            async move {
+                use gregor_core::runtime::Listener;
+                let mut listener = rt.listen(&addr).await.expect("listen");
+                let mut held = Vec::new();
+                while let Ok(conn) = listener.accept().await {
+                    held.push(conn);
+                }
+            }
+        });
+    }
+}
+
+/// Which ordered pairs of nodes can open a connection now (`true` at `[from][to]`).
+async fn reachability(world: &World) -> Vec<Vec<bool>> {
+    let n = world.node_count();
+    let mut matrix = vec![vec![true; n]; n];
+    for (from, row) in matrix.iter_mut().enumerate() {
+        for (to, cell) in row.iter_mut().enumerate() {
+            if from == to {
+                continue;
+            }
+            let addr = world.addr(NodeIndex(to), 7000);
+            *cell = world
+                .spawn_on(NodeIndex(from), move |rt| async move {
+                    madsim::time::timeout(Duration::from_millis(200), rt.connect(&addr))
+                        .await
+                        .is_ok_and(|c| c.is_ok())
+                })
+                .await
+                .expect("the probe's node is up");
+        }
+    }
+    matrix
+}
+
+fn server_names(brokers: u32, coordinators: u32) -> Vec<String> {
+    (0..brokers)
+        .map(|i| format!("broker-{i}"))
+        .chain((0..coordinators).map(|i| format!("coordinator-{i}")))
+        .collect()
+}
+
+#[test]
+fn a_bridge_cuts_the_halves_apart_and_keeps_the_bridge_linked_to_both() {
+    let s = scenario(
+        3,
+        3,
+        5,
+        "[[faults.schedule]]\nat_s = 1\nfault = \"bridge\"\nnode = \"leader\"\nheal_after_s = 2",
+    );
+    let (events, during, after) = run_seed(4, move |world| async move {
+        add_listening_nodes(&world, &server_names(3, 3));
+        let probe_world = world.clone();
+        let probe = madsim::task::spawn_local(async move {
+            sleep_until_ms(1500).await;
+            let during = reachability(&probe_world).await;
+            sleep_until_ms(4000).await;
+            (during, reachability(&probe_world).await)
+        });
+        let mut nemesis = Nemesis::new(&s, 4);
+        nemesis.play(&world, &resolver(3)).await;
+        let (during, after) = probe.await.expect("probe");
+        (nemesis.into_events(), during, after)
+    });
+    // The others alternate between the sides in node order: broker-0, coordinator-0,
+    // coordinator-2 | broker-2, coordinator-1; the leader (broker-1) is the bridge.
+    let label = "broker-0,coordinator-0,coordinator-2|leader=broker-1|broker-2,coordinator-1";
+    assert_eq!(
+        events,
+        vec![event(1000, label, "bridge"), event(3000, label, "repair-bridge")]
+    );
+    let side = |n: usize| match n {
+        0 | 3 | 5 => 'a',
+        2 | 4 => 'b',
+        _ => 'x',
+    };
+    let mut compared = 0;
+    for from in 0..6 {
+        for to in (0..6).filter(|&to| to != from) {
+            let cut = matches!((side(from), side(to)), ('a', 'b') | ('b', 'a'));
+            assert_eq!(during[from][to], !cut, "{from} -> {to} during the bridge");
+            assert!(after[from][to], "{from} -> {to} after the repair");
+            compared += 1;
+        }
+    }
+    println!("compared {compared} links during and after the bridge");
+    assert!(
+        during[0][1] && during[1][0] && during[2][1] && during[1][2],
+        "the bridge reaches both sides"
+    );
+}
+
+#[test]
+fn a_swizzle_clogs_one_at_a_time_then_unclogs_in_another_order() {
+    let s = scenario(
+        3,
+        1,
+        6,
+        "[[faults.schedule]]\nat_s = 1\nfault = \"swizzle-clog\"\nnode = \"broker-1\"\nheal_after_s = 2",
+    );
+    let (events, samples) = run_seed(5, move |world| async move {
+        add_listening_nodes(&world, &server_names(3, 1));
+        let probe_world = world.clone();
+        // Whether coordinator-0 (never clogged) reaches each broker, sampled between the steps.
+        let probe = madsim::task::spawn_local(async move {
+            let mut samples = Vec::new();
+            for at in [1200, 1700, 2200, 3200, 3700, 4200] {
+                sleep_until_ms(at).await;
+                let m = reachability(&probe_world).await;
+                samples.push((0..3).map(|b| m[3][b]).collect::<Vec<_>>());
+            }
+            samples
+        });
+        let mut nemesis = Nemesis::new(&s, 5);
+        nemesis.play(&world, &resolver(3)).await;
+        (nemesis.into_events(), probe.await.expect("probe"))
+    });
+    let clogs: Vec<_> = events.iter().filter(|e| e.what == "swizzle-clog").collect();
+    let unclogs: Vec<_> = events.iter().filter(|e| e.what == "swizzle-unclog").collect();
+    assert_eq!(events.len(), 6, "{events:?}");
+    assert_eq!(
+        clogs.iter().map(|e| (e.at_ms, e.node.as_str())).collect::<Vec<_>>(),
+        vec![(1000, "broker-1"), (1500, "broker-0"), (2000, "broker-2")],
+        "the named node first, then the other brokers, one step apart"
+    );
+    assert_eq!(
+        unclogs.iter().map(|e| e.at_ms).collect::<Vec<_>>(),
+        vec![3000, 3500, 4000]
+    );
+    let unclog_order: Vec<&str> = unclogs.iter().map(|e| e.node.as_str()).collect();
+    let mut sorted = unclog_order.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, ["broker-0", "broker-1", "broker-2"]);
+    assert_ne!(
+        unclog_order,
+        ["broker-1", "broker-0", "broker-2"],
+        "unclogged in another order"
+    );
+    // Reachability follows the steps: clogged one by one, then freed in the unclog order.
+    let index = |name: &str| {
+        name.strip_prefix("broker-")
+            .and_then(|i| i.parse::<usize>().ok())
+            .expect("broker")
+    };
+    let mut expected = Vec::new();
+    let mut state = [true; 3];
+    for clogged in [1, 0, 2] {
+        state[clogged] = false;
+        expected.push(state.to_vec());
+    }
+    for name in &unclog_order {
+        state[index(name)] = true;
+        expected.push(state.to_vec());
+    }
+    println!("reachability of the brokers from coordinator-0 between the steps: {samples:?}");
+    assert_eq!(samples, expected);
+}
+
+#[test]
+fn frame_faults_set_their_rates_and_heal_them() {
+    let faults = r#"
+[[faults.schedule]]
+at_s = 1
+fault = "duplicate-frames"
+node = "broker-0"
+rate = 0.5
+heal_after_s = 1
+[[faults.schedule]]
+at_s = 1.5
+fault = "corrupt-frames"
+node = "broker-0"
+"#;
+    let s = scenario(2, 1, 3, faults);
+    let (events, samples) = run_seed(6, move |world| async move {
+        add_nodes(&world, 2, 0);
+        let probe_world = world.clone();
+        let probe = madsim::task::spawn_local(async move {
+            let mut samples = Vec::new();
+            for at in [1200, 1700, 2500] {
+                sleep_until_ms(at).await;
+                samples.push(probe_world.state(NodeIndex(0)).frame_rates());
+            }
+            samples
+        });
+        let mut nemesis = Nemesis::new(&s, 6);
+        nemesis.play(&world, &resolver(2)).await;
+        assert_eq!(world.state(NodeIndex(0)).frame_rates(), FrameRates::default(), "healed");
+        (nemesis.into_events(), probe.await.expect("probe"))
+    });
+    assert_eq!(
+        events,
+        vec![
+            event(1000, "broker-0", "duplicate-frames"),
+            event(1500, "broker-0", "corrupt-frames"),
+            event(2000, "broker-0", "heal-duplicates"),
+            event(3000, "broker-0", "heal-corruption"),
+        ]
+    );
+    let rates = |duplicate, corrupt| FrameRates { duplicate, corrupt };
+    assert_eq!(
+        samples,
+        vec![
+            rates(0.5, 0.0),
+            rates(0.5, FRAME_FAULT_RATE_DEFAULT),
+            rates(0.0, FRAME_FAULT_RATE_DEFAULT)
+        ]
+    );
+}
+
+#[test]
+fn the_network_profile_draws_bridges_swizzles_and_frame_faults_and_heals_them_all() {
+    let run = |seed: u64| {
+        let s = scenario(3, 3, 200, "[faults]\nprofile = \"network\"");
+        run_seed(seed, move |world| async move {
+            add_listening_nodes(&world, &server_names(3, 3));
+            let mut nemesis = Nemesis::new(&s, seed);
+            nemesis.play(&world, &resolver(3)).await;
+            let m = reachability(&world).await;
+            let links = m.iter().flatten().filter(|&&ok| ok).count();
+            assert_eq!(links, 36, "every link works after the heal: {m:?}");
+            for i in 0..world.node_count() {
+                assert_eq!(world.state(NodeIndex(i)).frame_rates(), FrameRates::default());
+            }
+            nemesis.into_events()
+        })
+    };
+    let a = run(1);
+    let kinds: std::collections::BTreeSet<&str> = a.iter().map(|e| e.what.as_str()).collect();
+    println!("network profile, 200 s: {} events, kinds {kinds:?}", a.len());
+    for kind in [
+        "bridge",
+        "swizzle-clog",
+        "swizzle-unclog",
+        "duplicate-frames",
+        "corrupt-frames",
+    ] {
+        assert!(kinds.contains(kind), "{kind} in {kinds:?}");
+    }
+    assert_eq!(a, run(1), "the same seed draws the same faults");
+    assert_ne!(a, run(2));
+    let clogs = a.iter().filter(|e| e.what == "swizzle-clog").count();
+    assert_eq!(clogs, a.iter().filter(|e| e.what == "swizzle-unclog").count());
 }
