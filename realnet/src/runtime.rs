@@ -402,7 +402,7 @@ impl RealConn {
     /// `len` bytes of `file` from `position` to the socket, waiting for room when it is full.
     async fn sendfile(&mut self, file: &std::fs::File, position: u64, len: u64) -> Result<(), NetError> {
         let mut offset = position;
-        let end = position + len;
+        let end = position.saturating_add(len);
         while offset < end {
             let chunk = usize::try_from(end - offset)
                 .unwrap_or(usize::MAX)
