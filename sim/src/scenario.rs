@@ -895,6 +895,18 @@ outcome = "no-anomalies"
         );
         let e = error(&GOOD.replace("\"linger.ms\" = 5", "\"linger.ms\" = -5"));
         assert!(e.contains("bad.toml:12:"), "{e}");
+        let e = error(&GOOD.replace("heal_after_s = 3", "heal_after_s = 3\nrate = 0.1"));
+        assert!(e.contains("bad.toml:15:") && e.contains("faults.schedule.rate"), "{e}");
+        let frames = GOOD.replace("fault = \"crash\"", "fault = \"corrupt-frames\"");
+        let e = error(&frames.replace("heal_after_s = 3", "heal_after_s = 3\nrate = 1.5"));
+        assert!(e.contains("faults.schedule.rate") && e.contains("1.5"), "{e}");
+        let s = Scenario::parse(
+            &frames.replace("heal_after_s = 3", "heal_after_s = 3\nrate = 0.5"),
+            "f",
+            "f",
+        )
+        .expect("a frame fault takes a rate");
+        assert_eq!(s.faults.schedule[0].get_ref().rate, Some(0.5));
     }
 
     #[test]
