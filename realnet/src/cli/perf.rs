@@ -300,7 +300,7 @@ fn batching_runs(connect: &ConnectArgs, args: &PerfArgs) -> anyhow::Result<Vec<R
                 let partition = i32::try_from(n % partitions as u64).expect("fewer than 2^31 partitions");
                 handles.push(producer.send(&args.topic, Some(partition), record).await);
                 n += 1;
-                if n % 64 == 0 {
+                if n.is_multiple_of(64) {
                     // The sender and connection tasks share this thread.
                     yield_now().await;
                 }
