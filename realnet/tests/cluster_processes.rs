@@ -135,12 +135,9 @@ fn leader_of_partition_0(bootstrap: &str, topic: &str) -> Option<i32> {
     line.split("Leader: ").nth(1)?.split_whitespace().next()?.parse().ok()
 }
 
-#[test]
-fn leader_killed_with_sigkill_loses_no_acknowledged_message() {
-    let Some(python) = python_with_confluent() else {
-        return;
-    };
-    let dir = tempfile::tempdir().expect("temp dir");
+/// 3 coordinators and 3 brokers (ids 0..3) with their data under `dir`: (coordinators,
+/// brokers, the bootstrap list of every broker, the first broker's address).
+fn start_cluster(dir: &Path) -> (Vec<Proc>, Vec<Proc>, String, String) {
     let coord_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let peers = coord_ports
         .iter()
@@ -153,9 +150,9 @@ fn leader_killed_with_sigkill_loses_no_acknowledged_message() {
         .map(|p| format!("127.0.0.1:{p}"))
         .collect::<Vec<_>>()
         .join(",");
-    let _coords: Vec<Proc> = (0..3)
+    let coords: Vec<Proc> = (0..3)
         .map(|i| {
-            let data = dir.path().join(format!("c{i}"));
+            let data = dir.join(format!("c{i}"));
             Proc::start(
                 vec![
                     "coordinator".into(),
@@ -166,14 +163,14 @@ fn leader_killed_with_sigkill_loses_no_acknowledged_message() {
                     "--data-dir".into(),
                     data.display().to_string(),
                 ],
-                dir.path().join(format!("c{i}.log")),
+                dir.join(format!("c{i}.log")),
             )
         })
         .collect();
     let broker_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let mut brokers: Vec<Proc> = (0..3)
+    let brokers: Vec<Proc> = (0..3)
         .map(|i| {
-            let data = dir.path().join(format!("b{i}"));
+            let data = dir.join(format!("b{i}"));
             Proc::start(
                 vec![
                     "broker".into(),
@@ -188,7 +185,7 @@ fn leader_killed_with_sigkill_loses_no_acknowledged_message() {
                     "--replica-lag-time-max-ms".into(),
                     "5000".into(),
                 ],
-                dir.path().join(format!("b{i}.log")),
+                dir.join(format!("b{i}.log")),
             )
         })
         .collect();
@@ -198,6 +195,16 @@ fn leader_killed_with_sigkill_loses_no_acknowledged_message() {
         .collect::<Vec<_>>()
         .join(",");
     let first = format!("127.0.0.1:{}", broker_ports[0]);
+    (coords, brokers, bootstrap, first)
+}
+
+#[test]
+fn leader_killed_with_sigkill_loses_no_acknowledged_message() {
+    let Some(python) = python_with_confluent() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_coords, mut brokers, bootstrap, first) = start_cluster(dir.path());
     // The brokers register within a few seconds; creation needs 3 live brokers for rf 3.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -291,5 +298,77 @@ fn leader_killed_with_sigkill_loses_no_acknowledged_message() {
         out.lines()
             .any(|l| l.starts_with("compared ") && !l.starts_with("compared 0 ")),
         "no comparison reported:\n{out}{err}"
+    );
+}
+
+/// Consumer groups of a real client on the cluster: the coordinator is the leader of the group's
+/// `__consumer_offsets` partition (created, 50 partitions with rf 3, on the first
+/// FindCoordinator), commits are replicated before they are acknowledged, and the members find
+/// it through any broker. The single-node group script runs unchanged against the three brokers:
+/// two members split the partitions, one leaves, the other resumes from its commits, and a new
+/// member starts exactly at the committed offsets.
+#[test]
+fn confluent_group_on_a_cluster_resumes_from_replicated_commits() {
+    let Some(python) = python_with_confluent() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_coords, brokers, bootstrap, first) = start_cluster(dir.path());
+    // Wait until the three brokers are registered: a topic with rf 3 can then be created.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (ok, out) = gregor(&[
+            "topics",
+            "--bootstrap-server",
+            &first,
+            "create",
+            "ready",
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "3",
+        ]);
+        if ok {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the cluster never took a topic: {out}");
+        thread::sleep(Duration::from_millis(300));
+    }
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python");
+    let mut script = Command::new(&python)
+        .arg(scripts.join("confluent_group.py"))
+        .args([&bootstrap, "cluster-group-topic", "2000", "120"])
+        .current_dir(&scripts)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the python consumers");
+    let status = wait_bounded(&mut script, SCRIPT_TIMEOUT);
+    if status.is_none() {
+        let _ = script.kill();
+    }
+    let mut out = String::new();
+    if let Some(mut s) = script.stdout.take() {
+        let _ = std::io::Read::read_to_string(&mut s, &mut out);
+    }
+    let mut err = String::new();
+    if let Some(mut s) = script.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut s, &mut err);
+    }
+    println!("{out}");
+    let logs: Vec<String> = brokers.iter().map(|b| b.log_text()).collect();
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the group script failed ({status:?}):\n{out}{err}\nbroker logs:\n{}",
+        logs.join("\n----\n")
+    );
+    assert!(
+        out.lines().any(|l| l.starts_with("compared 2000 messages consumed once")),
+        "no comparison reported:\n{out}{err}"
+    );
+    assert!(
+        logs.iter().any(|l| l.contains("offsets topic created")),
+        "no broker created __consumer_offsets: the group was not coordinated through it"
     );
 }
