@@ -364,7 +364,8 @@ fn confluent_group_on_a_cluster_resumes_from_replicated_commits() {
         logs.join("\n----\n")
     );
     assert!(
-        out.lines().any(|l| l.starts_with("compared 2000 messages consumed once")),
+        out.lines()
+            .any(|l| l.starts_with("compared 2000 messages consumed once")),
         "no comparison reported:\n{out}{err}"
     );
     assert!(
