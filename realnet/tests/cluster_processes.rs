@@ -465,3 +465,78 @@ fn leader_stopped_with_sigterm_hands_off_leadership_before_exiting() {
     );
     println!("checked: 3000 acks=all sends, none failed, all in the log once");
 }
+
+/// Consumer groups of a real client on the cluster: the coordinator is the leader of the group's
+/// `__consumer_offsets` partition (created, 50 partitions with rf 3, on the first
+/// FindCoordinator), commits are replicated before they are acknowledged, and the members find
+/// it through any broker. The single-node group script runs unchanged against the three brokers:
+/// two members split the partitions, one leaves, the other resumes from its commits, and a new
+/// member starts exactly at the committed offsets.
+#[test]
+fn confluent_group_on_a_cluster_resumes_from_replicated_commits() {
+    let Some(python) = python_with_confluent() else {
+        return;
+    };
+    let cluster = start_cluster();
+    let bootstrap = cluster.bootstrap();
+    let first = format!("127.0.0.1:{}", cluster.broker_ports[0]);
+    let brokers = &cluster.brokers;
+    // Wait until the three brokers are registered: a topic with rf 3 can then be created.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (ok, out) = gregor(&[
+            "topics",
+            "--bootstrap-server",
+            &first,
+            "create",
+            "ready",
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "3",
+        ]);
+        if ok {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the cluster never took a topic: {out}");
+        thread::sleep(Duration::from_millis(300));
+    }
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python");
+    let mut script = Command::new(&python)
+        .arg(scripts.join("confluent_group.py"))
+        .args([&bootstrap, "cluster-group-topic", "2000", "120"])
+        .current_dir(&scripts)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the python consumers");
+    let status = wait_bounded(&mut script, SCRIPT_TIMEOUT);
+    if status.is_none() {
+        let _ = script.kill();
+    }
+    let mut out = String::new();
+    if let Some(mut s) = script.stdout.take() {
+        let _ = std::io::Read::read_to_string(&mut s, &mut out);
+    }
+    let mut err = String::new();
+    if let Some(mut s) = script.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut s, &mut err);
+    }
+    println!("{out}");
+    let logs: Vec<String> = brokers.iter().map(|b| b.log_text()).collect();
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the group script failed ({status:?}):\n{out}{err}\nbroker logs:\n{}",
+        logs.join("\n----\n")
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("compared 2000 messages consumed once")),
+        "no comparison reported:\n{out}{err}"
+    );
+    assert!(
+        logs.iter().any(|l| l.contains("offsets topic created")),
+        "no broker created __consumer_offsets: the group was not coordinated through it"
+    );
+}

@@ -29,6 +29,10 @@
 //!
 //! [broker]
 //! "replica.lag.time.max.ms" = 30000   # a follower this far behind leaves the ISR
+//! "min.insync.replicas" = 1            # the brokers' default (__consumer_offsets takes it)
+//! "log.flush.interval.ms" = 1000       # the brokers' default flush.ms (unset: never)
+//! "offsets.topic.num.partitions" = 50  # __consumer_offsets (clusters only)
+//! "offsets.topic.replication.factor" = 3
 //!
 //! [producer]
 //! count = 2
