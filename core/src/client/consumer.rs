@@ -122,6 +122,15 @@ impl<R: Runtime> Consumer<R> {
                 Some(p) => p,
                 None => {
                     let reset = self.reset(partition).await?;
+                    // Where a consumer without a position starts decides what it will never see
+                    // (auto.offset.reset=latest skips everything already in the log): say so.
+                    tracing::info!(
+                        topic = %self.topic,
+                        partition,
+                        offset = reset,
+                        "no position; auto.offset.reset={} starts here",
+                        if self.config.reset_to_earliest { "earliest (the log start)" } else { "latest (the log end)" }
+                    );
                     self.positions.insert(partition, Some(reset));
                     reset
                 }
