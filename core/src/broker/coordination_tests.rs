@@ -167,6 +167,18 @@ fn a_broker_that_does_not_lead_the_groups_partition_answers_not_coordinator() {
     );
     let (code, _, _) = join(&mut c[1]);
     assert_eq!(code, ErrorCode::NotCoordinator, "JoinGroup on the follower");
+    let describe = crate::protocol::api::describe_groups::DescribeGroupsRequest {
+        groups: vec![G.to_string()],
+        include_authorized_operations: false,
+    };
+    let described = crate::node::handlers::describe_groups::describe_groups(c[1].broker.groups(), &describe);
+    assert_eq!(
+        described.groups[0].error_code,
+        ErrorCode::NotCoordinator.code(),
+        "DescribeGroups on the follower"
+    );
+    let described = crate::node::handlers::describe_groups::describe_groups(c[0].broker.groups(), &describe);
+    assert_eq!(described.groups[0].error_code, 0, "DescribeGroups on the leader");
     assert_eq!(
         c[1].broker.groups_mut().handle_heartbeat(G, 1, "m", 0),
         ErrorCode::NotCoordinator

@@ -66,6 +66,12 @@ pub fn describe_groups(groups: &GroupCoordinator, req: &DescribeGroupsRequest) -
             out.error_code = ErrorCode::InvalidGroupId.code();
             return out;
         }
+        // In a cluster only the leader of the group's `__consumer_offsets` partition knows it;
+        // another broker's empty answer would read as "Dead" (Kafka answers NOT_COORDINATOR).
+        if let Err(code) = groups.check_coordinator(id) {
+            out.error_code = code.code();
+            return out;
+        }
         let Some(state) = groups.group_state(id) else {
             return out;
         };
