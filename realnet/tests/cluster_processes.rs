@@ -277,60 +277,23 @@ fn leader_killed_with_sigkill_loses_no_acknowledged_message() {
     let Some(python) = python_with_confluent() else {
         return;
     };
-    let Cluster {
-        dir,
-        _coords,
-        mut brokers,
-        broker_ports,
-        leader,
-    } = start_cluster();
-    let bootstrap = broker_ports
-        .iter()
-        .map(|p| format!("127.0.0.1:{p}"))
-        .collect::<Vec<_>>()
-        .join(",");
-    let first = format!("127.0.0.1:{}", broker_ports[0]);
+    let mut cluster = start_cluster();
+    let (leader, bootstrap) = (cluster.leader, cluster.bootstrap());
+    let first = format!("127.0.0.1:{}", cluster.broker_ports[0]);
     println!("partition 0 leader: broker {leader}");
-
-    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python");
-    let ready = dir.path().join("ready");
-    let mut script = Command::new(&python)
-        .arg(scripts.join("confluent_failover.py"))
-        .args([&bootstrap, "failover", "3000", "60"])
-        .arg(&ready)
-        .current_dir(&scripts)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the python producer");
-    let wait_ready = Instant::now() + Duration::from_secs(30);
-    while !ready.exists() {
-        assert!(Instant::now() < wait_ready, "the producer never got an acknowledgement");
-        thread::sleep(Duration::from_millis(50));
-    }
+    let mut script = start_producer(&python, cluster.dir.path(), &bootstrap);
     thread::sleep(Duration::from_millis(1_000));
     let victim = usize::try_from(leader).expect("broker ids are 0..3");
     println!("SIGKILL broker {victim} (the leader) mid-produce");
-    brokers[victim].kill();
+    cluster.brokers[victim].kill();
     thread::sleep(Duration::from_secs(8));
-    brokers[victim].restart();
+    cluster.brokers[victim].restart();
     println!("broker {victim} restarted");
 
-    let status = wait_bounded(&mut script, SCRIPT_TIMEOUT);
-    if status.is_none() {
-        let _ = script.kill();
-    }
-    let mut out = String::new();
-    if let Some(mut s) = script.stdout.take() {
-        let _ = std::io::Read::read_to_string(&mut s, &mut out);
-    }
-    let mut err = String::new();
-    if let Some(mut s) = script.stderr.take() {
-        let _ = std::io::Read::read_to_string(&mut s, &mut err);
-    }
+    let (status, out, err) = finish_script(&mut script);
     println!("{out}");
-    let logs: String = brokers
+    let logs: String = cluster
+        .brokers
         .iter()
         .map(|b| b.log_text())
         .collect::<Vec<_>>()
@@ -355,6 +318,24 @@ fn leader_killed_with_sigkill_loses_no_acknowledged_message() {
             .any(|l| l.starts_with("compared ") && !l.starts_with("compared 0 ")),
         "no comparison reported:\n{out}{err}"
     );
+}
+
+/// Waits (bounded by SCRIPT_TIMEOUT, killing it after) for a client script: its exit status
+/// (`None`: timed out), stdout and stderr.
+fn finish_script(script: &mut Child) -> (Option<std::process::ExitStatus>, String, String) {
+    let status = wait_bounded(script, SCRIPT_TIMEOUT);
+    if status.is_none() {
+        let _ = script.kill();
+    }
+    let mut out = String::new();
+    if let Some(mut s) = script.stdout.take() {
+        let _ = std::io::Read::read_to_string(&mut s, &mut out);
+    }
+    let mut err = String::new();
+    if let Some(mut s) = script.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut s, &mut err);
+    }
+    (status, out, err)
 }
 
 /// Starts `confluent_failover.py` producing 3000 messages to "failover" and waits until one is
@@ -433,18 +414,7 @@ fn leader_stopped_with_sigterm_hands_off_leadership_before_exiting() {
     assert!(!isr.contains(&leader) && isr.len() == 2, "ISR before exit: {isr:?}");
     println!("checked: before exiting, broker {leader} saw partition 0 led by {new_leader} with ISR {isr:?}");
 
-    let status = wait_bounded(&mut script, SCRIPT_TIMEOUT);
-    if status.is_none() {
-        let _ = script.kill();
-    }
-    let mut out = String::new();
-    if let Some(mut s) = script.stdout.take() {
-        let _ = std::io::Read::read_to_string(&mut s, &mut out);
-    }
-    let mut err = String::new();
-    if let Some(mut s) = script.stderr.take() {
-        let _ = std::io::Read::read_to_string(&mut s, &mut err);
-    }
+    let (status, out, err) = finish_script(&mut script);
     println!("{out}");
     assert!(
         status.is_some_and(|s| s.success()),
@@ -511,18 +481,7 @@ fn confluent_group_on_a_cluster_resumes_from_replicated_commits() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start the python consumers");
-    let status = wait_bounded(&mut script, SCRIPT_TIMEOUT);
-    if status.is_none() {
-        let _ = script.kill();
-    }
-    let mut out = String::new();
-    if let Some(mut s) = script.stdout.take() {
-        let _ = std::io::Read::read_to_string(&mut s, &mut out);
-    }
-    let mut err = String::new();
-    if let Some(mut s) = script.stderr.take() {
-        let _ = std::io::Read::read_to_string(&mut s, &mut err);
-    }
+    let (status, out, err) = finish_script(&mut script);
     println!("{out}");
     let logs: Vec<String> = brokers.iter().map(|b| b.log_text()).collect();
     assert!(

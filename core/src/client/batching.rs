@@ -23,10 +23,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
 
-use crate::ids::{ProducerEpoch, ProducerId};
-use crate::protocol::api::init_producer_id::InitProducerIdRequest;
 use crate::protocol::api::produce::{ProducePartition, ProduceRequest, ProduceTopic};
 use crate::protocol::{Request, Response};
 use crate::record::{NewRecord, HEADER_BYTES};
@@ -35,8 +32,8 @@ use crate::runtime::Runtime;
 use super::accumulator::{complete, record_bytes, Accumulator, Batch, Delivery, PartitionKey, ProducerStats, Slot};
 use super::conn::with_timeout;
 use super::partitioner::Partitioner;
-use super::producer::{ProducerConfig, SendError};
-use super::{code, ClientError, Cluster, KafkaConn, INIT_PRODUCER_ID_VERSION, PRODUCE_VERSION};
+use super::producer::{init_producer_id, ProducerConfig, SendError};
+use super::{code, ClientError, Cluster, KafkaConn, PRODUCE_VERSION};
 
 /// Bytes of a Produce request around its batches, per partition at most (index, length) and
 /// per request (header, topic name), for the `max.request.size` check.
@@ -328,43 +325,6 @@ impl<R: Runtime> BatchingProducer<R> {
         let mut s = self.state.borrow_mut();
         s.acc.closing = true;
         s.changed();
-    }
-}
-
-/// Asks for a producer id until one comes or `deadline_ms` passes.
-async fn init_producer_id<R: Runtime>(
-    cluster: &mut Cluster<R>,
-    deadline_ms: u64,
-) -> Result<(ProducerId, ProducerEpoch), ClientError> {
-    let rt = cluster.rt.clone();
-    let request = Request::InitProducerId(InitProducerIdRequest {
-        transactional_id: None,
-        transaction_timeout_ms: 60_000,
-        producer_id: -1,
-        producer_epoch: -1,
-    });
-    // Bounded: each round sleeps retry.backoff.ms or ends.
-    loop {
-        let result = match cluster.call_any(&request, INIT_PRODUCER_ID_VERSION).await {
-            Ok(Response::InitProducerId(r)) if r.error_code == 0 && r.producer_id >= 0 && r.producer_epoch >= 0 => {
-                Ok((ProducerId(r.producer_id), ProducerEpoch(r.producer_epoch)))
-            }
-            Ok(Response::InitProducerId(r)) if r.error_code != 0 => Err(ClientError::Broker(code(r.error_code))),
-            Ok(Response::InitProducerId(r)) => Err(ClientError::Protocol(format!(
-                "InitProducerId gave no id: {} / {}",
-                r.producer_id, r.producer_epoch
-            ))),
-            Ok(_) => Err(ClientError::Protocol("InitProducerId answered with another API".into())),
-            Err(e) => Err(e),
-        };
-        match result {
-            Ok(identity) => return Ok(identity),
-            Err(e) if e.is_retriable() && rt.monotonic_ms() < deadline_ms => {
-                tracing::debug!(error = %e, "InitProducerId retry");
-                rt.sleep(Duration::from_millis(cluster.config.retry_backoff_ms)).await;
-            }
-            Err(e) => return Err(e),
-        }
     }
 }
 

@@ -120,21 +120,28 @@ impl<R: Runtime> KafkaConn<R> {
         correlation_id: i32,
         timeout_ms: u64,
     ) -> Result<Response, ClientError> {
-        let limits = self.limits;
-        let exchange = async {
-            let reply = self.conn.recv().await?.ok_or(ClientError::Net(NetError::Closed))?;
-            let (got, response) = decode_response_bytes(api_key, version, &reply, limits)?;
-            if got != correlation_id {
-                return Err(ClientError::Protocol(format!(
-                    "response for correlation id {got}, expected {correlation_id}"
-                )));
-            }
-            Ok(response)
-        };
         let rt = self.rt.clone();
+        let exchange = self.read_response(api_key, version, correlation_id);
         with_timeout(&rt, timeout_ms, exchange)
             .await
             .ok_or(ClientError::Timeout(timeout_ms))?
+    }
+
+    /// Reads the next response frame and checks it answers `correlation_id` (no timeout).
+    async fn read_response(
+        &mut self,
+        api_key: i16,
+        version: i16,
+        correlation_id: i32,
+    ) -> Result<Response, ClientError> {
+        let reply = self.conn.recv().await?.ok_or(ClientError::Net(NetError::Closed))?;
+        let (got, response) = decode_response_bytes(api_key, version, &reply, self.limits)?;
+        if got != correlation_id {
+            return Err(ClientError::Protocol(format!(
+                "response for correlation id {got}, expected {correlation_id}"
+            )));
+        }
+        Ok(response)
     }
 
     /// Sends `request` at `version` and waits for its response.
@@ -152,19 +159,11 @@ impl<R: Runtime> KafkaConn<R> {
     ) -> Result<Response, ClientError> {
         let (correlation_id, frame) = self.frame(request, version);
         let api_key = request.api_key();
-        let limits = self.limits;
+        let rt = self.rt.clone();
         let exchange = async {
             self.conn.send(frame).await?;
-            let reply = self.conn.recv().await?.ok_or(ClientError::Net(NetError::Closed))?;
-            let (got, response) = decode_response_bytes(api_key, version, &reply, limits)?;
-            if got != correlation_id {
-                return Err(ClientError::Protocol(format!(
-                    "response for correlation id {got}, expected {correlation_id}"
-                )));
-            }
-            Ok(response)
+            self.read_response(api_key, version, correlation_id).await
         };
-        let rt = self.rt.clone();
         with_timeout(&rt, timeout_ms, exchange)
             .await
             .ok_or(ClientError::Timeout(timeout_ms))?

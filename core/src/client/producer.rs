@@ -129,40 +129,10 @@ impl<R: Runtime> Producer<R> {
         if let Some(identity) = self.identity {
             return Ok(identity);
         }
-        let rt = self.cluster.rt.clone();
-        let request = Request::InitProducerId(InitProducerIdRequest {
-            transactional_id: None,
-            transaction_timeout_ms: 60_000,
-            producer_id: -1,
-            producer_epoch: -1,
-        });
-        loop {
-            let result = match self.cluster.call_any(&request, INIT_PRODUCER_ID_VERSION).await {
-                Ok(Response::InitProducerId(r)) if r.error_code == 0 && r.producer_id >= 0 && r.producer_epoch >= 0 => {
-                    Ok((ProducerId(r.producer_id), ProducerEpoch(r.producer_epoch)))
-                }
-                Ok(Response::InitProducerId(r)) if r.error_code != 0 => Err(ClientError::Broker(code(r.error_code))),
-                Ok(Response::InitProducerId(r)) => Err(ClientError::Protocol(format!(
-                    "InitProducerId gave no id: {} / {}",
-                    r.producer_id, r.producer_epoch
-                ))),
-                Ok(_) => Err(ClientError::Protocol("InitProducerId answered with another API".into())),
-                Err(e) => Err(e),
-            };
-            match result {
-                Ok(identity) => {
-                    self.identity = Some(identity);
-                    self.next_sequences.clear();
-                    return Ok(identity);
-                }
-                Err(e) if e.is_retriable() && rt.monotonic_ms() < deadline_ms => {
-                    tracing::debug!(error = %e, "InitProducerId retry");
-                    rt.sleep(Duration::from_millis(self.cluster.config.retry_backoff_ms))
-                        .await;
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        let identity = init_producer_id(&mut self.cluster, deadline_ms).await?;
+        self.identity = Some(identity);
+        self.next_sequences.clear();
+        Ok(identity)
     }
 
     /// Sends `records` as one batch to `topic`/`partition` and waits for the outcome. Returns the
@@ -303,6 +273,43 @@ impl<R: Runtime> Producer<R> {
                 *maybe_written = before;
                 Err(ClientError::Broker(c))
             }
+        }
+    }
+}
+
+/// Asks for a producer id until one comes or `deadline_ms` passes.
+pub(super) async fn init_producer_id<R: Runtime>(
+    cluster: &mut Cluster<R>,
+    deadline_ms: u64,
+) -> Result<(ProducerId, ProducerEpoch), ClientError> {
+    let rt = cluster.rt.clone();
+    let request = Request::InitProducerId(InitProducerIdRequest {
+        transactional_id: None,
+        transaction_timeout_ms: 60_000,
+        producer_id: -1,
+        producer_epoch: -1,
+    });
+    // Bounded: each round sleeps retry.backoff.ms or ends.
+    loop {
+        let result = match cluster.call_any(&request, INIT_PRODUCER_ID_VERSION).await {
+            Ok(Response::InitProducerId(r)) if r.error_code == 0 && r.producer_id >= 0 && r.producer_epoch >= 0 => {
+                Ok((ProducerId(r.producer_id), ProducerEpoch(r.producer_epoch)))
+            }
+            Ok(Response::InitProducerId(r)) if r.error_code != 0 => Err(ClientError::Broker(code(r.error_code))),
+            Ok(Response::InitProducerId(r)) => Err(ClientError::Protocol(format!(
+                "InitProducerId gave no id: {} / {}",
+                r.producer_id, r.producer_epoch
+            ))),
+            Ok(_) => Err(ClientError::Protocol("InitProducerId answered with another API".into())),
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(identity) => return Ok(identity),
+            Err(e) if e.is_retriable() && rt.monotonic_ms() < deadline_ms => {
+                tracing::debug!(error = %e, "InitProducerId retry");
+                rt.sleep(Duration::from_millis(cluster.config.retry_backoff_ms)).await;
+            }
+            Err(e) => return Err(e),
         }
     }
 }

@@ -155,19 +155,21 @@ pub fn summarize(scenario: &Scenario, results: &[RunResult]) -> ScenarioSummary 
     }
 }
 
+/// Anomaly kinds with the number of seeds that showed each, or `-`.
+fn anomaly_cell(s: &ScenarioSummary) -> String {
+    if s.anomalies.is_empty() {
+        "-".to_string()
+    } else {
+        s.anomalies
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
 /// The summary table: one row per scenario.
 pub fn table(summaries: &[ScenarioSummary]) -> String {
-    let anomaly_cell = |s: &ScenarioSummary| {
-        if s.anomalies.is_empty() {
-            "-".to_string()
-        } else {
-            s.anomalies
-                .iter()
-                .map(|(k, n)| format!("{k} {n}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        }
-    };
     let name_w = summaries.iter().map(|s| s.name.len()).chain([8]).max().unwrap_or(8);
     let anomaly_w = summaries
         .iter()
@@ -217,15 +219,7 @@ pub fn markdown_table(rows: &[RuleRow<'_>], commit: &str) -> String {
             Outcome::Anomaly => format!("{} (control)", expected_anomaly(expect)),
         };
         let with_anomaly = s.anomaly_seeds;
-        let kinds = if s.anomalies.is_empty() {
-            "-".to_string()
-        } else {
-            s.anomalies
-                .iter()
-                .map(|(k, n)| format!("{k} {n}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
+        let kinds = anomaly_cell(s);
         let replay = s.caught_example.map_or("-".to_string(), |seed| {
             format!("`{}`", super::replay_line(&row.path, seed, commit))
         });
