@@ -21,6 +21,7 @@ pub mod node;
 pub mod protocol;
 pub mod record;
 pub mod runtime;
+pub mod security;
 
 pub use error_code::ErrorCode;
 pub use ids::{BrokerId, LeaderEpoch, Offset, PartitionId};

@@ -29,6 +29,7 @@ use crate::group::Reply;
 use crate::protocol::api::api_versions::ApiVersionsResponse;
 use crate::protocol::{decode_request_bytes, encode_response, DecodeError, Limits, Request};
 use crate::runtime::{Connection, FramePart, Listener, NetError, Runtime};
+use crate::security::ConnContext;
 pub use handlers::Advertised;
 
 /// How a broker node listens and answers.
@@ -162,6 +163,7 @@ pub(crate) enum Outcome {
 
 async fn serve_connection<R: Runtime>(rt: R, broker: SharedBroker, config: NodeConfig, mut conn: R::Conn) {
     let peer = conn.peer();
+    let mut ctx = ConnContext::new(&peer);
     loop {
         let frame = match conn.recv().await {
             Ok(Some(frame)) => frame,
@@ -171,7 +173,7 @@ async fn serve_connection<R: Runtime>(rt: R, broker: SharedBroker, config: NodeC
                 break;
             }
         };
-        match handle_frame_from(&rt, &broker, &config, &frame, &peer).await {
+        match handle_frame_from(&rt, &broker, &config, &frame, &mut ctx).await {
             Outcome::Reply(bytes) => {
                 if let Err(e) = conn.send(bytes).await {
                     tracing::debug!(%peer, error = %e, "send failed");
@@ -200,7 +202,7 @@ pub(crate) async fn handle_frame<R: Runtime>(
     config: &NodeConfig,
     frame: &Bytes,
 ) -> Outcome {
-    handle_frame_from(rt, broker, config, frame, "").await
+    handle_frame_from(rt, broker, config, frame, &mut ConnContext::new("")).await
 }
 
 /// Kafka's spelling of a member's host in DescribeGroups: `/` and the peer's address, no port.
@@ -209,13 +211,13 @@ fn client_host(peer: &str) -> String {
     format!("/{}", host.trim_start_matches('[').trim_end_matches(']'))
 }
 
-/// One request frame from `peer` (`host:port`, or empty when unknown) to its outcome.
+/// One request frame on the connection `ctx` (its peer, its principal) to its outcome.
 pub(crate) async fn handle_frame_from<R: Runtime>(
     rt: &R,
     broker: &SharedBroker,
     config: &NodeConfig,
     frame: &Bytes,
-    peer: &str,
+    ctx: &mut ConnContext,
 ) -> Outcome {
     let (header, request) = match decode_request_bytes(frame, config.limits) {
         Ok(decoded) => decoded,
@@ -381,8 +383,8 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
                     }
                 },
             };
-            if resp.error_code == 0 && !peer.is_empty() {
-                let host = client_host(peer);
+            if resp.error_code == 0 && !ctx.peer.is_empty() {
+                let host = client_host(&ctx.peer);
                 broker
                     .borrow_mut()
                     .groups_mut()
