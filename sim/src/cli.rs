@@ -6,6 +6,8 @@
 //! seed); anything implementing it (the real `run::run_scenario`, or a fake in tests) can be
 //! judged the same way.
 
+pub mod campaign;
+pub mod corpus;
 pub mod exec;
 pub mod seeds;
 pub mod verdict;
@@ -25,6 +27,7 @@ pub fn failed_run(scenario: &Scenario, seed: u64, error: String) -> RunResult {
         simulated_ms: 0,
         wall_ms: 0,
         faults: Vec::new(),
+        played: Vec::new(),
         history: crate::history::History::default(),
         error: Some(error),
     }

@@ -22,6 +22,7 @@ pub mod run;
 pub mod runtime;
 pub mod scenario;
 pub mod seed;
+pub mod shrink;
 pub mod timeline;
 pub mod trace;
 pub mod world;

@@ -37,7 +37,7 @@ use rand_chacha::rand_core::RngCore;
 use rand_chacha::ChaCha8Rng;
 
 use crate::runtime::frame_faults::FrameRates;
-use crate::scenario::{FaultKind, Scenario, FRAME_FAULT_RATE_DEFAULT};
+use crate::scenario::{FaultKind, Scenario, ScheduledFault, FRAME_FAULT_RATE_DEFAULT};
 use crate::seed::{self, Purpose};
 use crate::world::{Fault, NodeIndex, World};
 
@@ -159,6 +159,21 @@ pub const PROFILES: &[Profile] = &[
         ],
         frame_rate: 0.0,
     },
+    // A storm of process faults on brokers, one every ~2 s: many faults per run, for shrinking
+    // (`gregor-sim shrink` cuts a run's dozens of faults down to the few that matter).
+    Profile {
+        name: "crash-storm",
+        interval_s_mean: 2.0,
+        fault_s_min: 0.5,
+        fault_s_max: 2.0,
+        concurrent_max: 1,
+        coordinators_too: false,
+        weights: &[
+            (RandomFault::Node(FaultKind::Crash), 3),
+            (RandomFault::Node(FaultKind::Kill), 1),
+        ],
+        frame_rate: 0.0,
+    },
     // The network beyond cuts: bridges, swizzles, duplicated and corrupted frames (on brokers;
     // on a coordinator, whose links carry no Kafka frames, those two do nothing).
     Profile {
@@ -236,7 +251,7 @@ impl Injection {
             FaultKind::DuplicateFrames => Injection::DuplicateFrames(node, ppm),
             FaultKind::CorruptFrames => Injection::CorruptFrames(node, ppm),
             // Faults over many nodes are built by the nemesis; alone, the node is clogged.
-            FaultKind::Bridge | FaultKind::SwizzleClog => Injection::Clog(node),
+            FaultKind::Bridge | FaultKind::SwizzleClog | FaultKind::PartitionHalves => Injection::Clog(node),
         }
     }
 
@@ -399,6 +414,28 @@ struct Planned {
     node: String,
     heal_after_ms: Option<u64>,
     rate: f64,
+    sides: Option<[Vec<String>; 2]>,
+    order: Option<(Vec<String>, Vec<String>)>,
+}
+
+impl Planned {
+    /// The fault as a schedule entry played at `now` (ms after `play` started).
+    fn played(&self, now: u64) -> ScheduledFault {
+        ScheduledFault {
+            at_s: ms_to_secs(now),
+            fault: self.kind,
+            node: self.node.clone(),
+            heal_after_s: self.heal_after_ms.map(ms_to_secs),
+            rate: self.kind.has_rate().then_some(self.rate),
+            sides: self.sides.clone(),
+            order: self.order.as_ref().map(|(order, _)| order.clone()),
+            unclog: self.order.as_ref().map(|(_, unclog)| unclog.clone()),
+        }
+    }
+}
+
+fn ms_to_secs(ms: u64) -> f64 {
+    ms as f64 / 1000.0
 }
 
 fn secs_to_ms(s: f64) -> u64 {
@@ -434,6 +471,11 @@ fn unclog_order(clogged: &[NodeIndex], rng: &mut ChaCha8Rng) -> Vec<NodeIndex> {
     order
 }
 
+/// Names of nodes as the world calls them.
+fn world_names(world: &World, nodes: &[NodeIndex]) -> Vec<String> {
+    nodes.iter().map(|&n| world.name(n)).collect()
+}
+
 /// Names of nodes, comma-separated, for labels.
 fn names(world: &World, nodes: &[NodeIndex]) -> String {
     nodes.iter().map(|&n| world.name(n)).collect::<Vec<_>>().join(",")
@@ -455,6 +497,7 @@ pub struct Nemesis {
     steps: Vec<Step>,
     seq: u64,
     events: Vec<FaultEvent>,
+    played: Vec<ScheduledFault>,
 }
 
 impl Nemesis {
@@ -475,6 +518,8 @@ impl Nemesis {
                     node: f.node.clone(),
                     heal_after_ms: f.heal_after_s.map(secs_to_ms),
                     rate: f.rate.unwrap_or(FRAME_FAULT_RATE_DEFAULT),
+                    sides: f.sides.clone(),
+                    order: f.order.clone().zip(f.unclog.clone()),
                 }
             })
             .collect();
@@ -500,6 +545,7 @@ impl Nemesis {
             steps: Vec::new(),
             seq: 0,
             events: Vec::new(),
+            played: Vec::new(),
         }
     }
 
@@ -510,6 +556,16 @@ impl Nemesis {
 
     pub fn into_events(self) -> Vec<FaultEvent> {
         self.events
+    }
+
+    /// Every fault played so far (scheduled or drawn at random, skipped ones included), as an
+    /// explicit schedule: times since `play` started, nodes by the names they were chosen by,
+    /// the sides and orders a random draw picked. Played as a scenario's `[[faults.schedule]]`
+    /// with the same seed, it applies the same faults to the same nodes at the same times (the
+    /// nemesis wakes less often without a profile, so madsim's scheduler, and with it the rest
+    /// of the run, may still go another way: `gregor-sim shrink` checks the failure comes back).
+    pub fn played(&self) -> &[ScheduledFault] {
+        &self.played
     }
 
     /// Plays the faults for the scenario's duration, then heals. `resolve` maps a scenario's
@@ -647,34 +703,94 @@ impl Nemesis {
         nodes
     }
 
+    /// Records a scheduled fault that cannot be played now (`why`).
+    fn skip(&mut self, fault: &Planned, why: &str) {
+        let what = format!(
+            "{} skipped: {why}",
+            Injection::of(fault.kind, NodeIndex(0), fault.rate).name()
+        );
+        let what = what.replace("swizzle-clog skipped", "swizzle skipped");
+        tracing::info!(target: "nemesis", node = %fault.node, "{what}");
+        self.events.push(FaultEvent {
+            at_ms: now_ms(),
+            node: fault.node.clone(),
+            what,
+        });
+    }
+
     fn play_planned(&mut self, world: &World, resolve: &dyn Fn(&str) -> Option<NodeIndex>, fault: &Planned, now: u64) {
+        let mut played = fault.played(now);
+        self.play_planned_recording(world, resolve, fault, now, &mut played);
+        self.played.push(played);
+    }
+
+    /// Plays a scheduled fault; what it chose (a bridge's sides, a swizzle's orders) goes into
+    /// `played`.
+    fn play_planned_recording(
+        &mut self,
+        world: &World,
+        resolve: &dyn Fn(&str) -> Option<NodeIndex>,
+        fault: &Planned,
+        now: u64,
+        played: &mut ScheduledFault,
+    ) {
         let Some(node) = resolve(&fault.node) else {
-            let what = format!(
-                "{} skipped: no such node now",
-                Injection::of(fault.kind, NodeIndex(0), fault.rate).name()
-            );
-            let what = what.replace("swizzle-clog skipped", "swizzle skipped");
-            tracing::info!(target: "nemesis", node = %fault.node, "{what}");
-            self.events.push(FaultEvent {
-                at_ms: now_ms(),
-                node: fault.node.clone(),
-                what,
-            });
-            return;
+            return self.skip(fault, "no such node now");
         };
         let label = label(world, &fault.node, node);
         let due = fault.heal_after_ms.map(|after| now + after);
-        match fault.kind {
-            FaultKind::Bridge => {
+        // Names as recorded, resolved now, each node once.
+        let resolve_all = |names: &[String], except: Option<NodeIndex>| {
+            let mut nodes: Vec<NodeIndex> = Vec::new();
+            for n in names.iter().filter_map(|name| resolve(name)) {
+                if Some(n) != except && !nodes.contains(&n) {
+                    nodes.push(n);
+                }
+            }
+            nodes
+        };
+        match (fault.kind, &fault.sides, &fault.order) {
+            (FaultKind::PartitionHalves | FaultKind::Bridge, Some([a_names, b_names]), _) => {
+                let bridge = (fault.kind == FaultKind::Bridge).then_some(node);
+                let (a, b) = (resolve_all(a_names, bridge), resolve_all(b_names, bridge));
+                if a.is_empty() || b.is_empty() || a.iter().any(|n| b.contains(n)) {
+                    return self.skip(fault, "its sides do not resolve to two groups of nodes now");
+                }
+                let (a_label, b_label) = (a_names.join(","), b_names.join(","));
+                match bridge {
+                    Some(x) => {
+                        let label = format!("{a_label}|{label}|{b_label}");
+                        self.start(world, Injection::Bridge(a, x, b), label, due, false, now);
+                    }
+                    None => {
+                        let label = format!("{a_label}|{b_label}");
+                        self.start(world, Injection::Split(a, b), label, due, false, now);
+                    }
+                }
+            }
+            (FaultKind::PartitionHalves, None, _) => self.skip(fault, "no sides"),
+            (FaultKind::Bridge, None, _) => {
                 // The others alternate between the sides, in node order.
                 let others = self.servers(resolve, node);
                 let (a, b): (Vec<_>, Vec<_>) = others.iter().enumerate().partition(|(i, _)| i % 2 == 0);
                 let side = |v: Vec<(usize, &NodeIndex)>| v.into_iter().map(|(_, &n)| n).collect::<Vec<_>>();
                 let (a, b) = (side(a), side(b));
+                played.sides = Some([world_names(world, &a), world_names(world, &b)]);
                 let label = format!("{}|{label}|{}", names(world, &a), names(world, &b));
                 self.start(world, Injection::Bridge(a, node, b), label, due, false, now);
             }
-            FaultKind::SwizzleClog => {
+            (FaultKind::SwizzleClog, _, Some((order_names, unclog_names))) => {
+                let (order, unclog) = (resolve_all(order_names, None), resolve_all(unclog_names, None));
+                let (mut sorted_order, mut sorted_unclog) = (order.clone(), unclog.clone());
+                sorted_order.sort();
+                sorted_unclog.sort();
+                if order.len() < 2 || sorted_order != sorted_unclog {
+                    return self.skip(fault, "its nodes do not resolve to two nodes or more now");
+                }
+                let label = order_names.join(",");
+                self.start(world, Injection::Swizzle(order, unclog), label, due, false, now);
+            }
+            (FaultKind::SwizzleClog, _, None) => {
                 // The named node first, then the other brokers in node order.
                 let brokers: Vec<NodeIndex> = self
                     .servers(resolve, node)
@@ -683,9 +799,13 @@ impl Nemesis {
                     .collect();
                 let order: Vec<NodeIndex> = std::iter::once(node).chain(brokers).collect();
                 let unclog = unclog_order(&order, &mut self.plan_rng);
+                // As names: the named node by its scenario name, so the order starts with `node`.
+                let name = |n: NodeIndex| if n == node { fault.node.clone() } else { world.name(n) };
+                played.order = Some(order.iter().map(|&n| name(n)).collect());
+                played.unclog = Some(unclog.iter().map(|&n| name(n)).collect());
                 self.start(world, Injection::Swizzle(order, unclog), label, due, false, now);
             }
-            kind => {
+            (kind, _, _) => {
                 let injection = Injection::of(kind, node, fault.rate);
                 self.start(world, injection, label, due, false, now);
             }
@@ -731,6 +851,18 @@ impl Nemesis {
         let nodes = |side: &[(String, NodeIndex)]| side.iter().map(|&(_, n)| n).collect::<Vec<_>>();
         let side_names =
             |side: &[(String, NodeIndex)]| side.iter().map(|(s, _)| s.as_str()).collect::<Vec<_>>().join(",");
+        let side_list = |side: &[(String, NodeIndex)]| side.iter().map(|(s, _)| s.clone()).collect::<Vec<_>>();
+        // The draw as a schedule entry (`gregor-sim shrink` replays it without the profile).
+        let mut played = ScheduledFault {
+            at_s: ms_to_secs(now),
+            fault: FaultKind::Crash,
+            node: String::new(),
+            heal_after_s: Some(ms_to_secs(fault_ms)),
+            rate: None,
+            sides: None,
+            order: None,
+            unclog: None,
+        };
         let (injection, label) = match kind {
             RandomFault::Node(kind) => {
                 let free: Vec<&(String, NodeIndex)> = candidates.iter().filter(|(_, n)| !held.contains(n)).collect();
@@ -738,6 +870,9 @@ impl Nemesis {
                     return;
                 }
                 let (name, node) = free[(target_draw % free.len() as u64) as usize];
+                played.fault = kind;
+                played.node = name.clone();
+                played.rate = kind.has_rate().then_some(self.profile.frame_rate);
                 (
                     Injection::of(kind, *node, self.profile.frame_rate),
                     label(world, name, *node),
@@ -750,6 +885,9 @@ impl Nemesis {
                 shuffle(&mut candidates, &mut rng);
                 let (a, b) = candidates.split_at(candidates.len() / 2);
                 let label = format!("{}|{}", side_names(a), side_names(b));
+                played.fault = FaultKind::PartitionHalves;
+                played.node = a[0].0.clone();
+                played.sides = Some([side_list(a), side_list(b)]);
                 (Injection::Split(nodes(a), nodes(b)), label)
             }
             RandomFault::Bridge => {
@@ -760,6 +898,9 @@ impl Nemesis {
                 let (bridge, rest) = candidates.split_first().expect("three candidates or more");
                 let (a, b) = rest.split_at(rest.len() / 2);
                 let label = format!("{}|{}|{}", side_names(a), bridge.0, side_names(b));
+                played.fault = FaultKind::Bridge;
+                played.node = bridge.0.clone();
+                played.sides = Some([side_list(a), side_list(b)]);
                 (Injection::Bridge(nodes(a), bridge.1, nodes(b)), label)
             }
             RandomFault::Swizzle => {
@@ -772,9 +913,15 @@ impl Nemesis {
                 let count = 2 + (rng.next_u64() % (free.len() as u64 - 1)) as usize;
                 let order = nodes(&free[..count]);
                 let unclog = unclog_order(&order, &mut rng);
+                let name = |n: &NodeIndex| free.iter().find(|(_, m)| m == n).map(|(s, _)| s.clone());
+                played.fault = FaultKind::SwizzleClog;
+                played.node = free[0].0.clone();
+                played.order = Some(side_list(&free[..count]));
+                played.unclog = Some(unclog.iter().filter_map(name).collect());
                 (Injection::Swizzle(order, unclog), side_names(&free[..count]))
             }
         };
+        self.played.push(played);
         self.start(world, injection, label, Some(now + fault_ms), true, now);
     }
 

@@ -36,7 +36,7 @@ use crate::checker::{self, Report};
 use crate::history::{Assignment, Commit, FinalRead, History, Poll, Processed, Send, SendOutcome, Value};
 use crate::nemesis::{FaultEvent, Nemesis};
 use crate::runtime::SimRuntime;
-use crate::scenario::{CommitPolicy, Scenario, SendMode};
+use crate::scenario::{CommitPolicy, Scenario, ScheduledFault, SendMode};
 use crate::world::{node_ip, run_seed_with, NodeIndex, World, WorldConfig};
 
 pub mod cluster;
@@ -61,6 +61,9 @@ pub struct RunResult {
     pub simulated_ms: u64,
     pub wall_ms: u64,
     pub faults: Vec<FaultEvent>,
+    /// The faults the nemesis played, as an explicit schedule (`Nemesis::played`): what
+    /// `gregor-sim shrink` replays and cuts down.
+    pub played: Vec<ScheduledFault>,
     /// What the workload did (for replay output and timelines).
     pub history: History,
     /// The run itself failed (a panic, the time limit): counts as a failure.
@@ -70,6 +73,7 @@ pub struct RunResult {
 struct Simulated {
     history: History,
     faults: Vec<FaultEvent>,
+    played: Vec<ScheduledFault>,
     simulated_ms: u64,
 }
 
@@ -108,6 +112,7 @@ pub fn run_scenario(scenario: &Scenario, options: &RunOptions) -> RunResult {
             simulated_ms: sim.simulated_ms,
             wall_ms,
             faults: sim.faults,
+            played: sim.played,
             error: None,
         },
         Err(why) => RunResult {
@@ -118,6 +123,7 @@ pub fn run_scenario(scenario: &Scenario, options: &RunOptions) -> RunResult {
             simulated_ms: 0,
             wall_ms,
             faults: Vec::new(),
+            played: Vec::new(),
             history: History::default(),
             error: Some(why),
         },
@@ -657,6 +663,7 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
     nemesis.play(&world, &resolve).await;
     nemesis.heal(&world);
     let faults = nemesis.events().to_vec();
+    let played = nemesis.played().to_vec();
 
     let drain = Duration::from_millis(w.consume_until_ms).saturating_sub(Duration::from_millis(monotonic_ms()));
     madsim::time::sleep(drain + Duration::from_millis(500)).await;
@@ -696,6 +703,7 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
     Simulated {
         history,
         faults,
+        played,
         simulated_ms: monotonic_ms(),
     }
 }

@@ -9,6 +9,7 @@
 //! ```toml
 //! description = "acks=all with min ISR 2 keeps every acknowledged write through a leader crash"
 //! rule = "1 acknowledgement"   # optional: the no-loss rule it shows (the README's rules table)
+//! seed = 17               # optional: pins the scenario to this seed (a shrunk failing case)
 //! duration_s = 60          # workload and faults
 //! heal_s = 20              # faults healed, consumers drain, then the final read
 //!
@@ -62,7 +63,7 @@
 //! processing_ms = 0        # per record; with commit = "auto" processing runs behind polling
 //!
 //! [faults]
-//! profile = "none"         # or crashes | partitions | disk | mixed | network (`crate::nemesis::PROFILES`)
+//! profile = "none"         # or crashes | crash-storm | partitions | disk | mixed | network
 //! [[faults.schedule]]
 //! at_s = 20
 //! fault = "crash"          # crash | kill | disk-lost | pause | isolate | disk-full | sync-fail | clock-skew
@@ -71,6 +72,9 @@
 //!                          # (bridge: the node in the middle; swizzle-clog: the first node clogged)
 //! heal_after_s = 5         # the opposite fault (restart, resume, repair, ...) after this long
 //! rate = 0.05              # duplicate-frames, corrupt-frames only: share of the node's frames hit
+//! # Recorded random faults (what `gregor-sim shrink` writes), by node name:
+//! # fault = "partition-halves" with sides = [["broker-0"], ["broker-1", "coordinator-0"]];
+//! # fault = "bridge" with sides = [...]; fault = "swizzle-clog" with order = [...], unclog = [...]
 //!
 //! [expect]
 //! outcome = "no-anomalies" # or "anomaly", with:
@@ -80,11 +84,11 @@
 
 use std::path::Path;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 /// A scenario as written, validated.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Scenario {
     #[serde(skip)]
@@ -94,6 +98,10 @@ pub struct Scenario {
     /// e.g. "1 acknowledgement". Optional.
     #[serde(default)]
     pub rule: Option<String>,
+    /// Pins the scenario to this one seed: `run` and `check-determinism` run only it and
+    /// `replay` defaults to it (a shrunk failing case, `gregor-sim shrink`). Optional.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
     #[serde(default = "defaults::duration_s")]
     pub duration_s: u64,
     #[serde(default = "defaults::heal_s")]
@@ -186,7 +194,7 @@ mod defaults {
     }
 }
 
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Cluster {
     #[serde(default = "defaults::one")]
@@ -205,7 +213,7 @@ impl Default for Cluster {
 }
 
 /// Broker settings (Kafka names), the same for every broker of the cluster.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Broker {
     /// A follower that has not caught up with the leader's log end for this long leaves the ISR.
@@ -268,7 +276,7 @@ impl Default for Broker {
 /// would never shrink, which a scenario should say by its topology instead.
 pub const REPLICA_LAG_TIME_MS_MAX: u64 = 600_000;
 
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Topic {
     #[serde(default = "defaults::group")]
@@ -295,14 +303,14 @@ pub struct Topic {
     pub unclean_leader_election: bool,
 }
 
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum SendMode {
     Sync,
     Async,
 }
 
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Producer {
     #[serde(default = "defaults::one")]
@@ -351,7 +359,7 @@ impl Producer {
     }
 }
 
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum CommitPolicy {
     /// Manual commit after the records are processed: at-least-once.
@@ -364,7 +372,7 @@ pub enum CommitPolicy {
     None,
 }
 
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Consumer {
     #[serde(default = "defaults::one")]
@@ -435,7 +443,7 @@ impl Consumer {
     }
 }
 
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum FaultKind {
     /// Power loss: the node dies and its disk drops or tears unsynced writes. Opposite: restart.
@@ -468,6 +476,9 @@ pub enum FaultKind {
     /// clogged one at a time, then unclogged one at a time in another order. Opposite: the
     /// unclogging.
     SwizzleClog,
+    /// The brokers and coordinators cut into the two `sides` the fault names (a random profile's
+    /// `partition-halves`, recorded). Opposite: repair.
+    PartitionHalves,
 }
 
 impl FaultKind {
@@ -477,7 +488,7 @@ impl FaultKind {
     }
 }
 
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ScheduledFault {
     pub at_s: f64,
@@ -490,12 +501,22 @@ pub struct ScheduledFault {
     /// (default [`FRAME_FAULT_RATE_DEFAULT`]).
     #[serde(default)]
     pub rate: Option<f64>,
+    /// `partition-halves` and `bridge`: the two sides by node name, as a random profile drew
+    /// them (a bridge without `sides` splits the other servers itself). Written by `shrink`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sides: Option<[Vec<String>; 2]>,
+    /// `swizzle-clog`: the nodes clogged, in this order (`node` first), and the order they are
+    /// unclogged in; without them the nemesis picks both. Written by `shrink`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unclog: Option<Vec<String>>,
 }
 
 /// The share of frames a frame fault hits when the scenario gives no `rate`.
 pub const FRAME_FAULT_RATE_DEFAULT: f64 = 0.05;
 
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Faults {
     #[serde(default)]
@@ -504,14 +525,14 @@ pub struct Faults {
     pub schedule: Vec<Spanned<ScheduledFault>>,
 }
 
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum Outcome {
     NoAnomalies,
     Anomaly,
 }
 
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Expect {
     pub outcome: Outcome,
@@ -519,6 +540,60 @@ pub struct Expect {
     pub anomaly: Option<String>,
     #[serde(default = "defaults::min_share")]
     pub min_share: f64,
+}
+
+/// What is wrong with a scheduled fault's recorded nodes (`sides`, `order`, `unclog`), if anything:
+/// the key and why. `ok_node` says whether a name names a node of the cluster.
+fn recorded_nodes_error(f: &ScheduledFault, ok_node: &dyn Fn(&str) -> bool) -> Result<(), (&'static str, String)> {
+    let unknown = |names: &[String]| names.iter().find(|n| !ok_node(n)).cloned();
+    match (&f.sides, f.fault) {
+        (None, FaultKind::PartitionHalves) => {
+            return Err(("faults.schedule.sides", "partition-halves needs its two sides".into()))
+        }
+        (Some(_), kind) if !matches!(kind, FaultKind::PartitionHalves | FaultKind::Bridge) => {
+            return Err((
+                "faults.schedule.sides",
+                "only partition-halves and bridge take sides".into(),
+            ))
+        }
+        (Some(sides), _) => {
+            if sides.iter().any(|side| side.is_empty()) {
+                return Err(("faults.schedule.sides", "a side is empty".into()));
+            }
+            if let Some(bad) = sides.iter().find_map(|side| unknown(side)) {
+                return Err((
+                    "faults.schedule.sides",
+                    format!("{bad:?} names no node of this cluster"),
+                ));
+            }
+        }
+        (None, _) => {}
+    }
+    match (&f.order, &f.unclog) {
+        (None, None) => Ok(()),
+        (Some(order), Some(unclog)) if f.fault == FaultKind::SwizzleClog => {
+            let (mut a, mut b) = (order.clone(), unclog.clone());
+            a.sort();
+            b.sort();
+            if order.len() < 2 || order.first() != Some(&f.node) || a != b {
+                return Err((
+                    "faults.schedule.order",
+                    "order must start with node, name two nodes or more, and unclog the same nodes".into(),
+                ));
+            }
+            match unknown(order) {
+                Some(bad) => Err((
+                    "faults.schedule.order",
+                    format!("{bad:?} names no node of this cluster"),
+                )),
+                None => Ok(()),
+            }
+        }
+        _ => Err((
+            "faults.schedule.order",
+            "order and unclog come together, on swizzle-clog only".into(),
+        )),
+    }
 }
 
 /// A scenario that could not be used; the message names the file, line and key.
@@ -739,26 +814,30 @@ impl Scenario {
         }
         for fault in &scenario.faults.schedule {
             let f = fault.get_ref();
-            let nth_below = |prefix: &str, count: u32| {
-                f.node
-                    .strip_prefix(prefix)
+            let nth_below = |node: &str, prefix: &str, count: u32| {
+                node.strip_prefix(prefix)
                     .and_then(|n| n.parse::<u32>().ok())
                     .is_some_and(|n| n < count)
             };
             let consumers = scenario.consumer.as_ref().map_or(0, |c| c.count);
-            let ok_node = f.node == "leader"
-                || (f.node == "follower" && c.brokers > 1)
-                || f.node == "controller"
-                || nth_below("broker-", c.brokers)
-                || nth_below("coordinator-", c.coordinators)
-                || nth_below("producer-", scenario.producer.count)
-                || nth_below("consumer-", consumers);
-            if !ok_node {
+            let ok_node = |node: &str| {
+                node == "leader"
+                    || (node == "follower" && c.brokers > 1)
+                    || node == "controller"
+                    || nth_below(node, "broker-", c.brokers)
+                    || nth_below(node, "coordinator-", c.coordinators)
+                    || nth_below(node, "producer-", scenario.producer.count)
+                    || nth_below(node, "consumer-", consumers)
+            };
+            if !ok_node(&f.node) {
                 return bad(
                     at(fault.span()),
                     "faults.schedule.node",
                     format!("{:?} names no node of this cluster", f.node),
                 );
+            }
+            if let Err((key, why)) = recorded_nodes_error(f, &ok_node) {
+                return bad(at(fault.span()), key, why);
             }
             match f.rate {
                 Some(_) if !f.fault.has_rate() => {

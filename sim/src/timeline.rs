@@ -235,6 +235,7 @@ mod tests {
             trace_hash: 0,
             simulated_ms: 10_000,
             wall_ms: 1,
+            played: Vec::new(),
             faults: vec![
                 FaultEvent {
                     at_ms: 2_000,

@@ -6,6 +6,9 @@
 //! gregor-sim run scenarios/*.toml --seeds 0..100 --jobs 2
 //! gregor-sim replay scenarios/acks_all_leader_crash.toml --seed 17 --filter nemesis=info,gregor_core=debug
 //! gregor-sim check-determinism scenarios/*.toml --seeds 0..10
+//! gregor-sim shrink scenarios/storm/acks1_crash_storm_loses_acknowledged.toml --seed 3 --out shrunk.toml
+//! gregor-sim campaign --budget 10m --jobs 2 --corpus corpus.toml
+//! gregor-sim replay --from-corpus corpus.toml --index 0
 //! ```
 //!
 //! Exit status: 0 when every verdict passes, 1 when one fails (or a determinism check finds a
@@ -23,6 +26,11 @@ use gregor_sim::cli::verdict::{markdown_table, seed_status, summarize, table, Ru
 use gregor_sim::cli::{differences, replay_line, RunOptions, RunResult, Runner};
 use gregor_sim::scenario::Scenario;
 use indicatif::{ProgressBar, ProgressStyle};
+
+#[path = "gregor-sim/campaign.rs"]
+mod campaign;
+#[path = "gregor-sim/shrinking.rs"]
+mod shrinking;
 
 /// Runs Gregor clusters in a deterministic simulation, with faults, and checks what clients saw.
 #[derive(Parser, Debug)]
@@ -52,10 +60,13 @@ enum Command {
     },
     /// Runs one seed of one scenario, printing its trace, fault timeline and checker summary.
     Replay {
-        /// The scenario file.
-        scenario: PathBuf,
+        /// The scenario file (or --from-corpus).
+        scenario: Option<PathBuf>,
+        /// The seed (default: the one the scenario pins, or the corpus entry's).
         #[arg(long)]
-        seed: u64,
+        seed: Option<u64>,
+        #[command(flatten)]
+        from: shrinking::FromCorpus,
         /// Which trace events to print, in RUST_LOG syntax (e.g. `nemesis=info,gregor_core=debug`).
         #[arg(long)]
         filter: Option<String>,
@@ -78,6 +89,13 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         rate_per_ms: u64,
     },
+    /// Shrinks a failing seed: replays the faults it played as an explicit schedule, cuts faults,
+    /// duration, clients, rate and nodes while it still fails the same way, and writes the
+    /// smallest case as a scenario pinned to the seed.
+    Shrink(shrinking::ShrinkArgs),
+    /// Runs the safe scenarios with fresh seeds until the budget is spent; failing seeds go to a
+    /// corpus file that `replay` and `shrink` read.
+    Campaign(campaign::CampaignArgs),
     /// Runs every seed twice and fails if the two runs' trace hashes or reports differ.
     CheckDeterminism {
         #[arg(required = true)]
@@ -106,9 +124,12 @@ fn main() -> ExitCode {
         Command::Replay {
             scenario,
             seed,
+            from,
             filter,
             timeline,
-        } => replay(&scenario, seed, filter, timeline),
+        } => shrinking::target(scenario, seed, &from).and_then(|(path, seed)| replay(&path, seed, filter, timeline)),
+        Command::Shrink(args) => shrinking::run(args),
+        Command::Campaign(args) => campaign::run(args),
         Command::CheckDeterminism { scenarios, seeds, jobs } => check_determinism(&scenarios, &seeds, jobs),
         Command::BenchProducer {
             seeds,
@@ -249,7 +270,11 @@ fn all_jobs(scenarios: &[Scenario], seeds: &Seeds, times: usize) -> Vec<Job> {
             seeds
                 .0
                 .iter()
-                .flat_map(move |&seed| std::iter::repeat_n(Job { scenario, seed }, times))
+                .copied()
+                // A scenario that pins its seed (a shrunk case) runs that seed only.
+                .filter(move |&seed| scenarios[scenario].seed.is_none_or(|pinned| pinned == seed))
+                .chain(scenarios[scenario].seed.filter(|p| !seeds.0.contains(p)))
+                .flat_map(move |seed| std::iter::repeat_n(Job { scenario, seed }, times))
         })
         .collect()
 }

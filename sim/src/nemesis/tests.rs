@@ -210,6 +210,45 @@ fn random_run(profile: &str, seed: u64) -> Vec<FaultEvent> {
     })
 }
 
+/// Plays `s` (3 brokers, 3 coordinators) with `seed`: the events and the played schedule.
+fn played_run(s: Scenario, seed: u64) -> (Vec<FaultEvent>, Vec<ScheduledFault>) {
+    run_seed(seed, move |world| async move {
+        add_nodes(&world, 3, 3);
+        let mut nemesis = Nemesis::new(&s, seed);
+        nemesis.play(&world, &resolver(3)).await;
+        let played = nemesis.played().to_vec();
+        (nemesis.into_events(), played)
+    })
+}
+
+#[test]
+fn a_random_run_played_back_as_its_recorded_schedule_applies_the_same_faults() {
+    for (profile, seed) in [("mixed", 1), ("network", 2), ("crash-storm", 3), ("partitions", 4)] {
+        let (events, played) = played_run(scenario(3, 3, 120, &format!("[faults]\nprofile = \"{profile}\"")), seed);
+        // The schedule as a scenario file would hold it, parsed back (and validated) from text.
+        let mut faults = toml::Table::new();
+        faults.insert("schedule".into(), toml::Value::try_from(&played).expect("serializes"));
+        let mut table = toml::Table::new();
+        table.insert("faults".into(), toml::Value::Table(faults));
+        let text = toml::to_string(&table).expect("serializes");
+        let explicit = scenario(3, 3, 120, &text);
+        assert_eq!(explicit.faults.schedule.len(), played.len());
+        let (replayed, replayed_played) = played_run(explicit, seed);
+        println!(
+            "{profile} seed {seed}: {} faults played, {} events, replayed {} events",
+            played.len(),
+            events.len(),
+            replayed.len()
+        );
+        assert!(played.len() >= 5, "{profile}: {played:?}");
+        assert_eq!(replayed, events, "{profile}: the same faults, nodes and times");
+        assert_eq!(
+            replayed_played, played,
+            "{profile}: the replay records itself the same way"
+        );
+    }
+}
+
 #[test]
 fn a_random_profile_draws_the_same_faults_for_the_same_seed_only() {
     let a = random_run("mixed", 1);
