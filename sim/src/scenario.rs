@@ -1069,6 +1069,38 @@ outcome = "no-anomalies"
     }
 
     #[test]
+    fn recorded_faults_take_sides_and_orders_and_bad_ones_are_refused() {
+        let halves = GOOD.replace(
+            "fault = \"crash\"\nnode = \"leader\"",
+            "fault = \"partition-halves\"\nnode = \"broker-0\"\nsides = [[\"broker-0\"], [\"broker-1\", \"broker-2\"]]",
+        );
+        let s = Scenario::parse(&format!("seed = 7\n{halves}"), "h.toml", "h").expect("parses");
+        assert_eq!(s.seed, Some(7));
+        let f = s.faults.schedule[0].get_ref();
+        assert_eq!(f.fault, FaultKind::PartitionHalves);
+        assert_eq!(f.sides.as_ref().map(|[a, b]| (a.len(), b.len())), Some((1, 2)));
+        let e = error(&halves.replace("\"broker-2\"]]", "\"broker-9\"]]"));
+        assert!(
+            e.contains("bad.toml:15:") && e.contains("faults.schedule.sides") && e.contains("broker-9"),
+            "{e}"
+        );
+        let e = error(&halves.replace("sides = [[\"broker-0\"], [\"broker-1\", \"broker-2\"]]", ""));
+        assert!(e.contains("faults.schedule.sides") && e.contains("needs"), "{e}");
+        let swizzle = GOOD.replace(
+            "fault = \"crash\"\nnode = \"leader\"",
+            "fault = \"swizzle-clog\"\nnode = \"broker-1\"\norder = [\"broker-1\", \"broker-0\"]\nunclog = [\"broker-0\", \"broker-1\"]",
+        );
+        Scenario::parse(&swizzle, "s.toml", "s").expect("a recorded swizzle parses");
+        let e = error(&swizzle.replace(
+            "unclog = [\"broker-0\", \"broker-1\"]",
+            "unclog = [\"broker-0\", \"broker-2\"]",
+        ));
+        assert!(e.contains("faults.schedule.order"), "{e}");
+        let e = error(&GOOD.replace("node = \"leader\"", "node = \"leader\"\norder = [\"leader\"]"));
+        assert!(e.contains("faults.schedule.order"), "{e}");
+    }
+
+    #[test]
     fn every_shipped_scenario_still_parses() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
         let mut parsed = 0;

@@ -37,7 +37,7 @@ const HEADER: &str = "# gregor-sim campaign corpus: failing seeds, one [[failure
 
 /// Appends `entry` to the corpus at `path` (created if missing).
 pub fn append(path: &Path, entry: &Entry) -> std::io::Result<()> {
-    let new = !path.exists();
+    let new = std::fs::metadata(path).map_or(true, |m| m.len() == 0);
     let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
     let body = toml::to_string(&File {
         failure: vec![entry.clone()],
