@@ -498,6 +498,8 @@ pub struct Nemesis {
     seq: u64,
     events: Vec<FaultEvent>,
     played: Vec<ScheduledFault>,
+    /// `profile_timer_only`: draw at the profile's times, play no random fault.
+    timer_only: bool,
 }
 
 impl Nemesis {
@@ -546,6 +548,7 @@ impl Nemesis {
             seq: 0,
             events: Vec::new(),
             played: Vec::new(),
+            timer_only: scenario.faults.profile_timer_only,
         }
     }
 
@@ -818,7 +821,7 @@ impl Nemesis {
         let target_draw = self.rng.next_u64();
         let fault_ms = self.draw_fault_ms();
         let shuffle_seed = self.rng.next_u64();
-        if self.pending.iter().filter(|p| p.random).count() >= self.profile.concurrent_max {
+        if self.timer_only || self.pending.iter().filter(|p| p.random).count() >= self.profile.concurrent_max {
             return;
         }
         let total: u64 = self.profile.weights.iter().map(|&(_, w)| u64::from(w)).sum();

@@ -64,6 +64,7 @@
 //!
 //! [faults]
 //! profile = "none"         # or crashes | crash-storm | partitions | disk | mixed | network
+//! profile_timer_only = false  # true: wake and draw as the profile would, play only the schedule
 //! [[faults.schedule]]
 //! at_s = 20
 //! fault = "crash"          # crash | kill | disk-lost | pause | isolate | disk-full | sync-fail | clock-skew
@@ -521,6 +522,12 @@ pub const FRAME_FAULT_RATE_DEFAULT: f64 = 0.05;
 pub struct Faults {
     #[serde(default)]
     pub profile: Option<String>,
+    /// The profile's timer only: the nemesis wakes and draws when the profile would, but plays
+    /// no random fault, only the schedule. A recorded run (`gregor-sim shrink`) replayed this
+    /// way wakes the nemesis at the same instants as the original, so madsim schedules every
+    /// task as it did and the run is the same run.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub profile_timer_only: bool,
     #[serde(default)]
     pub schedule: Vec<Spanned<ScheduledFault>>,
 }
@@ -811,6 +818,13 @@ impl Scenario {
                     format!("{profile:?} is not one of {names:?}"),
                 );
             }
+        }
+        if scenario.faults.profile_timer_only && scenario.faults.profile.is_none() {
+            return bad(
+                key_at("faults", "profile_timer_only"),
+                "faults.profile_timer_only",
+                "needs a profile whose timer to keep".into(),
+            );
         }
         for fault in &scenario.faults.schedule {
             let f = fault.get_ref();

@@ -7,9 +7,11 @@
 //!    nothing is [`ShrinkError::DoesNotFail`].
 //! 2. Replace the fault profile by the schedule the nemesis actually played (`RunResult::played`:
 //!    every random draw with its time, node, sides and orders) and pin the seed. The seed keeps
-//!    driving the network, disks and workload; only the faults become explicit. That replay must
-//!    fail the same way, or [`ShrinkError::NotReproduced`]: without a profile the nemesis wakes
-//!    less often, which may steer madsim's scheduler elsewhere.
+//!    driving the network, disks and workload; only the faults become explicit. The profile stays
+//!    as a timer (`profile_timer_only`): the nemesis still wakes and draws when it did, plays only
+//!    the schedule, and madsim's scheduler sees the same wake-ups, so the replay is the same run
+//!    (same trace hash). That replay must fail the same way, or [`ShrinkError::NotReproduced`].
+//!    Once shrunk, dropping the timer is tried last (a plainer file, if it still fails).
 //! 3. Delta debugging (Zeller's ddmin) over the fault list, then smallest failing values of the
 //!    duration, producer count, message rate, consumer count, broker count (down to the replication
 //!    factor) and coordinator count, by parallel bisection; repeated while a round shrinks
@@ -167,6 +169,8 @@ struct Case {
     consumers: Option<u32>,
     brokers: u32,
     coordinators: u32,
+    /// The profile whose timer the nemesis keeps (`profile_timer_only`), if any.
+    timer: Option<String>,
 }
 
 struct Search<'a> {
@@ -211,6 +215,10 @@ impl Search<'_> {
         );
         let schedule = toml::Value::try_from(&case.faults).map_err(|e| e.to_string())?;
         let mut faults = toml::Table::new();
+        if let Some(profile) = &case.timer {
+            faults.insert("profile".into(), toml::Value::String(profile.clone()));
+            faults.insert("profile_timer_only".into(), toml::Value::Boolean(true));
+        }
         faults.insert("schedule".into(), schedule);
         t.insert("faults".into(), toml::Value::Table(faults));
         Ok(format!("{}{}", self.options.header, in_scenario_order(t)?))
@@ -457,6 +465,8 @@ pub fn shrink(
         consumers: scenario.consumer.as_ref().map(|c| c.count),
         brokers: scenario.cluster.brokers,
         coordinators: scenario.cluster.coordinators,
+        // The nemesis keeps waking when the profile would draw, so the replay is the same run.
+        timer: scenario.faults.profile.clone().filter(|p| p != "none"),
     };
     let text = search.render(&case).map_err(ShrinkError::Render)?;
     let recorded_scenario = Scenario::parse(&text, "the recorded schedule", &search.name)
@@ -530,6 +540,20 @@ pub fn shrink(
         }
         if best.0 == start || search.spent() {
             break;
+        }
+    }
+    // Without the profile's timer the file is plainer; keep that if it still fails.
+    if best.0.timer.is_some() {
+        let plain = Case {
+            timer: None,
+            ..best.0.clone()
+        };
+        match search.first_failing(vec![plain]) {
+            Some(found) => {
+                (search.log)("  the profile's timer is not needed: dropped");
+                best = found;
+            }
+            None => (search.log)("  the failure needs the profile's timer (the nemesis's wake-ups): kept"),
         }
     }
     let (scenario_after, toml) = search

@@ -77,6 +77,14 @@ fn a_failing_seed_shrinks_to_a_few_faults_that_still_lose_writes_on_their_own() 
         shrunk.before, shrunk.after, shrunk.candidates
     );
     assert_eq!(shrunk.failure, lost);
+    assert!(
+        shrunk.recorded_same_trace,
+        "the recorded schedule on the profile's timer replays the very same run"
+    );
+    assert_eq!(
+        shrunk.recorded, shrunk.before,
+        "same faults, duration, messages and nodes"
+    );
     assert!(shrunk.candidates <= 40, "the bound holds: {}", shrunk.candidates);
     assert!(shrunk.before.faults >= 5, "a storm: {}", shrunk.before);
     assert!(shrunk.after.faults <= 3, "a few faults are left: {}", shrunk.after);
@@ -85,7 +93,10 @@ fn a_failing_seed_shrinks_to_a_few_faults_that_still_lose_writes_on_their_own() 
     // The file as written: explicit schedule, pinned seed; run on its own it loses writes again.
     let written = Scenario::parse(&shrunk.toml, "shrunk.toml", "shrunk").expect("the written scenario parses");
     assert_eq!(written.seed, Some(seed));
-    assert_eq!(written.faults.profile, None);
+    assert!(
+        written.faults.profile.is_none() || written.faults.profile_timer_only,
+        "no random fault: at most the profile's timer"
+    );
     assert_eq!(written.faults.schedule.len(), shrunk.after.faults);
     let again = run(&written, seed);
     println!("the written scenario, run: {}", again.report.summary());

@@ -250,6 +250,20 @@ fn a_random_run_played_back_as_its_recorded_schedule_applies_the_same_faults() {
 }
 
 #[test]
+fn a_profile_kept_as_a_timer_only_plays_no_random_fault() {
+    let timer = "[faults]\nprofile = \"crash-storm\"\nprofile_timer_only = true";
+    let (events, played) = played_run(scenario(3, 3, 60, timer), 3);
+    let (storm, _) = played_run(scenario(3, 3, 60, "[faults]\nprofile = \"crash-storm\""), 3);
+    println!(
+        "crash-storm seed 3: {} events as a profile, {} as a timer",
+        storm.len(),
+        events.len()
+    );
+    assert!(storm.len() >= 10, "{storm:?}");
+    assert_eq!((events, played), (vec![], vec![]));
+}
+
+#[test]
 fn a_random_profile_draws_the_same_faults_for_the_same_seed_only() {
     let a = random_run("mixed", 1);
     assert!(a.len() >= 10, "120 s of mixed faults: {a:?}");
