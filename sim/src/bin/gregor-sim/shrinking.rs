@@ -85,9 +85,9 @@ pub fn run(args: ShrinkArgs) -> anyhow::Result<ExitCode> {
         wall_ms_max: time_max.as_millis() as u64,
         jobs: super::parallelism(args.jobs),
         header: format!(
-            "# Shrunk by `gregor-sim shrink {} --seed {seed}` at commit {commit}: the faults the\n\
-             # nemesis played, cut down by delta debugging, with the seed pinned. Replay it with\n\
-             # `gregor-sim replay {}`.\n",
+            "# Shrunk by `gregor-sim shrink {} --seed {seed}`\n\
+             # at commit {commit}: the faults the nemesis played, cut down by delta debugging, with\n\
+             # the seed pinned. Replay it with `gregor-sim replay {}`.\n",
             path.display(),
             out.display()
         ),
