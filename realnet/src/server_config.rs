@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{bail, Context};
+use gregor_core::security::scram::{self, ScramCredential};
 use gregor_core::security::{Mechanism, SaslConfig, SaslCredentials, SecurityProtocol};
 
 /// A config file's keys, flattened to dotted names, values as text.
@@ -142,7 +143,8 @@ pub fn listener(listeners: &str, map: Option<&str>) -> anyhow::Result<(String, S
 
 /// The SASL settings of a SASL listener: `sasl.enabled.mechanisms` (default PLAIN),
 /// `sasl.plain.users` (`name:password,name:password`, Kafka's JAAS `user_NAME="password"`;
-/// a password cannot hold a comma), `connection.failed.authentication.delay.ms` (default 100).
+/// a password cannot hold a comma), `sasl.scram.users` (same form; stored salted, see below),
+/// `connection.failed.authentication.delay.ms` (default 100).
 pub fn sasl_config(file: &ServerConfig) -> anyhow::Result<SaslConfig> {
     let mut users = BTreeMap::new();
     for entry in file.text("sasl.plain.users").unwrap_or_default().split(',') {
@@ -166,6 +168,23 @@ pub fn sasl_config(file: &ServerConfig) -> anyhow::Result<SaslConfig> {
     }
     if let Some(ms) = file.number("connection.failed.authentication.delay.ms")? {
         config.failed_authentication_delay_ms = ms;
+    }
+    // SCRAM users from the file: the broker derives salted credentials (a random 16-byte salt,
+    // 4096 iterations, both SHA-256 and SHA-512) at start and keeps only those.
+    for entry in file.text("sasl.scram.users").unwrap_or_default().split(',') {
+        let entry = entry.trim();
+        if entry.is_empty() {
+            continue;
+        }
+        let Some((user, password)) = entry.split_once(':') else {
+            bail!("{}: sasl.scram.users: an entry is not name:password", file.file);
+        };
+        for m in [Mechanism::ScramSha256, Mechanism::ScramSha512] {
+            let mut salt = [0u8; 16];
+            salt.iter_mut().for_each(|b| *b = crate::runtime::entropy_seed() as u8);
+            let credential = ScramCredential::from_password(m, password, &salt, scram::ITERATIONS_MIN);
+            config.set_scram(user.trim(), m, Some(credential));
+        }
     }
     Ok(config)
 }
@@ -201,6 +220,7 @@ pub const BROKER_KEYS: &[&str] = &[
     "listener.security.protocol.map",
     "sasl.enabled.mechanisms",
     "sasl.plain.users",
+    "sasl.scram.users",
     "sasl.inter.broker.username",
     "sasl.inter.broker.password",
     "connection.failed.authentication.delay.ms",
@@ -256,6 +276,9 @@ mod tests {
         )
         .expect("parses");
         let c = sasl_config(&sasl).expect("sasl config");
+        let scram =
+            ServerConfig::parse("\"sasl.scram.users\" = \"carol:pw\"\n", "b.toml", BROKER_KEYS).expect("parses");
+        assert_eq!(sasl_config(&scram).expect("scram").scram_users().len(), 2);
         assert_eq!(c.plain_users.get("alice").map(String::as_str), Some("a:b"));
         assert_eq!(c.plain_users.get("bob").map(String::as_str), Some("pw"));
         let bad =

@@ -119,8 +119,9 @@ fn start_sasl_cluster() -> SaslCluster {
             "\"broker.id\" = 0\n\
              \"listeners\" = \"CLIENT://127.0.0.1:{port}\"\n\
              \"listener.security.protocol.map\" = \"CLIENT:SASL_PLAINTEXT\"\n\
-             \"sasl.enabled.mechanisms\" = \"PLAIN\"\n\
+             \"sasl.enabled.mechanisms\" = \"PLAIN,SCRAM-SHA-256,SCRAM-SHA-512\"\n\
              \"sasl.plain.users\" = \"alice:{PASSWORD},admin:admin-secret\"\n\
+             \"sasl.scram.users\" = \"alice:{PASSWORD}\"\n\
              \"sasl.inter.broker.username\" = \"admin\"\n\
              \"sasl.inter.broker.password\" = \"admin-secret\"\n\
              \"zookeeper.connect\" = \"127.0.0.1:{coord_port}\"\n\
@@ -284,4 +285,39 @@ fn confluent_kafka_produces_and_consumes_as_a_plain_user_and_a_wrong_password_is
     let out = confluent(&python, &c, "PLAIN", "not-the-password", "refused");
     assert!(out.starts_with("refused: "), "{out}");
     print!("{out}");
+}
+
+#[test]
+fn confluent_kafka_produces_and_consumes_with_scram_sha_256_and_a_wrong_password_is_refused() {
+    let Some(python) = python_with_confluent() else {
+        return;
+    };
+    let c = start_sasl_cluster();
+    let out = confluent(&python, &c, "SCRAM-SHA-256", PASSWORD, "ok");
+    assert!(out.contains("compared 200 messages"), "{out}");
+    print!("{out}");
+    let out = confluent(&python, &c, "SCRAM-SHA-256", "not-the-password", "refused");
+    assert!(out.starts_with("refused: "), "{out}");
+    print!("{out}");
+    // The gregor CLI speaks SCRAM-SHA-512 to the same broker.
+    let (ok, out, err) = gregor(
+        &[
+            "topics",
+            "--bootstrap-server",
+            &c.bootstrap,
+            "--sasl-mechanism",
+            "SCRAM-SHA-512",
+            "--sasl-user",
+            "alice",
+            "--sasl-password",
+            PASSWORD,
+            "list",
+        ],
+        "",
+    );
+    assert!(
+        ok && out.contains("sasl-topic"),
+        "gregor topics list over SCRAM-SHA-512: {out}{err}"
+    );
+    println!("gregor CLI over SCRAM-SHA-512 lists {}", out.trim());
 }

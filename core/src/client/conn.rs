@@ -119,7 +119,8 @@ impl<R: Runtime> KafkaConn<R> {
         if resp.error_code != 0 {
             return Err(broker_error(resp.error_code));
         }
-        let mut client = SaslClient::new(creds.clone());
+        let nonce = format!("{:016x}{:016x}", self.rt.random_u64(), self.rt.random_u64());
+        let mut client = SaslClient::new(creds.clone(), nonce);
         let mut token = client.first();
         // A mechanism takes a few round trips (SCRAM two); more is a server leading us on.
         for _ in 0..SASL_ROUND_TRIPS_MAX {

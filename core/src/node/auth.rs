@@ -61,7 +61,7 @@ pub(super) async fn gate<R: Runtime>(
                     "SaslAuthenticate on a listener without SASL".into(),
                 ));
             };
-            Some(match ctx.sasl.authenticate(sasl, &req.auth_bytes) {
+            Some(match ctx.sasl.authenticate(sasl, &req.auth_bytes, &nonce(rt)) {
                 Err(error) => Outcome::ReplyThenClose(
                     answer(error, None, Vec::new()),
                     "SaslAuthenticate before SaslHandshake".into(),
@@ -98,7 +98,7 @@ pub(super) async fn bare_token<R: Runtime>(
     let Some(sasl) = config.sasl.as_deref() else {
         return Outcome::Close("SASL token on a listener without SASL".into());
     };
-    match ctx.sasl.authenticate(sasl, frame) {
+    match ctx.sasl.authenticate(sasl, frame, &nonce(rt)) {
         Err(error) => Outcome::Close(format!("SASL token out of order: {error:?}")),
         Ok(AuthStep::Continue(token)) => Outcome::Reply(Bytes::from(token)),
         Ok(AuthStep::Done { token, principal }) => {
@@ -111,6 +111,11 @@ pub(super) async fn bare_token<R: Runtime>(
             Outcome::Close(reason)
         }
     }
+}
+
+/// A fresh SCRAM server nonce: 128 random bits from the runtime, in hex.
+fn nonce<R: Runtime>(rt: &R) -> String {
+    format!("{:016x}{:016x}", rt.random_u64(), rt.random_u64())
 }
 
 /// Logs a failed login (reason and user name only) and waits out its rate-limit delay.

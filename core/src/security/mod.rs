@@ -6,6 +6,7 @@
 
 pub mod sasl;
 pub mod sasl_client;
+pub mod scram;
 
 use std::fmt;
 

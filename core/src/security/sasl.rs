@@ -18,6 +18,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt;
 
+use super::scram::{self, ScramCredential, ServerFirst};
 use super::Principal;
 
 /// Kafka's `security.protocol` of a listener.
@@ -62,10 +63,12 @@ impl SecurityProtocol {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Mechanism {
     Plain,
+    ScramSha256,
+    ScramSha512,
 }
 
 impl Mechanism {
-    pub const ALL: [Mechanism; 1] = [Mechanism::Plain];
+    pub const ALL: [Mechanism; 3] = [Mechanism::Plain, Mechanism::ScramSha256, Mechanism::ScramSha512];
 
     pub fn parse(name: &str) -> Option<Mechanism> {
         Mechanism::ALL.into_iter().find(|m| m.name() == name.trim())
@@ -74,6 +77,8 @@ impl Mechanism {
     pub fn name(self) -> &'static str {
         match self {
             Mechanism::Plain => "PLAIN",
+            Mechanism::ScramSha256 => "SCRAM-SHA-256",
+            Mechanism::ScramSha512 => "SCRAM-SHA-512",
         }
     }
 }
@@ -105,6 +110,9 @@ pub struct SaslConfig {
     pub failed_authentication_delay_ms: u64,
     /// Consecutive failures per user name (the rate limiter's memory).
     failures: RefCell<BTreeMap<String, u32>>,
+    /// SCRAM credentials by (user, mechanism): derived keys only, never passwords. Replaced as
+    /// the credential source changes ([`SaslConfig::set_scram`]).
+    scram: RefCell<BTreeMap<(String, Mechanism), ScramCredential>>,
 }
 
 impl SaslConfig {
@@ -114,7 +122,28 @@ impl SaslConfig {
             plain_users: users,
             failed_authentication_delay_ms: 100,
             failures: RefCell::default(),
+            scram: RefCell::default(),
         }
+    }
+
+    /// Sets (`Some`) or removes (`None`) `user`'s SCRAM credential for `mechanism`; new logins
+    /// use it at once, established sessions are not affected (as in Kafka).
+    pub fn set_scram(&self, user: &str, mechanism: Mechanism, credential: Option<ScramCredential>) {
+        let key = (user.to_string(), mechanism);
+        let mut scram = self.scram.borrow_mut();
+        match credential {
+            Some(c) => scram.insert(key, c),
+            None => scram.remove(&key),
+        };
+    }
+
+    /// The SCRAM users and their mechanisms and iteration counts (what DescribeUserScramCredentials lists).
+    pub fn scram_users(&self) -> Vec<(String, Mechanism, u32)> {
+        self.scram
+            .borrow()
+            .iter()
+            .map(|((u, m), c)| (u.clone(), *m, c.iterations))
+            .collect()
     }
 
     /// Records a failed login of `user` and returns how long to wait before answering it.
@@ -152,6 +181,12 @@ pub enum SaslState {
     /// Handshake done: the next token (in SaslAuthenticate, or a bare frame when `legacy`,
     /// after a v0 handshake) is the mechanism's first.
     Handshaken { mechanism: Mechanism, legacy: bool },
+    /// SCRAM: the server's first message is sent; the client's final one is next.
+    ScramFirstSent {
+        mechanism: Mechanism,
+        legacy: bool,
+        first: ServerFirst,
+    },
     /// Authenticated: every request is served.
     Authenticated,
 }
@@ -192,7 +227,10 @@ impl SaslState {
 
     /// Whether the next frame is a bare SASL token (after a v0 handshake), not a Kafka request.
     pub fn expects_bare_token(&self) -> bool {
-        matches!(self, SaslState::Handshaken { legacy: true, .. })
+        matches!(
+            self,
+            SaslState::Handshaken { legacy: true, .. } | SaslState::ScramFirstSent { legacy: true, .. }
+        )
     }
 
     /// SaslHandshake at `version` asking for `mechanism`: the error code to answer (0 when the
@@ -214,19 +252,60 @@ impl SaslState {
         }
     }
 
-    /// One client token. `Err` is a token out of order (ILLEGAL_SASL_STATE): close.
-    pub fn authenticate(&mut self, config: &SaslConfig, token: &[u8]) -> Result<AuthStep, crate::ErrorCode> {
-        let SaslState::Handshaken { mechanism, .. } = *self else {
+    /// One client token; `server_nonce` (printable ASCII, no commas, fresh per connection) is
+    /// used by SCRAM. `Err` is a token out of order (ILLEGAL_SASL_STATE): close.
+    pub fn authenticate(
+        &mut self,
+        config: &SaslConfig,
+        token: &[u8],
+        server_nonce: &str,
+    ) -> Result<AuthStep, crate::ErrorCode> {
+        if !matches!(self, SaslState::Handshaken { .. } | SaslState::ScramFirstSent { .. }) {
             return Err(crate::ErrorCode::IllegalSaslState);
-        };
+        }
         if token.len() > TOKEN_BYTES_MAX {
+            *self = SaslState::AwaitingHandshake;
             return Ok(AuthStep::Failed {
                 reason: format!("SASL token of {} bytes (max {TOKEN_BYTES_MAX})", token.len()),
                 user: None,
             });
         }
-        let step = match mechanism {
-            Mechanism::Plain => plain(config, token),
+        let step = match std::mem::replace(self, SaslState::AwaitingHandshake) {
+            SaslState::Handshaken {
+                mechanism: Mechanism::Plain,
+                ..
+            } => plain(config, token),
+            SaslState::Handshaken { mechanism, legacy } => match scram_first(config, mechanism, token, server_nonce) {
+                Ok((first, reply)) => {
+                    *self = SaslState::ScramFirstSent {
+                        mechanism,
+                        legacy,
+                        first,
+                    };
+                    AuthStep::Continue(reply)
+                }
+                Err(step) => step,
+            },
+            SaslState::ScramFirstSent { mechanism, first, .. } => {
+                let credential = config.scram.borrow().get(&(first.user.clone(), mechanism)).cloned();
+                let checked = credential
+                    .ok_or_else(|| "credential removed during login".to_string())
+                    .and_then(|c| scram::server_final(mechanism, &first, &c, token));
+                match checked {
+                    Ok(fin) => AuthStep::Done {
+                        token: fin.into_bytes(),
+                        principal: Principal::user(&first.user),
+                    },
+                    Err(reason) => AuthStep::Failed {
+                        reason,
+                        user: Some(first.user),
+                    },
+                }
+            }
+            other => {
+                *self = other;
+                return Err(crate::ErrorCode::IllegalSaslState);
+            }
         };
         if let AuthStep::Done { principal, .. } = &step {
             config.succeeded(&principal.name);
@@ -234,6 +313,28 @@ impl SaslState {
         }
         Ok(step)
     }
+}
+
+/// SCRAM's client-first message: the server-first reply, or the failure (unknown user, malformed).
+fn scram_first(
+    config: &SaslConfig,
+    mechanism: Mechanism,
+    token: &[u8],
+    server_nonce: &str,
+) -> Result<(ServerFirst, Vec<u8>), AuthStep> {
+    let (user, bare, client_nonce) = scram::client_first_user(token).map_err(|why| AuthStep::Failed {
+        reason: format!("malformed SCRAM client-first message: {why}"),
+        user: None,
+    })?;
+    let Some(credential) = config.scram.borrow().get(&(user.clone(), mechanism)).cloned() else {
+        return Err(AuthStep::Failed {
+            reason: format!("Authentication failed: Invalid user credentials (user {user:?})"),
+            user: Some(user),
+        });
+    };
+    let first = scram::server_first(user, bare, &client_nonce, server_nonce, &credential);
+    let reply = first.server_first.clone().into_bytes();
+    Ok((first, reply))
 }
 
 /// RFC 4616: `[authzid] NUL authcid NUL passwd`. An authzid other than the user is refused, as
@@ -286,6 +387,7 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 mod tests {
     use super::*;
     use crate::protocol::api::{api_versions, metadata, sasl_handshake};
+    use crate::security::scram::ScramCredential;
     use crate::ErrorCode;
 
     fn config() -> SaslConfig {
@@ -302,7 +404,7 @@ mod tests {
             s.handshake(&cfg, "PLAIN", 1),
             (ErrorCode::None, vec!["PLAIN".to_string()])
         );
-        let step = s.authenticate(&cfg, b"\0alice\0alice-secret").unwrap();
+        let step = s.authenticate(&cfg, b"\0alice\0alice-secret", "n").unwrap();
         assert_eq!(
             step,
             AuthStep::Done {
@@ -329,7 +431,7 @@ mod tests {
         ] {
             let mut s = SaslState::for_listener(true);
             s.handshake(&cfg, "PLAIN", 1);
-            let step = s.authenticate(&cfg, token).unwrap();
+            let step = s.authenticate(&cfg, token, "n").unwrap();
             let AuthStep::Failed { reason, .. } = step else {
                 panic!("{token:?} authenticated: {step:?}")
             };
@@ -343,13 +445,93 @@ mod tests {
         let cfg = config();
         let mut s = SaslState::for_listener(true);
         assert_eq!(
-            s.authenticate(&cfg, b"\0alice\0alice-secret"),
+            s.authenticate(&cfg, b"\0alice\0alice-secret", "n"),
             Err(ErrorCode::IllegalSaslState)
         );
         assert_eq!(s.handshake(&cfg, "GSSAPI", 1).0, ErrorCode::UnsupportedSaslMechanism);
         let mut plaintext = SaslState::for_listener(false);
         assert_eq!(plaintext.handshake(&cfg, "PLAIN", 1).0, ErrorCode::IllegalSaslState);
         assert!(plaintext.allows(metadata::API_KEY));
+    }
+
+    #[test]
+    fn scram_login_through_the_state_machine_and_a_wrong_password_fails() {
+        use crate::security::{SaslClient, SaslCredentials};
+        let cfg = config();
+        for m in [Mechanism::ScramSha256, Mechanism::ScramSha512] {
+            cfg.set_scram(
+                "bob",
+                m,
+                Some(ScramCredential::from_password(m, "bob-pw", b"salt", 4096)),
+            );
+        }
+        let mut cfg = cfg;
+        cfg.mechanisms = Mechanism::ALL.to_vec();
+        for m in [Mechanism::ScramSha256, Mechanism::ScramSha512] {
+            for (password, ok) in [("bob-pw", true), ("nope", false)] {
+                let mut s = SaslState::for_listener(true);
+                assert_eq!(s.handshake(&cfg, m.name(), 1).0, ErrorCode::None);
+                let creds = SaslCredentials {
+                    mechanism: m,
+                    user: "bob".into(),
+                    password: password.into(),
+                };
+                let mut client = SaslClient::new(creds, "cnonce".into());
+                let first = client.first();
+                let AuthStep::Continue(server_first) = s.authenticate(&cfg, &first, "snonce").unwrap() else {
+                    panic!("{m}: no server-first")
+                };
+                let fin = client.next(&server_first).unwrap().expect("client final");
+                match s.authenticate(&cfg, &fin, "unused").unwrap() {
+                    AuthStep::Done { token, principal } => {
+                        assert!(ok, "{m}: wrong password accepted");
+                        assert_eq!(principal, Principal::user("bob"));
+                        assert_eq!(client.next(&token), Ok(None), "{m}: server signature verified");
+                        assert!(s.allows(metadata::API_KEY));
+                    }
+                    AuthStep::Failed { reason, user } => {
+                        assert!(!ok, "{m}: refused: {reason}");
+                        assert_eq!(user.as_deref(), Some("bob"));
+                        assert!(!s.allows(metadata::API_KEY));
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+        }
+        // Unknown users fail at the first message; removing a credential refuses new logins.
+        cfg.set_scram("bob", Mechanism::ScramSha256, None);
+        let mut s = SaslState::for_listener(true);
+        s.handshake(&cfg, "SCRAM-SHA-256", 1);
+        let step = s.authenticate(&cfg, b"n,,n=bob,r=abc", "x").unwrap();
+        assert!(matches!(step, AuthStep::Failed { .. }), "{step:?}");
+        assert_eq!(
+            cfg.scram_users(),
+            vec![("bob".to_string(), Mechanism::ScramSha512, 4096)]
+        );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1_000))]
+        /// Any sequence of arbitrary tokens, in any mechanism, never panics and never
+        /// authenticates without a credential's proof.
+        #[test]
+        fn arbitrary_token_sequences_never_panic_or_authenticate(
+            mechanism in 0usize..3,
+            tokens in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..80), 1..4),
+        ) {
+            let mut cfg = config();
+            cfg.mechanisms = Mechanism::ALL.to_vec();
+            cfg.set_scram("alice", Mechanism::ScramSha256, Some(ScramCredential {
+                salt: vec![1], stored_key: vec![2; 32], server_key: vec![3; 32], iterations: 4096,
+            }));
+            let mut s = SaslState::for_listener(true);
+            s.handshake(&cfg, Mechanism::ALL[mechanism].name(), 1);
+            for t in &tokens {
+                if let Ok(AuthStep::Done { .. }) = s.authenticate(&cfg, t, "n") {
+                    proptest::prop_assert!(false, "authenticated by {:?}", tokens);
+                }
+            }
+        }
     }
 
     #[test]
