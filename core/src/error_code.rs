@@ -33,6 +33,8 @@ pub enum ErrorCode {
     TopicAuthorizationFailed = 29,
     GroupAuthorizationFailed = 30,
     ClusterAuthorizationFailed = 31,
+    UnsupportedSaslMechanism = 33,
+    IllegalSaslState = 34,
     UnsupportedVersion = 35,
     TopicAlreadyExists = 36,
     InvalidPartitions = 37,
@@ -56,7 +58,7 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 48] = [
+    pub const ALL: [ErrorCode; 50] = [
         ErrorCode::UnknownServerError,
         ErrorCode::None,
         ErrorCode::OffsetOutOfRange,
@@ -85,6 +87,8 @@ impl ErrorCode {
         ErrorCode::TopicAuthorizationFailed,
         ErrorCode::GroupAuthorizationFailed,
         ErrorCode::ClusterAuthorizationFailed,
+        ErrorCode::UnsupportedSaslMechanism,
+        ErrorCode::IllegalSaslState,
         ErrorCode::UnsupportedVersion,
         ErrorCode::TopicAlreadyExists,
         ErrorCode::InvalidPartitions,

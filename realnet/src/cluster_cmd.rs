@@ -30,8 +30,11 @@ use gregor_core::BrokerId;
 
 use crate::data_dir::DataDirLock;
 use crate::runtime::{self, RealRuntime};
-use crate::server_config::{listener_address, ServerConfig, BROKER_KEYS, COORDINATOR_KEYS};
+use crate::server_config::{
+    inter_broker_credentials, listener, sasl_config, ServerConfig, BROKER_KEYS, COORDINATOR_KEYS,
+};
 use crate::FsDisk;
+use gregor_core::security::SecurityProtocol;
 
 /// Flags override the `--config` file's keys (see `server_config` for the key names).
 #[derive(Args, Debug)]
@@ -195,10 +198,11 @@ pub fn broker(args: BrokerArgs) -> anyhow::Result<ExitCode> {
         Some(id) => id,
         None => file.number("broker.id")?.context("give --id or broker.id")?,
     };
-    let listen = match (args.listen, file.text("listeners")) {
-        (Some(l), _) => l,
-        (None, Some(l)) => listener_address(l)?,
-        (None, None) => "127.0.0.1:9092".to_string(),
+    let map = file.text("listener.security.protocol.map");
+    let (listen, protocol) = match (args.listen, file.text("listeners")) {
+        (Some(l), _) => listener(&l, map)?,
+        (None, Some(l)) => listener(l, map)?,
+        (None, None) => ("127.0.0.1:9092".to_string(), SecurityProtocol::Plaintext),
     };
     let advertised_host = args
         .advertised_host
@@ -225,6 +229,9 @@ pub fn broker(args: BrokerArgs) -> anyhow::Result<ExitCode> {
     let mut config = NodeConfig::single_node(&listen, &advertised_host, i32::from(port), "gregor");
     config.broker.broker_id = BrokerId(id);
     config.fetch_zero_copy = runtime::fetch_zero_copy_from_env();
+    if protocol.uses_sasl() {
+        config.sasl = Some(Rc::new(sasl_config(&file)?));
+    }
     config.broker.replica_lag_time_max_ms = match args.replica_lag_time_max_ms {
         Some(ms) => ms,
         None => file.number("replica.lag.time.max.ms")?.unwrap_or(30_000),
@@ -250,6 +257,10 @@ pub fn broker(args: BrokerArgs) -> anyhow::Result<ExitCode> {
     let rt = rt.with_frame_bytes_max(config.limits.request_bytes_max as u64);
     let mut cluster = ClusterConfig::new(coordinators);
     cluster.session_timeout_ms = session_timeout_ms;
+    cluster.inter_broker_sasl = inter_broker_credentials(&file);
+    if protocol.uses_sasl() && cluster.inter_broker_sasl.is_none() {
+        tracing::warn!("SASL listener without sasl.inter.broker.username/password: followers cannot fetch from this broker's peers");
+    }
     // Kafka's defaults: 50 partitions, replication factor 3 (capped at the live brokers when the
     // topic is created on the first FindCoordinator).
     let offsets_partitions: i32 = file.number("offsets.topic.num.partitions")?.unwrap_or(50);

@@ -4,7 +4,11 @@
 //! name). Unknown keys and bad values are errors naming the file and the key: a typo must not be
 //! silently ignored by a server that then runs with a default.
 //!
-//! Broker keys: `broker.id`, `listeners` (`PLAINTEXT://host:port` or `host:port`; one listener),
+//! Broker keys: `broker.id`, `listeners` (`host:port`, `PROTOCOL://host:port` or `NAME://host:port`
+//! with `listener.security.protocol.map` = `NAME:PROTOCOL`; one listener; PLAINTEXT or
+//! SASL_PLAINTEXT), the SASL keys `sasl.enabled.mechanisms`, `sasl.plain.users`,
+//! `sasl.inter.broker.username`, `sasl.inter.broker.password`,
+//! `connection.failed.authentication.delay.ms` (see [`sasl_config`]),
 //! `advertised.host.name`, `log.dirs` (one directory), `zookeeper.connect` (the coordinators,
 //! `host:port,host:port`), `zookeeper.session.timeout.ms`, `replica.lag.time.max.ms`,
 //! `min.insync.replicas`, `num.partitions`, and the log defaults `log.retention.ms`,
@@ -16,6 +20,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{bail, Context};
+use gregor_core::security::scram::{self, ScramCredential};
+use gregor_core::security::{Mechanism, SaslConfig, SaslCredentials, SecurityProtocol};
 
 /// A config file's keys, flattened to dotted names, values as text.
 #[derive(Debug, Default)]
@@ -101,16 +107,97 @@ impl ServerConfig {
 
 /// `PLAINTEXT://host:port` or `host:port` -> `host:port`.
 pub fn listener_address(listeners: &str) -> anyhow::Result<String> {
+    Ok(listener(listeners, None)?.0)
+}
+
+/// One listener: `host:port` (PLAINTEXT), `PROTOCOL://host:port`, or `NAME://host:port` with
+/// `NAME:PROTOCOL` in `listener.security.protocol.map` (`map`), as Kafka spells them. Gives the
+/// address and its security protocol; SSL and SASL_SSL are refused until TLS exists.
+pub fn listener(listeners: &str, map: Option<&str>) -> anyhow::Result<(String, SecurityProtocol)> {
     let one = listeners.trim();
     if one.contains(',') {
-        bail!("listeners: {one:?}: one listener only (security protocols come with issue #7)");
+        bail!("listeners: {one:?}: one listener only");
     }
-    let addr = match one.split_once("://") {
-        Some((protocol, addr)) if protocol.eq_ignore_ascii_case("PLAINTEXT") => addr,
-        Some((protocol, _)) => bail!("listeners: protocol {protocol:?} is not supported yet; use PLAINTEXT"),
-        None => one,
+    let Some((name, addr)) = one.split_once("://") else {
+        return Ok((one.to_string(), SecurityProtocol::Plaintext));
     };
-    Ok(addr.to_string())
+    let mapped = map.into_iter().flat_map(|m| m.split(',')).find_map(|entry| {
+        let (n, p) = entry.trim().split_once(':')?;
+        n.trim().eq_ignore_ascii_case(name).then(|| p.trim())
+    });
+    let protocol = match mapped {
+        Some(p) => SecurityProtocol::parse(p)
+            .with_context(|| format!("listener.security.protocol.map: {p:?} is not a security protocol"))?,
+        None => SecurityProtocol::parse(name).with_context(|| {
+            format!("listeners: {name:?} is neither a security protocol nor in listener.security.protocol.map")
+        })?,
+    };
+    if protocol.uses_tls() {
+        bail!(
+            "listeners: {} is not supported yet; use PLAINTEXT or SASL_PLAINTEXT",
+            protocol.name()
+        );
+    }
+    Ok((addr.to_string(), protocol))
+}
+
+/// The SASL settings of a SASL listener: `sasl.enabled.mechanisms` (default PLAIN),
+/// `sasl.plain.users` (`name:password,name:password`, Kafka's JAAS `user_NAME="password"`;
+/// a password cannot hold a comma), `sasl.scram.users` (same form; stored salted, see below),
+/// `connection.failed.authentication.delay.ms` (default 100).
+pub fn sasl_config(file: &ServerConfig) -> anyhow::Result<SaslConfig> {
+    let mut users = BTreeMap::new();
+    for entry in file.text("sasl.plain.users").unwrap_or_default().split(',') {
+        let entry = entry.trim();
+        if entry.is_empty() {
+            continue;
+        }
+        let Some((user, password)) = entry.split_once(':') else {
+            bail!("{}: sasl.plain.users: an entry is not name:password", file.file);
+        };
+        users.insert(user.trim().to_string(), password.to_string());
+    }
+    let mut config = SaslConfig::plain(users);
+    if let Some(list) = file.text("sasl.enabled.mechanisms") {
+        config.mechanisms = list
+            .split(',')
+            .map(|m| {
+                Mechanism::parse(m).with_context(|| format!("{}: sasl.enabled.mechanisms: {m:?} unknown", file.file))
+            })
+            .collect::<anyhow::Result<_>>()?;
+    }
+    if let Some(ms) = file.number("connection.failed.authentication.delay.ms")? {
+        config.failed_authentication_delay_ms = ms;
+    }
+    // SCRAM users from the file: the broker derives salted credentials (a random 16-byte salt,
+    // 4096 iterations, both SHA-256 and SHA-512) at start and keeps only those.
+    for entry in file.text("sasl.scram.users").unwrap_or_default().split(',') {
+        let entry = entry.trim();
+        if entry.is_empty() {
+            continue;
+        }
+        let Some((user, password)) = entry.split_once(':') else {
+            bail!("{}: sasl.scram.users: an entry is not name:password", file.file);
+        };
+        for m in [Mechanism::ScramSha256, Mechanism::ScramSha512] {
+            let mut salt = [0u8; 16];
+            salt.iter_mut().for_each(|b| *b = crate::runtime::entropy_seed() as u8);
+            let credential = ScramCredential::from_password(m, password, &salt, scram::ITERATIONS_MIN);
+            config.set_scram(user.trim(), m, Some(credential));
+        }
+    }
+    Ok(config)
+}
+
+/// The credentials this broker's replica fetchers log in with on a SASL listener:
+/// `sasl.inter.broker.username` / `sasl.inter.broker.password`, PLAIN (Kafka takes them from the
+/// JAAS `KafkaServer` section). `None` when not given.
+pub fn inter_broker_credentials(file: &ServerConfig) -> Option<SaslCredentials> {
+    Some(SaslCredentials {
+        mechanism: Mechanism::Plain,
+        user: file.text("sasl.inter.broker.username")?.to_string(),
+        password: file.text("sasl.inter.broker.password")?.to_string(),
+    })
 }
 
 pub const BROKER_KEYS: &[&str] = &[
@@ -130,6 +217,13 @@ pub const BROKER_KEYS: &[&str] = &[
     "log.flush.interval.ms",
     "offsets.topic.num.partitions",
     "offsets.topic.replication.factor",
+    "listener.security.protocol.map",
+    "sasl.enabled.mechanisms",
+    "sasl.plain.users",
+    "sasl.scram.users",
+    "sasl.inter.broker.username",
+    "sasl.inter.broker.password",
+    "connection.failed.authentication.delay.ms",
 ];
 
 pub const COORDINATOR_KEYS: &[&str] = &["node.id", "controller.quorum.voters", "log.dirs"];
@@ -166,6 +260,30 @@ mod tests {
             .expect_err("not a number");
         assert!(e.to_string().contains("broker.id"), "{e}");
         assert!(listener_address("SASL_SSL://h:1").is_err());
+        assert_eq!(
+            listener("SASL_PLAINTEXT://h:1", None).expect("sasl"),
+            ("h:1".to_string(), SecurityProtocol::SaslPlaintext)
+        );
+        assert_eq!(
+            listener("CLIENT://h:2", Some("INTERNAL:PLAINTEXT, CLIENT:SASL_PLAINTEXT")).expect("mapped"),
+            ("h:2".to_string(), SecurityProtocol::SaslPlaintext)
+        );
+        assert!(listener("CLIENT://h:2", None).is_err());
+        let sasl = ServerConfig::parse(
+            "\"sasl.plain.users\" = \"alice:a:b, bob:pw\"\n\"sasl.enabled.mechanisms\" = \"PLAIN\"\n",
+            "b.toml",
+            BROKER_KEYS,
+        )
+        .expect("parses");
+        let c = sasl_config(&sasl).expect("sasl config");
+        let scram =
+            ServerConfig::parse("\"sasl.scram.users\" = \"carol:pw\"\n", "b.toml", BROKER_KEYS).expect("parses");
+        assert_eq!(sasl_config(&scram).expect("scram").scram_users().len(), 2);
+        assert_eq!(c.plain_users.get("alice").map(String::as_str), Some("a:b"));
+        assert_eq!(c.plain_users.get("bob").map(String::as_str), Some("pw"));
+        let bad =
+            ServerConfig::parse("\"sasl.enabled.mechanisms\" = \"GSSAPI\"\n", "b.toml", BROKER_KEYS).expect("parses");
+        assert!(sasl_config(&bad).is_err());
         assert!(ServerConfig::parse("broker.id = [1]\n", "b.toml", BROKER_KEYS).is_err());
         assert!(ServerConfig::parse("broker.id = \n", "b.toml", BROKER_KEYS).is_err());
     }

@@ -166,6 +166,7 @@ pub(crate) fn client(rt: &SimRuntime, name: String, brokers: usize) -> Cluster<S
         client_id: name,
         request_timeout_ms: 5_000,
         retry_backoff_ms: 100,
+        sasl: None,
     };
     Cluster::new(rt.clone(), (0..brokers).map(broker_addr).collect(), config)
 }

@@ -503,8 +503,7 @@ fn drain_to<R: Runtime>(
                 rt.clone(),
                 state.clone(),
                 addr.to_string(),
-                cluster.config.client_id.clone(),
-                cluster.config.request_timeout_ms,
+                cluster.config.clone(),
             ));
         }
         let conn = s.conns.get_mut(addr).expect("inserted above");
@@ -539,8 +538,9 @@ fn produce_request(batches: &[Batch], acks: i16, request_timeout_ms: u64) -> Req
 
 /// One broker connection: writes its outbox, reads answers in order (pipelined), and ends on the
 /// first error, handing every request it held back to the accumulator.
-async fn connection_task<R: Runtime>(rt: R, state: State, addr: String, client_id: String, request_timeout_ms: u64) {
-    let conn = KafkaConn::connect(&rt, &addr, &client_id, request_timeout_ms).await;
+async fn connection_task<R: Runtime>(rt: R, state: State, addr: String, config: super::ClientConfig) {
+    let request_timeout_ms = config.request_timeout_ms;
+    let conn = KafkaConn::connect_as(&rt, &addr, &config).await;
     let mut awaiting: VecDeque<(i32, u64, InFlight)> = VecDeque::new();
     let error = match conn {
         Err(e) => e,

@@ -51,6 +51,9 @@ pub struct ClientConfig {
     pub request_timeout_ms: u64,
     /// `retry.backoff.ms`
     pub retry_backoff_ms: u64,
+    /// `sasl.mechanism`, `sasl.username`, `sasl.password`: every connection logs in with them
+    /// (SaslHandshake + SaslAuthenticate) before its first request; `None` for PLAINTEXT.
+    pub sasl: Option<crate::security::SaslCredentials>,
 }
 
 impl Default for ClientConfig {
@@ -59,6 +62,7 @@ impl Default for ClientConfig {
             client_id: "gregor-client".into(),
             request_timeout_ms: 30_000,
             retry_backoff_ms: 100,
+            sasl: None,
         }
     }
 }
@@ -103,8 +107,7 @@ impl<R: Runtime> Cluster<R> {
     /// A connection to `addr`, reused while it works.
     pub async fn conn(&mut self, addr: &str) -> Result<&mut KafkaConn<R>, ClientError> {
         if !self.conns.contains_key(addr) {
-            let conn =
-                KafkaConn::connect(&self.rt, addr, &self.config.client_id, self.config.request_timeout_ms).await?;
+            let conn = KafkaConn::connect_as(&self.rt, addr, &self.config).await?;
             self.conns.insert(addr.to_string(), conn);
         }
         Ok(self.conns.get_mut(addr).expect("inserted above"))

@@ -82,6 +82,8 @@ pub struct ClusterConfig {
     pub group_coordination: Coordination,
     /// Set by the process on SIGTERM; read by the cluster task.
     pub shutdown: ControlledShutdown,
+    /// How this broker's replica fetchers log in to the other brokers' SASL listeners.
+    pub inter_broker_sasl: Option<crate::security::SaslCredentials>,
 }
 
 /// Kafka's controlled shutdown, shared by the process (which asks) and the cluster task (which
@@ -193,6 +195,7 @@ impl ClusterConfig {
             detect_restarts: true,
             group_coordination: Coordination::partitioned_default(),
             shutdown: ControlledShutdown::default(),
+            inter_broker_sasl: None,
         }
     }
 }
@@ -350,6 +353,7 @@ pub async fn start_cluster_broker<R: Runtime>(
         broker.clone(),
         ReplicaFetcherConfig {
             watch: watch.clone(),
+            sasl: cluster.inter_broker_sasl.clone(),
             ..ReplicaFetcherConfig::default()
         },
     ));

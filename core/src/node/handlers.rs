@@ -66,6 +66,8 @@ pub const HANDLED_API_KEYS: &[i16] = &[
     describe_configs_api::API_KEY,
     describe_groups_api::API_KEY,
     list_groups::API_KEY,
+    crate::protocol::api::sasl_handshake::API_KEY,
+    crate::protocol::api::sasl_authenticate::API_KEY,
 ];
 
 pub fn api_versions() -> ApiVersionsResponse {

@@ -12,6 +12,7 @@
 //! purgatory) until [`watch`] wakes them: appends, follower fetches, replica fetch answers and
 //! cluster state changes poke the partitions they touched. They never poll on a short timer.
 
+mod auth;
 pub mod cluster;
 pub mod handlers;
 pub mod replica_fetcher;
@@ -29,7 +30,7 @@ use crate::group::Reply;
 use crate::protocol::api::api_versions::ApiVersionsResponse;
 use crate::protocol::{decode_request_bytes, encode_response, DecodeError, Limits, Request};
 use crate::runtime::{Connection, FramePart, Listener, NetError, Runtime};
-use crate::security::ConnContext;
+use crate::security::{ConnContext, SaslConfig, SaslState};
 pub use handlers::Advertised;
 
 /// How a broker node listens and answers.
@@ -58,6 +59,9 @@ pub struct NodeConfig {
     /// In cluster mode, where CreateTopics and DeleteTopics go (the coordinator holds topics);
     /// `None` for a single node, whose broker creates and deletes them itself.
     pub admin: Option<cluster::AdminQueue>,
+    /// The listener's SASL settings when its security protocol uses SASL (`SASL_PLAINTEXT`,
+    /// `SASL_SSL`); `None` serves every connection as `User:ANONYMOUS`.
+    pub sasl: Option<Rc<SaslConfig>>,
 }
 
 impl NodeConfig {
@@ -77,6 +81,7 @@ impl NodeConfig {
             wait_recheck_ms: 100,
             watch: watch::PartitionWatch::default(),
             admin: None,
+            sasl: None,
         }
     }
 }
@@ -159,11 +164,14 @@ pub(crate) enum Outcome {
     ReplyParts(Vec<FramePart>),
     NoReply,
     Close(String),
+    /// Send the reply, then close (a refused SASL login, as Kafka does).
+    ReplyThenClose(Bytes, String),
 }
 
 async fn serve_connection<R: Runtime>(rt: R, broker: SharedBroker, config: NodeConfig, mut conn: R::Conn) {
     let peer = conn.peer();
     let mut ctx = ConnContext::new(&peer);
+    ctx.sasl = SaslState::for_listener(config.sasl.is_some());
     loop {
         let frame = match conn.recv().await {
             Ok(Some(frame)) => frame,
@@ -188,6 +196,12 @@ async fn serve_connection<R: Runtime>(rt: R, broker: SharedBroker, config: NodeC
             }
             Outcome::NoReply => {}
             Outcome::Close(why) => {
+                tracing::info!(%peer, %why, "closing connection");
+                break;
+            }
+            Outcome::ReplyThenClose(bytes, why) => {
+                // Best effort: the connection closes either way.
+                let _ = conn.send(bytes).await;
                 tracing::info!(%peer, %why, "closing connection");
                 break;
             }
@@ -219,6 +233,9 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
     frame: &Bytes,
     ctx: &mut ConnContext,
 ) -> Outcome {
+    if ctx.sasl.expects_bare_token() {
+        return auth::bare_token(rt, config, frame, ctx).await;
+    }
     let (header, request) = match decode_request_bytes(frame, config.limits) {
         Ok(decoded) => decoded,
         // KIP-511: an ApiVersions of a version we do not know still gets a v0 answer listing
@@ -232,6 +249,9 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
         }
         Err(e) => return Outcome::Close(format!("undecodable request: {e}")),
     };
+    if let Some(outcome) = auth::gate(rt, config, &header, &request, ctx).await {
+        return outcome;
+    }
     let version = header.api_version;
     let now = rt.now_ms();
     let new_id = || TopicId::from_random(rt.random_u64(), rt.random_u64());
@@ -480,6 +500,9 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
     };
     Outcome::Reply(encode_response(&header, &body))
 }
+
+#[cfg(test)]
+mod auth_tests;
 
 #[cfg(test)]
 mod driver_tests;

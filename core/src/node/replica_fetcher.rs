@@ -44,6 +44,8 @@ pub struct ReplicaFetcherConfig {
     pub request_timeout_ms: u64,
     /// The node's waiting requests, poked after each answer is applied.
     pub watch: PartitionWatch,
+    /// The login on a leader's SASL listener (inter-broker credentials).
+    pub sasl: Option<crate::security::SaslCredentials>,
 }
 
 impl Default for ReplicaFetcherConfig {
@@ -57,6 +59,7 @@ impl Default for ReplicaFetcherConfig {
             // until it gives up, and a partition whose leadership returns to it waits as long.
             request_timeout_ms: 10_000,
             watch: PartitionWatch::default(),
+            sasl: None,
         }
     }
 }
@@ -141,9 +144,14 @@ async fn step<R: Runtime>(
     };
     let addr = addr.ok_or_else(|| format!("leader {} is not in the cluster view", task.leader.0))?;
     if conns.get(&task.leader).is_none_or(|c| c.addr != addr) {
-        let conn = KafkaConn::connect(rt, &addr, &config.client_id, config.request_timeout_ms)
+        let mut conn = KafkaConn::connect(rt, &addr, &config.client_id, config.request_timeout_ms)
             .await
             .map_err(|e| e.to_string())?;
+        if let Some(creds) = &config.sasl {
+            conn.authenticate(creds)
+                .await
+                .map_err(|e| format!("inter-broker login: {e}"))?;
+        }
         conns.insert(task.leader, conn);
     }
     let conn = conns.get_mut(&task.leader).expect("connected above");

@@ -167,6 +167,8 @@ pub(crate) mod tests {
             OffsetFetch(offset_fetch),
             DeleteTopics(delete_topics),
             DescribeConfigs(describe_configs),
+            SaslHandshake(sasl_handshake),
+            SaslAuthenticate(sasl_authenticate),
         )
     }
 

@@ -31,6 +31,8 @@ fn corpus() -> Vec<Vec<u8>> {
     frames.extend(api::offset_fetch::tests::sample_frames());
     frames.extend(api::delete_topics::tests::sample_frames());
     frames.extend(api::describe_configs::tests::sample_frames());
+    frames.extend(api::sasl_handshake::tests::sample_frames());
+    frames.extend(api::sasl_authenticate::tests::sample_frames());
     frames
 }
 

@@ -98,12 +98,14 @@ const SUPPORTED: &[ApiSupport] = &[
     support!("SyncGroup", sync_group),
     support!("DescribeGroups", describe_groups),
     support!("ListGroups", list_groups),
+    support!("SaslHandshake", sasl_handshake),
     support!("ApiVersions", api_versions),
     support!("CreateTopics", create_topics),
     support!("DeleteTopics", delete_topics),
     support!("InitProducerId", init_producer_id),
     support!("OffsetForLeaderEpoch", offset_for_leader_epoch),
     support!("DescribeConfigs", describe_configs),
+    support!("SaslAuthenticate", sasl_authenticate),
 ];
 
 /// Every API Gregor decodes and encodes, in ascending key order: what ApiVersions advertises.
@@ -138,6 +140,8 @@ pub enum Request {
     ListGroups(list_groups::ListGroupsRequest),
     InitProducerId(init_producer_id::InitProducerIdRequest),
     OffsetForLeaderEpoch(offset_for_leader_epoch::OffsetForLeaderEpochRequest),
+    SaslHandshake(sasl_handshake::SaslHandshakeRequest),
+    SaslAuthenticate(sasl_authenticate::SaslAuthenticateRequest),
 }
 
 macro_rules! request_dispatch {
@@ -179,6 +183,8 @@ request_dispatch!(
     ListGroups(list_groups),
     InitProducerId(init_producer_id),
     OffsetForLeaderEpoch(offset_for_leader_epoch),
+    SaslHandshake(sasl_handshake),
+    SaslAuthenticate(sasl_authenticate),
 );
 
 /// Decodes one request frame (without its length prefix). Record sets are copied out of
@@ -242,6 +248,10 @@ fn decode_with(mut r: Reader<'_>) -> Result<(RequestHeader, Request), DecodeErro
         offset_fetch::API_KEY => Request::OffsetFetch(offset_fetch::OffsetFetchRequest::decode(v, r)?),
         delete_topics::API_KEY => Request::DeleteTopics(delete_topics::DeleteTopicsRequest::decode(v, r)?),
         describe_configs::API_KEY => Request::DescribeConfigs(describe_configs::DescribeConfigsRequest::decode(v, r)?),
+        sasl_handshake::API_KEY => Request::SaslHandshake(sasl_handshake::SaslHandshakeRequest::decode(v, r)?),
+        sasl_authenticate::API_KEY => {
+            Request::SaslAuthenticate(sasl_authenticate::SaslAuthenticateRequest::decode(v, r)?)
+        }
         // Unreachable while SUPPORTED and this match agree (the fuzz corpus test decodes every
         // advertised version); answered as unknown rather than panicking if they ever drift.
         _ => {
@@ -334,6 +344,8 @@ responses! {
     InitProducerId(init_producer_id::InitProducerIdResponse),
     OffsetForLeaderEpoch(offset_for_leader_epoch::OffsetForLeaderEpochResponse),
     DescribeConfigs(describe_configs::DescribeConfigsResponse),
+    SaslHandshake(sasl_handshake::SaslHandshakeResponse),
+    SaslAuthenticate(sasl_authenticate::SaslAuthenticateResponse),
 }
 
 /// The whole reply frame (header and body, no length prefix) to a decoded request.

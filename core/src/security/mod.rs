@@ -4,7 +4,14 @@
 //! listeners give); SASL authentication replaces it with the authenticated user. Authorization
 //! (ACLs) reads it for every request.
 
+pub mod sasl;
+pub mod sasl_client;
+pub mod scram;
+
 use std::fmt;
+
+pub use sasl::{AuthStep, Mechanism, SaslConfig, SaslState, SecurityProtocol};
+pub use sasl_client::{SaslClient, SaslCredentials};
 
 /// Kafka's `KafkaPrincipal`: a type (always `User` here) and a name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -44,6 +51,8 @@ pub struct ConnContext {
     pub peer: String,
     /// Who the connection speaks for; `User:ANONYMOUS` until SASL authenticates it.
     pub principal: Principal,
+    /// Where the connection is in SASL authentication (`NotRequired` on a listener without it).
+    pub sasl: SaslState,
 }
 
 impl ConnContext {
@@ -51,6 +60,7 @@ impl ConnContext {
         ConnContext {
             peer: peer.to_string(),
             principal: Principal::anonymous(),
+            sasl: SaslState::NotRequired,
         }
     }
 }

@@ -14,12 +14,14 @@ pub mod produce;
 pub mod topics;
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use anyhow::{bail, Context};
 use gregor_core::client::{ClientConfig, Cluster, METADATA_VERSION};
 use gregor_core::protocol::api::metadata::{MetadataRequest, MetadataRequestTopic, MetadataResponse};
 use gregor_core::protocol::{Request, Response, Uuid};
+use gregor_core::security::{Mechanism, SaslCredentials};
 
 use crate::runtime::{self, RealRuntime};
 use crate::FsDisk;
@@ -33,6 +35,20 @@ pub struct ConnectArgs {
     /// How long one request may wait for its response.
     #[arg(long, default_value_t = 30_000)]
     pub request_timeout_ms: u64,
+    /// Log in to a SASL listener as this user (`sasl.username`).
+    #[arg(long)]
+    pub sasl_user: Option<String>,
+    /// The SASL password (`sasl.password`); prefer `--command-config`, which keeps it out of
+    /// the process list.
+    #[arg(long)]
+    pub sasl_password: Option<String>,
+    /// The SASL mechanism (`sasl.mechanism`; default PLAIN).
+    #[arg(long)]
+    pub sasl_mechanism: Option<String>,
+    /// A client properties file (`key=value` lines, `#` comments), as Kafka's tools take:
+    /// `security.protocol`, `sasl.mechanism`, `sasl.username`, `sasl.password`. Flags win.
+    #[arg(long)]
+    pub command_config: Option<std::path::PathBuf>,
 }
 
 impl ConnectArgs {
@@ -55,15 +71,60 @@ impl ConnectArgs {
         Ok(addrs)
     }
 
+    /// The SASL login the flags and `--command-config` ask for; `None` for PLAINTEXT.
+    pub fn sasl(&self) -> anyhow::Result<Option<SaslCredentials>> {
+        let props = match &self.command_config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+                client_properties(&text)
+            }
+            None => BTreeMap::new(),
+        };
+        let prop = |k: &str| props.get(k).cloned();
+        let user = self.sasl_user.clone().or_else(|| prop("sasl.username"));
+        let password = self.sasl_password.clone().or_else(|| prop("sasl.password"));
+        let mechanism = self.sasl_mechanism.clone().or_else(|| prop("sasl.mechanism"));
+        let protocol = prop("security.protocol").unwrap_or_default().to_ascii_uppercase();
+        if protocol.contains("SSL") {
+            bail!("security.protocol {protocol}: TLS is not supported by the gregor client yet");
+        }
+        let wants_sasl = user.is_some() || password.is_some() || protocol.starts_with("SASL");
+        if !wants_sasl {
+            return Ok(None);
+        }
+        let (Some(user), Some(password)) = (user, password) else {
+            bail!("SASL needs both a user and a password (--sasl-user/--sasl-password or sasl.username/sasl.password)");
+        };
+        let name = mechanism.unwrap_or_else(|| "PLAIN".into());
+        let mechanism = Mechanism::parse(&name).with_context(|| format!("unknown SASL mechanism {name:?}"))?;
+        Ok(Some(SaslCredentials {
+            mechanism,
+            user,
+            password,
+        }))
+    }
+
     /// A client on a fresh runtime (the caller runs it inside [`run`]).
     pub fn cluster(&self, rt: &RealRuntime) -> anyhow::Result<Cluster<RealRuntime>> {
         let config = ClientConfig {
             client_id: "gregor-cli".into(),
             request_timeout_ms: self.request_timeout_ms.max(1),
+            sasl: self.sasl()?,
             ..ClientConfig::default()
         };
         Ok(Cluster::new(rt.clone(), self.bootstrap()?, config))
     }
+}
+
+/// `key=value` lines of a Java-style properties file (no escapes or continuations); `#` and `!`
+/// start comments.
+fn client_properties(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with('!'))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect()
 }
 
 /// A runtime for a client: the client touches no disk, but [`RealRuntime`] carries one, so it

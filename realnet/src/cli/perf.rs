@@ -132,6 +132,10 @@ pub fn run(command: PerfCommand) -> anyhow::Result<()> {
     let connect = ConnectArgs {
         bootstrap_server: bootstrap,
         request_timeout_ms: 30_000,
+        sasl_user: None,
+        sasl_password: None,
+        sasl_mechanism: None,
+        command_config: None,
     };
     let result = if consume {
         consume_runs(&connect, &args)

@@ -36,6 +36,8 @@ pub struct Shared {
     pub interval_ms: u64,
     pub max_poll_interval_ms: u64,
     pub request_timeout_ms: u64,
+    /// How connections to the coordinator log in, when the listener uses SASL.
+    pub sasl: Option<crate::security::SaslCredentials>,
     pub last_poll_ms: u64,
     /// A group error a heartbeat got, for the next poll.
     pub error: Option<ErrorCode>,
@@ -136,7 +138,11 @@ async fn call<R: Runtime>(
     version: i16,
 ) -> Result<Response, ClientError> {
     if conn.as_ref().is_none_or(|c| c.addr != addr) {
-        *conn = Some(KafkaConn::connect(rt, addr, &s.client_id, s.request_timeout_ms).await?);
+        let mut c = KafkaConn::connect(rt, addr, &s.client_id, s.request_timeout_ms).await?;
+        if let Some(creds) = &s.sasl {
+            c.authenticate(creds).await?;
+        }
+        *conn = Some(c);
     }
     let c = conn.as_mut().expect("connected above");
     let result = c.call(request, version).await;

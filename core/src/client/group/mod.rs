@@ -429,6 +429,7 @@ impl<R: Runtime> GroupConsumer<R> {
         hb.interval_ms = self.config.heartbeat_interval_ms;
         hb.max_poll_interval_ms = u64::try_from(self.config.max_poll_interval_ms).unwrap_or(0);
         hb.request_timeout_ms = self.cluster.config.request_timeout_ms;
+        hb.sasl.clone_from(&self.cluster.config.sasl);
     }
 
     /// Partitions gone without a valid generation: no commit, the listener is told.

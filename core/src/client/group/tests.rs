@@ -57,7 +57,7 @@ impl Connection for Conn {
                 .map(Some)
                 .map_err(|e| NetError::Io(e.to_string())),
             Outcome::NoReply => Ok(None),
-            Outcome::Close(why) => Err(NetError::Io(why)),
+            Outcome::Close(why) | Outcome::ReplyThenClose(_, why) => Err(NetError::Io(why)),
         }
     }
     fn peer(&self) -> String {
@@ -202,6 +202,7 @@ fn member(rt: &Rt, name: &str, assignor: Assignor) -> GroupConsumer<Rt> {
         client_id: name.into(),
         request_timeout_ms: 5_000,
         retry_backoff_ms: 100,
+        sasl: None,
     };
     let cluster = Cluster::new(rt.clone(), vec!["loopback:9092".into()], client);
     let mut config = GroupConfig::new("g");
