@@ -1032,6 +1032,10 @@ impl<R: Runtime> Session<R> {
                         .iter()
                         .filter_map(|c| c.value.clone().map(|v| (c.name.clone(), v)))
                         .collect();
+                    if let Err(why) = self.broker.borrow().check_topic_configs(&configs) {
+                        results.push((t.name.clone(), ErrorCode::InvalidConfig, why, None));
+                        continue;
+                    }
                     let topic_id = crate::broker::TopicId::from_random(self.rt.random_u64(), self.rt.random_u64());
                     let draw = CreateTopicDraw {
                         topic_id,
