@@ -310,6 +310,12 @@ impl AdminQueue {
                     topic_id: id.map_or(crate::protocol::Uuid::ZERO, |id| crate::protocol::Uuid(id.0)),
                     error_code: code.code(),
                     error_message: (code != ErrorCode::None).then_some(message),
+                    // Unknown here (the cluster task answers before this broker's view has the
+                    // topic): -1 and no configs, as Kafka answers when it cannot describe them.
+                    // A 0 would make the Java admin client read the configs, and fail on null.
+                    num_partitions: -1,
+                    replication_factor: -1,
+                    configs: None,
                     ..CreatableTopicResult::default()
                 })
                 .collect(),
