@@ -295,12 +295,43 @@ impl AdminQueue {
         queued
     }
 
-    /// Queues a CreateTopics and waits for the cluster task's answer, at most `timeout_ms`.
-    pub async fn create_topics<R: Runtime>(&self, rt: &R, req: &CreateTopicsRequest) -> CreateTopicsResponse {
+    /// Queues a CreateTopics and waits for the cluster task's answer, at most `timeout_ms`;
+    /// then, as Kafka's DelayedCreatePartitions does, until this broker's view shows every
+    /// partition of each created topic with a leader (bounded by the same timeout), so that a
+    /// client's Metadata, Produce or describe right after the answer finds the topic.
+    pub async fn create_topics<R: Runtime>(
+        &self,
+        rt: &R,
+        broker: &SharedBroker,
+        req: &CreateTopicsRequest,
+    ) -> CreateTopicsResponse {
         let names: Vec<String> = req.topics.iter().map(|t| t.name.clone()).collect();
+        let deadline = rt
+            .monotonic_ms()
+            .saturating_add(u64::try_from(req.timeout_ms.max(1_000)).unwrap_or(30_000));
         let results = self
             .submit(rt, AdminRequest::Create(req.clone()), names, req.timeout_ms)
             .await;
+        if !req.validate_only {
+            let created: Vec<&String> = results
+                .iter()
+                .filter(|r| r.1 == ErrorCode::None)
+                .map(|r| &r.0)
+                .collect();
+            let led = |name: &String| {
+                broker.borrow().cluster_view().is_some_and(|v| {
+                    v.topics.get(name).is_some_and(|(record, states)| {
+                        record
+                            .assignment
+                            .keys()
+                            .all(|p| states.get(p).is_some_and(|s| s.leader.is_some()))
+                    })
+                })
+            };
+            while !created.iter().all(|n| led(n)) && rt.monotonic_ms() < deadline {
+                rt.sleep(Duration::from_millis(5)).await;
+            }
+        }
         CreateTopicsResponse {
             throttle_time_ms: 0,
             topics: results
