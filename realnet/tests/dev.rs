@@ -652,3 +652,23 @@ fn data_dir_of_the_broker_only_dev_with_committed_offsets_is_refused_clearly() {
     assert!(data_dir.join("legacy-0/partition.metadata").exists());
     println!("refused as it should: {}", stderr.lines().last().unwrap_or(""));
 }
+
+/// CreateTopics answers once the topic is usable here (Kafka's DelayedCreatePartitions): a
+/// Produce sent right after the answer, on the same connection, is accepted every time.
+#[test]
+fn a_created_topic_takes_produce_at_once() {
+    const TOPICS: [&str; 12] = ["n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9", "n10", "n11"];
+    let dir = tempfile::tempdir().expect("temp dir");
+    let broker = Broker::start(&dir.path().join("data"), free_port());
+    let mut client = Client::connect(&broker.addr());
+    for topic in TOPICS {
+        create_topic(&mut client, topic, 2);
+        assert_eq!(produce(&mut client, topic, 1, batch(&["first"])), 0, "{topic}");
+    }
+    println!(
+        "compared {} produces sent right after their topic's creation",
+        TOPICS.len()
+    );
+    drop(client);
+    assert!(broker.stop().success());
+}
