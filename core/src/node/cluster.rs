@@ -1069,7 +1069,10 @@ impl<R: Runtime> Session<R> {
                         .iter()
                         .filter_map(|c| c.value.clone().map(|v| (c.name.clone(), v)))
                         .collect();
-                    if let Err(why) = self.broker.borrow().check_topic_configs(&configs) {
+                    // The controller checks the replication keys itself; the rest are the log's.
+                    let mut log_configs = configs.clone();
+                    log_configs.remove("unclean.leader.election.enable");
+                    if let Err(why) = self.broker.borrow().check_topic_configs(&log_configs) {
                         results.push((t.name.clone(), ErrorCode::InvalidConfig, why, None));
                         continue;
                     }

@@ -241,7 +241,7 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
             let creating = config
                 .admin
                 .as_ref()
-                .map(|admin| admin.auto_create(&broker, req))
+                .map(|admin| admin.auto_create(broker, req))
                 .unwrap_or_default();
             let mut resp = rt
                 .with_disk(|disk| handlers::metadata(&mut broker.borrow_mut(), disk, req, &config.advertised, new_id));
@@ -369,7 +369,7 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
             .encode(version),
         Request::CreateTopics(req) if config.admin.is_some() => {
             let admin = config.admin.as_ref().expect("checked by the guard");
-            admin.create_topics(rt, &broker, req).await.encode(version)
+            admin.create_topics(rt, broker, req).await.encode(version)
         }
         Request::CreateTopics(req) => rt
             .with_disk(|disk| handlers::create_topics(&mut broker.borrow_mut(), disk, req, new_id))
