@@ -310,11 +310,19 @@ impl Node {
             let command = Bytes::from(Command::CloseSession { session }.encode());
             match self.raft.propose(disk, command, now_ms) {
                 Ok(_) => {
-                    tracing::info!(
-                        node = self.config.id.0,
-                        session = session.0,
-                        "coordinator: session expired"
-                    );
+                    if self.doomed.contains(&session) {
+                        tracing::info!(
+                            node = self.config.id.0,
+                            session = session.0,
+                            "coordinator: session of a previous process closed"
+                        );
+                    } else {
+                        tracing::info!(
+                            node = self.config.id.0,
+                            session = session.0,
+                            "coordinator: session expired"
+                        );
+                    }
                     self.closing.insert(session);
                 }
                 Err(e) => {
