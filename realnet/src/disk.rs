@@ -9,7 +9,7 @@
 //! 1. **Paths**: every path is checked before it touches the file system: `/`-separated, relative,
 //!    no empty, `.` or `..` component, no NUL byte, so no path can leave the root (`Io` error).
 //!    Directories are implicit: `create` and `rename` create the missing parents of their target.
-//!    Empty directories are left behind by `remove` (the model allows either).
+//!    `remove` of a directory's last file removes the directory too (the model allows either).
 //!    Symlinks are never created by Gregor; one planted inside the root by someone else is
 //!    followed (outside the fault model: the data directory belongs to the broker).
 //! 2. **Data writes** go straight to the kernel with `pwrite` at the tracked end of the file
@@ -452,7 +452,17 @@ impl Disk for FsDisk {
         let real = self.resolve(path)?;
         fs::remove_file(&real).map_err(|e| map_err(path, e))?;
         self.forget(path)?;
-        sync_dirs([&self.parent_of(path)])
+        let parent = self.parent_of(path);
+        sync_dirs([&parent])?;
+        // A directory whose last file is gone goes too, so a deleted partition leaves nothing
+        // behind. Directories are implicit: the next `create` or `rename` under it makes it
+        // again. Not empty (or any other failure): it stays, which the model allows.
+        if parent != self.root && fs::remove_dir(&parent).is_ok() {
+            if let Some(grandparent) = parent.parent() {
+                sync_dirs([&grandparent.to_path_buf()])?;
+            }
+        }
+        Ok(())
     }
 
     fn list(&self, dir: &str) -> Result<Vec<String>, DiskError> {
@@ -594,6 +604,24 @@ mod tests {
         outer_names.sort();
         assert_eq!(outer_names, ["data", "outside"], "something escaped the root");
         assert_eq!(disk.list("").expect("list"), vec!["ok"]);
+    }
+
+    #[test]
+    fn removing_a_directorys_last_file_removes_the_directory_and_create_makes_it_again() {
+        let (dir, mut disk) = fresh();
+        disk.create("t-0/a").expect("create a");
+        disk.create("t-0/b").expect("create b");
+        disk.remove("t-0/a").expect("remove a");
+        assert!(dir.path().join("data/t-0").is_dir(), "b is still in it");
+        disk.remove("t-0/b").expect("remove b");
+        assert!(!dir.path().join("data/t-0").exists(), "empty directory left behind");
+        assert!(dir.path().join("data").is_dir(), "the root stays");
+        disk.create("t-0/c").expect("create under the removed directory");
+        assert_eq!(disk.list("t-0").expect("list"), vec!["c"]);
+        disk.remove("t-0/c").expect("remove c");
+        disk.create("top").expect("a file in the root");
+        disk.remove("top").expect("remove it");
+        assert!(dir.path().join("data").is_dir(), "the root is never removed");
     }
 
     #[test]

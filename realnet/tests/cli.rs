@@ -221,6 +221,15 @@ fn topics_produce_consume_describe_and_delete_through_the_cli() {
         "Deleted topic lines."
     );
     assert_eq!(run_ok(&["topics", "list"], b""), "");
+    // The view without the topic and the removal of its replicas are one step of the broker:
+    // once `list` misses it, no partition directory of it is left, not even an empty one.
+    let left: Vec<String> = std::fs::read_dir(dir.path().join("data"))
+        .expect("data dir")
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .filter(|n| n.starts_with("lines-"))
+        .collect();
+    assert!(left.is_empty(), "left after DeleteTopics: {left:?}");
+    println!("compared the data directory after DeleteTopics: no lines-* directory left");
     run_fails(&["topics", "delete", "lines"], "UnknownTopicOrPartition");
     run_fails(&["consume", "lines", "--timeout-ms", "100"], "UnknownTopicOrPartition");
 

@@ -500,6 +500,13 @@ fn killed_broker_restarts_with_every_acknowledged_batch_and_no_stale_lock() {
     child.wait().expect("reap");
 
     let broker = Broker::start(&data_dir, port);
+    // The embedded coordinator closes the killed process's session at once rather than after
+    // its timeout, so the restarted broker takes the controller office without waiting.
+    assert!(
+        broker.log_text().contains("session of a previous process closed"),
+        "{}",
+        broker.log_text()
+    );
     let mut client = Client::connect(&broker.addr());
     let mut got = Vec::new();
     let mut offset = 0;
@@ -517,6 +524,158 @@ fn killed_broker_restarts_with_every_acknowledged_batch_and_no_stale_lock() {
         );
     }
     assert_eq!(got, values);
+    drop(client);
+    assert!(broker.stop().success());
+}
+
+/// Writes a data directory as the broker-only `gregor dev` of earlier versions did (core's
+/// single-node broker, local offsets store): topic `legacy` with two partitions, a config
+/// override and `values` in partition 1. Returns the topic id.
+fn write_broker_only_data_dir(dir: &std::path::Path, values: &[&str]) -> uuid::Uuid {
+    use gregor_core::broker::{Broker as CoreBroker, BrokerConfig, TopicId};
+    let mut disk = gregor_realnet::FsDisk::open(dir).expect("data dir");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis() as i64;
+    let mut broker = CoreBroker::open(&mut disk, BrokerConfig::default(), now).expect("open");
+    let id = TopicId::from_random(0x1234_5678_9abc_def0, 0x0fed_cba9_8765_4321);
+    broker
+        .create_topic(
+            &mut disk,
+            "legacy",
+            2,
+            1,
+            &[("retention.ms".to_string(), "86400000".to_string())],
+            id,
+            false,
+        )
+        .expect("create legacy");
+    let mut records = batch(values).to_vec();
+    broker
+        .produce(&mut disk, "legacy", 1, &mut records, -1, now)
+        .expect("produce to legacy");
+    assert!(broker.flush_all(&mut disk).is_empty(), "flush");
+    uuid::Uuid::from_bytes(id.0)
+}
+
+fn metadata_of(client: &mut Client, topic: &'static str) -> kp::metadata_response::MetadataResponseTopic {
+    let mut asked = kp::metadata_request::MetadataRequestTopic::default();
+    asked.name = Some(name(topic));
+    let mut req = kp::MetadataRequest::default();
+    req.topics = Some(vec![asked]);
+    let resp: kp::MetadataResponse = client.call(3, 12, &req);
+    resp.topics[0].clone()
+}
+
+fn values_of(client: &mut Client, topic: &'static str, partition: i32, end: i64) -> Vec<String> {
+    let mut got = Vec::new();
+    let mut offset = 0;
+    while offset < end {
+        let p = fetch(client, 12, topic, uuid::Uuid::nil(), partition, offset);
+        let mut records = p.records.expect("records");
+        offset = batches(&records).last().expect("a batch").1;
+        got.extend(
+            RecordBatchDecoder::decode_all(&mut records)
+                .expect("decode")
+                .into_iter()
+                .flat_map(|set| set.records)
+                .map(|r| String::from_utf8(r.value.expect("value").to_vec()).expect("utf-8")),
+        );
+    }
+    got
+}
+
+/// A data directory of the broker-only dev has topics on disk and no coordinator state. The
+/// cluster broker removes replicas of topics its coordinator does not know, so dev must register
+/// them first: same id, same partitions, same configs, every record readable, new ones appended
+/// after them, and all of it still there after a restart (no adoption marker left behind).
+#[test]
+fn data_dir_of_the_broker_only_dev_is_adopted_with_ids_partitions_and_records() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data_dir = dir.path().join("data");
+    let id = write_broker_only_data_dir(&data_dir, &["old-a", "old-b", "old-c"]);
+    let port = free_port();
+    for round in 0..2 {
+        let broker = Broker::start(&data_dir, port);
+        let mut client = Client::connect(&broker.addr());
+        let t = metadata_of(&mut client, "legacy");
+        assert_eq!((t.error_code, t.partitions.len()), (0, 2), "round {round}: {t:?}");
+        assert_eq!(t.topic_id, id, "round {round}: the topic keeps its id");
+        if round == 0 {
+            assert!(broker.log_text().contains("adopted topic"), "{}", broker.log_text());
+            assert_eq!(produce(&mut client, "legacy", 1, batch(&["new-d"])), 3);
+        }
+        let got = values_of(&mut client, "legacy", 1, 4);
+        assert_eq!(got, ["old-a", "old-b", "old-c", "new-d"], "round {round}");
+        println!(
+            "round {round}: compared {} records of the adopted topic, id {id}",
+            got.len()
+        );
+        drop(client);
+        let cli = run_bounded(
+            {
+                let mut c = Command::new(env!("CARGO_BIN_EXE_gregor"));
+                c.args(["topics", "--bootstrap-server", &broker.addr(), "describe", "legacy"]);
+                c
+            },
+            Vec::new(),
+            IO_TIMEOUT,
+        );
+        let described = String::from_utf8_lossy(&cli.stdout).to_string();
+        assert!(
+            described.contains("retention.ms=86400000"),
+            "the override is kept: {described}"
+        );
+        assert!(broker.stop().success());
+        assert!(
+            !data_dir.join(gregor_realnet::dev::ADOPT_MARKER).exists(),
+            "adoption marker left behind"
+        );
+    }
+}
+
+/// The old layout's committed offsets (a `__consumer_offsets` directory without a partition
+/// suffix) cannot be carried over: dev refuses to start and says what to do, touching nothing.
+#[test]
+fn data_dir_of_the_broker_only_dev_with_committed_offsets_is_refused_clearly() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data_dir = dir.path().join("data");
+    write_broker_only_data_dir(&data_dir, &["old-a"]);
+    // What the old dev's first OffsetCommit created (any file there means commits were stored).
+    std::fs::create_dir_all(data_dir.join("__consumer_offsets")).expect("offsets dir");
+    std::fs::write(data_dir.join("__consumer_offsets/00000000000000000000.log"), b"x").expect("offsets log");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gregor"));
+    cmd.args(["dev", "--listen", &format!("127.0.0.1:{}", free_port()), "--data-dir"])
+        .arg(&data_dir);
+    let out = run_bounded(cmd, Vec::new(), IO_TIMEOUT);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("holds committed consumer offsets") && stderr.contains("--data-dir"),
+        "{stderr}"
+    );
+    assert!(!data_dir.join("coordinator").exists(), "nothing written: {stderr}");
+    assert!(data_dir.join("legacy-0/partition.metadata").exists());
+    println!("refused as it should: {}", stderr.lines().last().unwrap_or(""));
+}
+
+/// CreateTopics answers once the topic is usable here (Kafka's DelayedCreatePartitions): a
+/// Produce sent right after the answer, on the same connection, is accepted every time.
+#[test]
+fn a_created_topic_takes_produce_at_once() {
+    const TOPICS: [&str; 12] = ["n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9", "n10", "n11"];
+    let dir = tempfile::tempdir().expect("temp dir");
+    let broker = Broker::start(&dir.path().join("data"), free_port());
+    let mut client = Client::connect(&broker.addr());
+    for topic in TOPICS {
+        create_topic(&mut client, topic, 2);
+        assert_eq!(produce(&mut client, topic, 1, batch(&["first"])), 0, "{topic}");
+    }
+    println!(
+        "compared {} produces sent right after their topic's creation",
+        TOPICS.len()
+    );
     drop(client);
     assert!(broker.stop().success());
 }

@@ -367,6 +367,12 @@ impl Broker {
         Ok((log, min_isr))
     }
 
+    /// Whether topic-level overrides are valid here (names known, values in range): what a
+    /// CreateTopics in cluster mode checks before it writes the topic to the coordinator.
+    pub fn check_topic_configs(&self, overrides: &BTreeMap<String, String>) -> Result<(), String> {
+        self.topic_config(overrides).map(|_| ())
+    }
+
     /// The group coordinator (consumer groups and their committed offsets).
     pub fn groups(&self) -> &GroupCoordinator {
         &self.groups

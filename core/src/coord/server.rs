@@ -67,6 +67,12 @@ pub struct CoordTiming {
     /// Reconnect backoff to a peer.
     pub peer_backoff_ms_min: u64,
     pub peer_backoff_ms_max: u64,
+    /// Whether the sessions found when this process first leads are expired at once rather than
+    /// given a fresh timeout. Only for a coordinator embedded in its only client's process
+    /// (`gregor dev`): there every session it restores belonged to the previous process, and
+    /// keeping them alive would hold that process's ephemerals (its controller office) for a
+    /// whole session timeout after a restart.
+    pub expire_restored_sessions: bool,
 }
 
 impl Default for CoordTiming {
@@ -82,6 +88,7 @@ impl Default for CoordTiming {
             snapshot_every_entries: 10_000,
             peer_backoff_ms_min: 20,
             peer_backoff_ms_max: 1000,
+            expire_restored_sessions: false,
         }
     }
 }
@@ -126,6 +133,10 @@ struct Node {
     last_heard: BTreeMap<SessionId, u64>,
     /// Sessions whose close the leader proposed and that have not closed yet.
     closing: BTreeSet<SessionId>,
+    /// Restored sessions to expire at once (`CoordTiming::expire_restored_sessions`).
+    doomed: BTreeSet<SessionId>,
+    /// Whether this process has led yet.
+    led: bool,
     outboxes: BTreeMap<NodeId, Mailbox<Bytes>>,
     failed: Option<RaftError>,
 }
@@ -228,6 +239,10 @@ impl Node {
     fn restart_session_timers(&mut self, now_ms: u64) {
         self.last_heard = self.tree.sessions().keys().map(|s| (*s, now_ms)).collect();
         self.closing.clear();
+        if self.config.timing.expire_restored_sessions && !self.led {
+            self.doomed = self.tree.sessions().keys().copied().collect();
+        }
+        self.led = true;
     }
 
     fn apply(&mut self, index: LogIndex, term: Term, command: &[u8], now_ms: u64) {
@@ -252,6 +267,7 @@ impl Node {
                         (Command::CloseSession { session }, _) => {
                             self.last_heard.remove(session);
                             self.closing.remove(session);
+                            self.doomed.remove(session);
                             self.watches.remove_session(*session);
                             self.events.remove(session);
                         }
@@ -285,7 +301,8 @@ impl Node {
         let mut due = Vec::new();
         for (session, info) in self.tree.sessions() {
             let heard = *self.last_heard.entry(*session).or_insert(now_ms);
-            if now_ms.saturating_sub(heard) > info.timeout_ms && !self.closing.contains(session) {
+            let timed_out = now_ms.saturating_sub(heard) > info.timeout_ms || self.doomed.contains(session);
+            if timed_out && !self.closing.contains(session) {
                 due.push(*session);
             }
         }
@@ -293,11 +310,19 @@ impl Node {
             let command = Bytes::from(Command::CloseSession { session }.encode());
             match self.raft.propose(disk, command, now_ms) {
                 Ok(_) => {
-                    tracing::info!(
-                        node = self.config.id.0,
-                        session = session.0,
-                        "coordinator: session expired"
-                    );
+                    if self.doomed.contains(&session) {
+                        tracing::info!(
+                            node = self.config.id.0,
+                            session = session.0,
+                            "coordinator: session of a previous process closed"
+                        );
+                    } else {
+                        tracing::info!(
+                            node = self.config.id.0,
+                            session = session.0,
+                            "coordinator: session expired"
+                        );
+                    }
                     self.closing.insert(session);
                 }
                 Err(e) => {
@@ -324,6 +349,25 @@ type Shared = Rc<RefCell<Node>>;
 /// Opens the node's Raft state from disk and returns the future that runs the node: it listens,
 /// connects to its peers and serves until Raft fails (then it returns, to be restarted).
 pub fn start_coordinator<R: Runtime>(rt: R, config: CoordNodeConfig) -> Result<impl Future<Output = ()>, StartError> {
+    start(rt, config, None)
+}
+
+/// As [`start_coordinator`], but serves on `listener`, bound by the caller: `gregor dev` binds an
+/// OS-chosen loopback port and hands its address to the broker in the same process, so the node
+/// needs no port users see. `config.listen` is then only what peers would be told.
+pub fn start_coordinator_on<R: Runtime>(
+    rt: R,
+    config: CoordNodeConfig,
+    listener: R::Listener,
+) -> Result<impl Future<Output = ()>, StartError> {
+    start(rt, config, Some(listener))
+}
+
+fn start<R: Runtime>(
+    rt: R,
+    config: CoordNodeConfig,
+    listener: Option<R::Listener>,
+) -> Result<impl Future<Output = ()>, StartError> {
     if !config.peers.iter().any(|(id, _)| *id == config.id) {
         return Err(StartError::Config(format!(
             "peers do not include this node {}",
@@ -359,15 +403,17 @@ pub fn start_coordinator<R: Runtime>(rt: R, config: CoordNodeConfig) -> Result<i
         events: BTreeMap::new(),
         last_heard: BTreeMap::new(),
         closing: BTreeSet::new(),
+        doomed: BTreeSet::new(),
+        led: false,
         outboxes,
         failed: None,
     }));
     // Outputs of open (RestoreSnapshot, Apply of the durable committed prefix) first.
     rt.with_disk(|disk| node.borrow_mut().pump(disk, now));
-    Ok(run(rt, node))
+    Ok(run(rt, node, listener))
 }
 
-async fn run<R: Runtime>(rt: R, node: Shared) {
+async fn run<R: Runtime>(rt: R, node: Shared, bound: Option<R::Listener>) {
     let (listen, peers, tick_ms, backoff) = {
         let n = node.borrow();
         let peers: Vec<(String, Mailbox<Bytes>)> = n
@@ -384,7 +430,11 @@ async fn run<R: Runtime>(rt: R, node: Shared) {
             (t.peer_backoff_ms_min.max(1), t.peer_backoff_ms_max.max(1)),
         )
     };
-    let listener = match rt.listen(&listen).await {
+    let listened = match bound {
+        Some(listener) => Ok(listener),
+        None => rt.listen(&listen).await,
+    };
+    let listener = match listened {
         Ok(l) => l,
         Err(e) => {
             tracing::error!(addr = %listen, error = %e, "coordinator: cannot listen");

@@ -202,13 +202,19 @@ impl ClusterConfig {
 
 /// Admin requests that need the coordinator, handed from a connection to the cluster task.
 #[derive(Clone, Default)]
-pub struct AdminQueue(Rc<RefCell<VecDeque<AdminJob>>>);
+pub struct AdminQueue(Rc<RefCell<VecDeque<AdminJob>>>, AutoCreate);
+
+/// `auto.create.topics.enable` in cluster mode: the partitions of an auto-created topic
+/// (`num.partitions`), `None` when off.
+#[derive(Clone, Copy, Debug, Default)]
+struct AutoCreate(Option<i32>);
 
 /// Admin jobs queued at most; more are refused at once.
 const ADMIN_JOBS_MAX: usize = 1_000;
 
-/// Per topic: its name, the error code (`None` for success) and a message.
-type AdminResults = Vec<(String, ErrorCode, String)>;
+/// Per topic: its name, the error code (`None` for success), a message, and the id of a topic
+/// created (CreateTopics answers it from v7).
+type AdminResults = Vec<(String, ErrorCode, String, Option<crate::broker::TopicId>)>;
 
 struct AdminJob {
     request: AdminRequest,
@@ -227,20 +233,123 @@ impl fmt::Debug for AdminQueue {
 }
 
 impl AdminQueue {
-    /// Queues a CreateTopics and waits for the cluster task's answer, at most `timeout_ms`.
-    pub async fn create_topics<R: Runtime>(&self, rt: &R, req: &CreateTopicsRequest) -> CreateTopicsResponse {
+    /// Kafka's auto-creation (ZooKeeper mode): the topics a Metadata request names that the
+    /// cluster view lacks, when the request allows it and `auto.create.topics.enable` is on, are
+    /// queued for creation (`num.partitions`, replication factor 1, Kafka's
+    /// `default.replication.factor`) without waiting. Returns their names: the caller answers
+    /// them LEADER_NOT_AVAILABLE, as Kafka does, so clients retry until the topic is there.
+    pub fn auto_create(
+        &self,
+        broker: &SharedBroker,
+        req: &crate::protocol::api::metadata::MetadataRequest,
+    ) -> Vec<String> {
+        let (Some(partitions), true, Some(asked)) = (self.1 .0, req.allow_auto_topic_creation, &req.topics) else {
+            return Vec::new();
+        };
+        let b = broker.borrow();
+        let Some(view) = b.cluster_view() else {
+            return Vec::new();
+        };
+        let mut queued = Vec::new();
+        for name in asked.iter().filter_map(|t| t.name.as_ref()) {
+            if view.topics.contains_key(name)
+                || name == OFFSETS_TOPIC
+                || crate::broker::topic::validate_name(name).is_err()
+                || queued.contains(name)
+            {
+                continue;
+            }
+            queued.push(name.clone());
+        }
+        if queued.is_empty() {
+            return queued;
+        }
+        let pending: BTreeSet<String> = self
+            .0
+            .borrow()
+            .iter()
+            .filter_map(|job| match &job.request {
+                AdminRequest::Create(r) => Some(r.topics.iter().map(|t| t.name.clone())),
+                AdminRequest::Delete(_) => None,
+            })
+            .flatten()
+            .collect();
+        let fresh: Vec<_> = queued
+            .iter()
+            .filter(|n| !pending.contains(*n))
+            .map(|name| crate::protocol::api::create_topics::CreatableTopic {
+                name: name.clone(),
+                num_partitions: partitions,
+                replication_factor: 1,
+                ..Default::default()
+            })
+            .collect();
+        if !fresh.is_empty() && self.0.borrow().len() < ADMIN_JOBS_MAX {
+            tracing::info!(target: "cluster", topics = ?fresh.iter().map(|t| &t.name).collect::<Vec<_>>(), "auto-creating topics");
+            self.0.borrow_mut().push_back(AdminJob {
+                request: AdminRequest::Create(CreateTopicsRequest {
+                    topics: fresh,
+                    timeout_ms: 30_000,
+                    ..Default::default()
+                }),
+                reply: Rc::new(RefCell::new(None)),
+            });
+        }
+        queued
+    }
+
+    /// Queues a CreateTopics and waits for the cluster task's answer, at most `timeout_ms`;
+    /// then, as Kafka's DelayedCreatePartitions does, until this broker's view shows every
+    /// partition of each created topic with a leader (bounded by the same timeout), so that a
+    /// client's Metadata, Produce or describe right after the answer finds the topic.
+    pub async fn create_topics<R: Runtime>(
+        &self,
+        rt: &R,
+        broker: &SharedBroker,
+        req: &CreateTopicsRequest,
+    ) -> CreateTopicsResponse {
         let names: Vec<String> = req.topics.iter().map(|t| t.name.clone()).collect();
+        let deadline = rt
+            .monotonic_ms()
+            .saturating_add(u64::try_from(req.timeout_ms.max(1_000)).unwrap_or(30_000));
         let results = self
             .submit(rt, AdminRequest::Create(req.clone()), names, req.timeout_ms)
             .await;
+        if !req.validate_only {
+            let created: Vec<&String> = results
+                .iter()
+                .filter(|r| r.1 == ErrorCode::None)
+                .map(|r| &r.0)
+                .collect();
+            let led = |name: &String| {
+                broker.borrow().cluster_view().is_some_and(|v| {
+                    v.topics.get(name).is_some_and(|(record, states)| {
+                        record
+                            .assignment
+                            .keys()
+                            .all(|p| states.get(p).is_some_and(|s| s.leader.is_some()))
+                    })
+                })
+            };
+            while !created.iter().all(|n| led(n)) && rt.monotonic_ms() < deadline {
+                rt.sleep(Duration::from_millis(5)).await;
+            }
+        }
         CreateTopicsResponse {
             throttle_time_ms: 0,
             topics: results
                 .into_iter()
-                .map(|(name, code, message)| CreatableTopicResult {
+                .map(|(name, code, message, id)| CreatableTopicResult {
                     name,
+                    topic_id: id.map_or(crate::protocol::Uuid::ZERO, |id| crate::protocol::Uuid(id.0)),
                     error_code: code.code(),
                     error_message: (code != ErrorCode::None).then_some(message),
+                    // Unknown here (the cluster task answers before this broker's view has the
+                    // topic): -1 and no configs, as Kafka answers when it cannot describe them.
+                    // A 0 would make the Java admin client read the configs, and fail on null.
+                    num_partitions: -1,
+                    replication_factor: -1,
+                    configs: None,
                     ..CreatableTopicResult::default()
                 })
                 .collect(),
@@ -275,7 +384,7 @@ impl AdminQueue {
         let broker = broker.borrow();
         let mut responses: Vec<DeletableTopicResult> = results
             .into_iter()
-            .map(|(name, code, message)| DeletableTopicResult {
+            .map(|(name, code, message, _)| DeletableTopicResult {
                 topic_id: broker
                     .topic(&name)
                     .map_or(crate::protocol::Uuid::ZERO, |m| crate::protocol::Uuid(m.id.0)),
@@ -297,8 +406,9 @@ impl AdminQueue {
         request: AdminRequest,
         names: Vec<String>,
         timeout_ms: i32,
-    ) -> Vec<(String, ErrorCode, String)> {
-        let fail = |code: ErrorCode, why: &str| names.iter().map(|n| (n.clone(), code, why.to_string())).collect();
+    ) -> AdminResults {
+        let fail =
+            |code: ErrorCode, why: &str| names.iter().map(|n| (n.clone(), code, why.to_string(), None)).collect();
         if self.0.borrow().len() >= ADMIN_JOBS_MAX {
             return fail(ErrorCode::RequestTimedOut, "too many admin requests queued");
         }
@@ -335,9 +445,11 @@ pub async fn start_cluster_broker<R: Runtime>(
     mut config: NodeConfig,
     cluster: ClusterConfig,
 ) -> Result<(SharedBroker, impl std::future::Future<Output = ()>), NodeError> {
-    let admin = AdminQueue::default();
+    let auto_create = config.broker.auto_create_topics.then_some(config.broker.num_partitions);
+    let admin = AdminQueue(Rc::default(), AutoCreate(auto_create));
     config.admin = Some(admin.clone());
-    // Topics exist only through the coordinator: never auto-created locally.
+    // Topics exist only through the coordinator: never auto-created locally (auto-creation goes
+    // through the coordinator: `AdminQueue::auto_create`).
     config.broker.auto_create_topics = false;
     config.broker.group.coordination = cluster.group_coordination;
     let registration = BrokerRegistration {
@@ -949,7 +1061,7 @@ impl<R: Runtime> Session<R> {
         }
     }
 
-    async fn admin_job(&mut self, scan: &Scan, request: &AdminRequest) -> Step<Vec<(String, ErrorCode, String)>> {
+    async fn admin_job(&mut self, scan: &Scan, request: &AdminRequest) -> Step<AdminResults> {
         let mut results = Vec::new();
         match request {
             AdminRequest::Create(req) => {
@@ -961,8 +1073,16 @@ impl<R: Runtime> Session<R> {
                         .iter()
                         .filter_map(|c| c.value.clone().map(|v| (c.name.clone(), v)))
                         .collect();
+                    // The controller checks the replication keys itself; the rest are the log's.
+                    let mut log_configs = configs.clone();
+                    log_configs.remove("unclean.leader.election.enable");
+                    if let Err(why) = self.broker.borrow().check_topic_configs(&log_configs) {
+                        results.push((t.name.clone(), ErrorCode::InvalidConfig, why, None));
+                        continue;
+                    }
+                    let topic_id = crate::broker::TopicId::from_random(self.rt.random_u64(), self.rt.random_u64());
                     let draw = CreateTopicDraw {
-                        topic_id: crate::broker::TopicId::from_random(self.rt.random_u64(), self.rt.random_u64()),
+                        topic_id,
                         start_index: self.rt.random_u64() as usize,
                         replica_shift: self.rt.random_u64() as usize,
                     };
@@ -976,12 +1096,12 @@ impl<R: Runtime> Session<R> {
                         match creator.create_topic(&scan.controller_view, &t.name, partitions, rf, &configs, draw) {
                             Ok((_, write)) => write,
                             Err(e) => {
-                                results.push((t.name.clone(), e.code, e.message));
+                                results.push((t.name.clone(), e.code, e.message, None));
                                 continue;
                             }
                         };
                     if req.validate_only {
-                        results.push((t.name.clone(), ErrorCode::None, String::new()));
+                        results.push((t.name.clone(), ErrorCode::None, String::new(), None));
                         continue;
                     }
                     let ops: Vec<controller::Op> = write
@@ -992,7 +1112,7 @@ impl<R: Runtime> Session<R> {
                     let result = match self.execute(&ops).await {
                         Ok(()) => {
                             tracing::info!(target: "controller", topic = %t.name, partitions, replication_factor = rf, "topic created");
-                            (t.name.clone(), ErrorCode::None, String::new())
+                            (t.name.clone(), ErrorCode::None, String::new(), Some(topic_id))
                         }
                         Err(e) if fatal(&e) => return Err(End::Expired),
                         Err(CoordError::MultiFailed {
@@ -1002,8 +1122,9 @@ impl<R: Runtime> Session<R> {
                             t.name.clone(),
                             ErrorCode::TopicAlreadyExists,
                             format!("topic {} already exists", t.name),
+                            None,
                         ),
-                        Err(e) => (t.name.clone(), ErrorCode::RequestTimedOut, e.to_string()),
+                        Err(e) => (t.name.clone(), ErrorCode::RequestTimedOut, e.to_string(), None),
                     };
                     results.push(result);
                 }
@@ -1015,16 +1136,17 @@ impl<R: Runtime> Session<R> {
                             name.clone(),
                             ErrorCode::UnknownTopicOrPartition,
                             format!("no topic {name}"),
+                            None,
                         ));
                         continue;
                     }
                     let path = format!("{DELETE_TOPICS_PATH}/{name}");
                     match self.client.create(&path, &[], CreateMode::Persistent).await {
                         Ok(_) | Err(CoordError::Tree(TreeError::NodeExists)) => {
-                            results.push((name.clone(), ErrorCode::None, String::new()))
+                            results.push((name.clone(), ErrorCode::None, String::new(), None))
                         }
                         Err(e) if fatal(&e) => return Err(End::Expired),
-                        Err(e) => results.push((name.clone(), ErrorCode::RequestTimedOut, e.to_string())),
+                        Err(e) => results.push((name.clone(), ErrorCode::RequestTimedOut, e.to_string(), None)),
                     }
                 }
             }

@@ -257,9 +257,22 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
     let new_id = || TopicId::from_random(rt.random_u64(), rt.random_u64());
     let body = match &request {
         Request::ApiVersions(_) => handlers::api_versions().encode(version),
-        Request::Metadata(req) => rt
-            .with_disk(|disk| handlers::metadata(&mut broker.borrow_mut(), disk, req, &config.advertised, new_id))
-            .encode(version),
+        Request::Metadata(req) => {
+            let creating = config
+                .admin
+                .as_ref()
+                .map(|admin| admin.auto_create(broker, req))
+                .unwrap_or_default();
+            let mut resp = rt
+                .with_disk(|disk| handlers::metadata(&mut broker.borrow_mut(), disk, req, &config.advertised, new_id));
+            for t in &mut resp.topics {
+                let being_created = t.name.as_ref().is_some_and(|n| creating.contains(n));
+                if being_created && t.error_code == crate::error_code::ErrorCode::UnknownTopicOrPartition.code() {
+                    t.error_code = crate::error_code::ErrorCode::LeaderNotAvailable.code();
+                }
+            }
+            resp.encode(version)
+        }
         Request::Produce(req) => {
             let (mut resp, mut pending) =
                 rt.with_disk(|disk| handlers::produce_parked(&mut broker.borrow_mut(), disk, req, now));
@@ -376,7 +389,7 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
             .encode(version),
         Request::CreateTopics(req) if config.admin.is_some() => {
             let admin = config.admin.as_ref().expect("checked by the guard");
-            admin.create_topics(rt, req).await.encode(version)
+            admin.create_topics(rt, broker, req).await.encode(version)
         }
         Request::CreateTopics(req) => rt
             .with_disk(|disk| handlers::create_topics(&mut broker.borrow_mut(), disk, req, new_id))

@@ -5,6 +5,7 @@
 use anyhow::{bail, Context};
 use clap::Subcommand;
 use gregor_core::client::{code, Cluster, CREATE_TOPICS_VERSION};
+use gregor_core::error_code::ErrorCode;
 use gregor_core::protocol::api::create_topics::{CreatableTopic, CreateTopicsRequest, TopicConfig};
 use gregor_core::protocol::api::delete_topics::{DeleteTopic, DeleteTopicsRequest};
 use gregor_core::protocol::api::describe_configs::{
@@ -19,6 +20,11 @@ pub const DELETE_TOPICS_VERSION: i16 = 6;
 pub const DESCRIBE_CONFIGS_VERSION: i16 = 4;
 /// Kafka's `ConfigSource.DYNAMIC_TOPIC_CONFIG`: a topic's own override.
 const SOURCE_DYNAMIC_TOPIC_CONFIG: i8 = 1;
+/// How long `describe` waits for a topic the answering broker does not know yet, or whose
+/// partitions have no leader yet (a creation still reaching every broker's view), before it
+/// reports the error, as Kafka's admin client retries such metadata.
+const PROPAGATION_WAIT_MS: u64 = 2_000;
+const PROPAGATION_POLL_MS: u64 = 50;
 
 #[derive(Subcommand, Debug)]
 pub enum TopicsCommand {
@@ -125,7 +131,20 @@ pub async fn list(cluster: &mut Cluster<RealRuntime>) -> anyhow::Result<String> 
 }
 
 pub async fn describe(cluster: &mut Cluster<RealRuntime>, name: &str) -> anyhow::Result<String> {
-    let meta = metadata(cluster, Some(&[name])).await?;
+    let started = std::time::Instant::now();
+    let meta = loop {
+        let meta = metadata(cluster, Some(&[name])).await?;
+        let settled = meta.topics.iter().any(|t| {
+            t.name.as_deref() == Some(name)
+                && t.error_code != ErrorCode::UnknownTopicOrPartition.code()
+                && t.error_code != ErrorCode::LeaderNotAvailable.code()
+                && t.partitions.iter().all(|p| p.leader_id >= 0)
+        });
+        if settled || started.elapsed() >= std::time::Duration::from_millis(PROPAGATION_WAIT_MS) {
+            break meta;
+        }
+        monoio::time::sleep(std::time::Duration::from_millis(PROPAGATION_POLL_MS)).await;
+    };
     let t = meta
         .topics
         .iter()
