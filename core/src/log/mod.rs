@@ -545,6 +545,7 @@ impl Log {
             return Ok(());
         }
         let base = self.log_end_offset();
+        tracing::debug!(target: "log", dir = %self.dir, base = base.0, "segment rolled");
         let closing = self.active_mut();
         closing.write_pending_index(disk)?;
         // Dirty until synced with its indexes, even if its data was flushed.
