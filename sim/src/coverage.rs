@@ -443,6 +443,9 @@ impl Coverage {
 }
 
 #[cfg(test)]
+mod run_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
