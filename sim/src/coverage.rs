@@ -296,10 +296,13 @@ impl Memory {
                 }
             }
             "replication" if f.has("min_insync_replicas") => reach(State::MinIsrRejection),
-            "replication" if f.has("truncated_to") => {
-                if f.int("truncated_from").zip(f.int("truncated_to")).is_some_and(|(a, b)| a > b) {
-                    reach(State::FollowerTruncation);
-                }
+            // A truncation that removed records (`truncated_from` > `truncated_to`).
+            "replication"
+                if f.int("truncated_from")
+                    .zip(f.int("truncated_to"))
+                    .is_some_and(|(a, b)| a > b) =>
+            {
+                reach(State::FollowerTruncation)
             }
             "groups" if f.has("commit_refused") => reach(State::GroupRebalanceMidCommit),
             "groups" => {
@@ -538,9 +541,15 @@ mod tests {
         b.add(&Reached([State::IsrShrink, State::SegmentRoll].into_iter().collect()));
         a.merge(&b);
         assert_eq!((a.runs, a.seeds_reaching(State::IsrShrink)), (3, 2));
-        assert_eq!(a.missing(&[State::IsrShrink, State::FollowerTruncation]), vec![State::FollowerTruncation]);
+        assert_eq!(
+            a.missing(&[State::IsrShrink, State::FollowerTruncation]),
+            vec![State::FollowerTruncation]
+        );
         let table = Coverage::render(&[("s", &a, &[State::IsrShrink, State::FollowerTruncation])]);
         let row = table.lines().nth(1).expect("a row");
-        assert!(row.starts_with("s ") && row.contains(" 2*") && row.contains(" 0!"), "{table}");
+        assert!(
+            row.starts_with("s ") && row.contains(" 2*") && row.contains(" 0!"),
+            "{table}"
+        );
     }
 }

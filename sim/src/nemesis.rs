@@ -246,7 +246,7 @@ impl ActiveProfile {
         let mut rng = seed::stream(seed, seed::WORLD, Purpose::Swarm);
         let mut weights = Vec::new();
         for &(kind, w_max) in profile.weights {
-            let on = rng.next_u64() % 2 == 0;
+            let on = rng.next_u64().is_multiple_of(2);
             let w = 1 + (rng.next_u64() % u64::from(w_max.max(1))) as u32;
             if on {
                 weights.push((kind, w));
@@ -263,7 +263,7 @@ impl ActiveProfile {
         let b = profile.fault_s_min + span * unit(&mut rng);
         (active.fault_s_min, active.fault_s_max) = (a.min(b), a.max(b));
         active.concurrent_max = 1 + (rng.next_u64() % profile.concurrent_max.max(1) as u64) as usize;
-        active.coordinators_too = profile.coordinators_too && rng.next_u64() % 2 == 0;
+        active.coordinators_too = profile.coordinators_too && rng.next_u64().is_multiple_of(2);
         active.frame_rate = 0.01 + (profile.frame_rate - 0.01).max(0.0) * unit(&mut rng);
         active
     }
@@ -276,10 +276,12 @@ impl ActiveProfile {
             .iter()
             .map(|&(kind, w)| format!("{}×{w}", random_fault_name(kind)))
             .collect();
-        let frames = self
-            .weights
-            .iter()
-            .any(|(k, _)| matches!(k, RandomFault::Node(FaultKind::DuplicateFrames | FaultKind::CorruptFrames)));
+        let frames = self.weights.iter().any(|(k, _)| {
+            matches!(
+                k,
+                RandomFault::Node(FaultKind::DuplicateFrames | FaultKind::CorruptFrames)
+            )
+        });
         format!(
             "{}: {}; a fault every {:.1} s (mean), lasting {:.1}-{:.1} s, at most {} at once{}{}",
             self.name,
@@ -288,8 +290,16 @@ impl ActiveProfile {
             self.fault_s_min,
             self.fault_s_max,
             self.concurrent_max,
-            if self.coordinators_too { ", coordinators too" } else { ", brokers only" },
-            if frames { format!(", frame faults hit {:.1}%", self.frame_rate * 100.0) } else { String::new() },
+            if self.coordinators_too {
+                ", coordinators too"
+            } else {
+                ", brokers only"
+            },
+            if frames {
+                format!(", frame faults hit {:.1}%", self.frame_rate * 100.0)
+            } else {
+                String::new()
+            },
         )
     }
 }

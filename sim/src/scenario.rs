@@ -925,7 +925,9 @@ outcome = "no-anomalies"
             "outcome = \"no-anomalies\"\nrequire = [\"isr-shrink\", \"leader-failover\"]",
         ));
         assert!(
-            e.contains("expect.require") && e.contains("\"leader-failover\"") && e.contains("leader-failover-under-load"),
+            e.contains("expect.require")
+                && e.contains("\"leader-failover\"")
+                && e.contains("leader-failover-under-load"),
             "{e}"
         );
         let required = GOOD.replace(
@@ -934,7 +936,10 @@ outcome = "no-anomalies"
         );
         let s = Scenario::parse(&required, "ok.toml", "ok").expect("known states parse");
         use crate::coverage::State;
-        assert_eq!(s.expect.get_ref().required(), vec![State::IsrShrink, State::SegmentRoll]);
+        assert_eq!(
+            s.expect.get_ref().required(),
+            vec![State::IsrShrink, State::SegmentRoll]
+        );
         let e = error(&GOOD.replace(
             "[[faults.schedule]]",
             "[faults]\nprofile = \"chaos\"\n[[faults.schedule]]",

@@ -84,7 +84,10 @@ fn a_scheduled_leader_crash_reaches_failover_and_an_idle_cluster_reaches_nothing
 #[test]
 fn a_required_state_no_seed_reached_fails_the_sweep_and_names_it() {
     // Nothing here rolls a segment or deletes one: the sweep must say so.
-    let s = cluster(LEADER_CRASH, "require = [\"leader-failover-under-load\", \"retention-deletion\"]");
+    let s = cluster(
+        LEADER_CRASH,
+        "require = [\"leader-failover-under-load\", \"retention-deletion\"]",
+    );
     let results: Vec<RunResult> = (0..2).map(|seed| run(&s, seed)).collect();
     let summary = summarize(&s, &results);
     println!("{}", summary.verdict);
@@ -94,9 +97,16 @@ fn a_required_state_no_seed_reached_fails_the_sweep_and_names_it() {
         "{}",
         summary.verdict
     );
-    assert!(!summary.verdict.contains("leader-failover"), "reached, so not named: {}", summary.verdict);
+    assert!(
+        !summary.verdict.contains("leader-failover"),
+        "reached, so not named: {}",
+        summary.verdict
+    );
     let reachable = cluster(LEADER_CRASH, "require = [\"leader-failover-under-load\"]");
-    assert!(summarize(&reachable, &results).pass, "the same runs pass what they reached");
+    assert!(
+        summarize(&reachable, &results).pass,
+        "the same runs pass what they reached"
+    );
 }
 
 #[test]
@@ -110,11 +120,20 @@ fn swarm_subsets_vary_across_seeds_and_replay_identically() {
     let distinct: std::collections::BTreeSet<&String> = drawn.iter().collect();
     assert!(distinct.len() >= 15, "20 seeds drew only {} subsets", distinct.len());
     let kinds = |d: &str| d.split(';').next().unwrap_or_default().split_whitespace().count();
-    assert!(drawn.iter().any(|d| kinds(d) <= 6) && drawn.iter().any(|d| kinds(d) >= 7), "subset sizes vary");
+    assert!(
+        drawn.iter().any(|d| kinds(d) <= 6) && drawn.iter().any(|d| kinds(d) >= 7),
+        "subset sizes vary"
+    );
     for seed in [3, 11] {
-        assert_eq!(active_profile(&s, seed).expect("a profile").describe(), drawn[seed as usize]);
+        assert_eq!(
+            active_profile(&s, seed).expect("a profile").describe(),
+            drawn[seed as usize]
+        );
         let (a, b) = (run(&s, seed), run(&s, seed));
         assert!(!a.faults.is_empty(), "seed {seed} drew faults");
-        assert_eq!((a.trace_hash, &a.faults, &a.coverage), (b.trace_hash, &b.faults, &b.coverage));
+        assert_eq!(
+            (a.trace_hash, &a.faults, &a.coverage),
+            (b.trace_hash, &b.faults, &b.coverage)
+        );
     }
 }
