@@ -30,6 +30,7 @@ pub fn failed_run(scenario: &Scenario, seed: u64, error: String) -> RunResult {
         played: Vec::new(),
         history: crate::history::History::default(),
         error: Some(error),
+        coverage: crate::coverage::Reached::default(),
     }
 }
 

@@ -7,6 +7,7 @@
 //! - [`seed`]: the per-purpose random streams derived from the scenario seed.
 //! - [`history`], [`checker`]: what a workload did, and the anomalies in it.
 //! - [`scenario`]: the scenario file format.
+//! - [`coverage`]: the hard states a run reached ("sometimes" assertions) and the sweep's table.
 //! - [`nemesis`]: plays a scenario's scheduled and random faults, each with its opposite.
 //! - [`trace`]: the replay trace of a run: its events hashed, and printed through a filter.
 //! - [`bench`]: benchmarks in virtual time (the batching producer against one broker).
@@ -15,6 +16,7 @@
 pub mod bench;
 pub mod checker;
 pub mod cli;
+pub mod coverage;
 pub mod disk;
 pub mod history;
 pub mod nemesis;

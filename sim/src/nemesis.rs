@@ -193,7 +193,147 @@ pub const PROFILES: &[Profile] = &[
         ],
         frame_rate: 0.05,
     },
+    // Swarm testing (Groce et al.; FoundationDB's BUGGIFY): each seed enables its own random
+    // subset of these kinds with its own weights and rates (`ActiveProfile::for_seed`); the
+    // numbers here are the pool and the most each kind may weigh. No `disk-lost`: with it a
+    // no-loss scenario would need a rule of its own (scenarios/rules/2_*).
+    Profile {
+        name: SWARM,
+        interval_s_mean: 6.0,
+        fault_s_min: 1.0,
+        fault_s_max: 10.0,
+        concurrent_max: 2,
+        coordinators_too: true,
+        weights: &[
+            (RandomFault::Node(FaultKind::Crash), 4),
+            (RandomFault::Node(FaultKind::Kill), 4),
+            (RandomFault::Node(FaultKind::Pause), 4),
+            (RandomFault::Node(FaultKind::Isolate), 4),
+            (RandomFault::Halves, 4),
+            (RandomFault::Bridge, 4),
+            (RandomFault::Swizzle, 4),
+            (RandomFault::Node(FaultKind::ClockSkew), 4),
+            (RandomFault::Node(FaultKind::DiskFull), 4),
+            (RandomFault::Node(FaultKind::SyncFail), 4),
+            (RandomFault::Node(FaultKind::DuplicateFrames), 4),
+            (RandomFault::Node(FaultKind::CorruptFrames), 4),
+        ],
+        frame_rate: 0.2,
+    },
 ];
+
+/// The name of the swarm profile.
+pub const SWARM: &str = "swarm";
+
+/// The profile a run plays: a named profile as written, or, for [`SWARM`], the seed's own draw.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ActiveProfile {
+    pub name: &'static str,
+    pub interval_s_mean: f64,
+    pub fault_s_min: f64,
+    pub fault_s_max: f64,
+    pub concurrent_max: usize,
+    pub coordinators_too: bool,
+    pub weights: Vec<(RandomFault, u32)>,
+    pub frame_rate: f64,
+}
+
+impl ActiveProfile {
+    /// `profile` as the run with `seed` plays it: a pure function of the two. A swarm profile
+    /// enables each kind of its pool with probability 1/2 (at least one), weighs each 1 to its
+    /// pool weight, and draws the mean interval (0.5 to 2 of the pool's), fault lengths (within
+    /// the pool's), faults at once (1 to the pool's), whether coordinators are targets, and the
+    /// frame fault rate (1% to the pool's), all from the seed's [`Purpose::Swarm`] stream.
+    pub fn for_seed(profile: &'static Profile, seed: u64) -> ActiveProfile {
+        let mut active = ActiveProfile {
+            name: profile.name,
+            interval_s_mean: profile.interval_s_mean,
+            fault_s_min: profile.fault_s_min,
+            fault_s_max: profile.fault_s_max,
+            concurrent_max: profile.concurrent_max,
+            coordinators_too: profile.coordinators_too,
+            weights: profile.weights.to_vec(),
+            frame_rate: profile.frame_rate,
+        };
+        if profile.name != SWARM {
+            return active;
+        }
+        let mut rng = seed::stream(seed, seed::WORLD, Purpose::Swarm);
+        let mut weights = Vec::new();
+        for &(kind, w_max) in profile.weights {
+            let on = rng.next_u64().is_multiple_of(2);
+            let w = 1 + (rng.next_u64() % u64::from(w_max.max(1))) as u32;
+            if on {
+                weights.push((kind, w));
+            }
+        }
+        let fallback = (rng.next_u64() % profile.weights.len() as u64) as usize;
+        if weights.is_empty() {
+            weights.push((profile.weights[fallback].0, 1));
+        }
+        active.weights = weights;
+        active.interval_s_mean = profile.interval_s_mean * (0.5 + 1.5 * unit(&mut rng));
+        let span = profile.fault_s_max - profile.fault_s_min;
+        let a = profile.fault_s_min + span * unit(&mut rng);
+        let b = profile.fault_s_min + span * unit(&mut rng);
+        (active.fault_s_min, active.fault_s_max) = (a.min(b), a.max(b));
+        active.concurrent_max = 1 + (rng.next_u64() % profile.concurrent_max.max(1) as u64) as usize;
+        active.coordinators_too = profile.coordinators_too && rng.next_u64().is_multiple_of(2);
+        active.frame_rate = 0.01 + (profile.frame_rate - 0.01).max(0.0) * unit(&mut rng);
+        active
+    }
+
+    /// One line naming the kinds with their weights and the rates: what a failing swarm seed
+    /// ran with (`swarm: crash×3 halves×1; a fault every 4.2 s, ...`).
+    pub fn describe(&self) -> String {
+        let kinds: Vec<String> = self
+            .weights
+            .iter()
+            .map(|&(kind, w)| format!("{}×{w}", random_fault_name(kind)))
+            .collect();
+        let frames = self.weights.iter().any(|(k, _)| {
+            matches!(
+                k,
+                RandomFault::Node(FaultKind::DuplicateFrames | FaultKind::CorruptFrames)
+            )
+        });
+        format!(
+            "{}: {}; a fault every {:.1} s (mean), lasting {:.1}-{:.1} s, at most {} at once{}{}",
+            self.name,
+            kinds.join(" "),
+            self.interval_s_mean,
+            self.fault_s_min,
+            self.fault_s_max,
+            self.concurrent_max,
+            if self.coordinators_too {
+                ", coordinators too"
+            } else {
+                ", brokers only"
+            },
+            if frames {
+                format!(", frame faults hit {:.1}%", self.frame_rate * 100.0)
+            } else {
+                String::new()
+            },
+        )
+    }
+}
+
+/// The scenario name of a random fault kind.
+fn random_fault_name(kind: RandomFault) -> &'static str {
+    match kind {
+        RandomFault::Node(kind) => Injection::of(kind, NodeIndex(0), 0.0).name(),
+        RandomFault::Halves => "partition-halves",
+        RandomFault::Bridge => "bridge",
+        RandomFault::Swizzle => "swizzle",
+    }
+}
+
+/// The fault profile `scenario`'s run with `seed` plays (`None`: it names no profile).
+pub fn active_profile(scenario: &Scenario, seed: u64) -> Option<ActiveProfile> {
+    let name = scenario.faults.profile.as_deref()?;
+    profile(name).map(|p| ActiveProfile::for_seed(p, seed))
+}
 
 /// The profile called `name`.
 pub fn profile(name: &str) -> Option<&'static Profile> {
@@ -487,7 +627,7 @@ fn names(world: &World, nodes: &[NodeIndex]) -> String {
 pub struct Nemesis {
     duration_ms: u64,
     plan: Vec<Planned>,
-    profile: &'static Profile,
+    profile: ActiveProfile,
     targets: Vec<String>,
     /// Every broker and coordinator by name: the nodes bridges and scheduled swizzles work on.
     servers: Vec<String>,
@@ -508,6 +648,10 @@ impl Nemesis {
     pub fn new(scenario: &Scenario, seed: u64) -> Nemesis {
         let name = scenario.faults.profile.as_deref().unwrap_or("none");
         let profile = profile(name).unwrap_or_else(|| panic!("profile {name:?} passed scenario validation"));
+        let profile = ActiveProfile::for_seed(profile, seed);
+        if profile.name == SWARM {
+            tracing::info!(target: "nemesis", profile = %profile.describe(), "swarm profile drawn");
+        }
         let mut plan: Vec<Planned> = scenario
             .faults
             .schedule
@@ -827,7 +971,7 @@ impl Nemesis {
         let total: u64 = self.profile.weights.iter().map(|&(_, w)| u64::from(w)).sum();
         let mut pick = kind_draw % total.max(1);
         let mut kind = self.profile.weights[0].0;
-        for &(k, w) in self.profile.weights {
+        for &(k, w) in &self.profile.weights {
             if pick < u64::from(w) {
                 kind = k;
                 break;
@@ -979,7 +1123,7 @@ impl Nemesis {
     }
 
     fn draw_fault_ms(&mut self) -> u64 {
-        let p = self.profile;
+        let p = &self.profile;
         secs_to_ms(p.fault_s_min + (p.fault_s_max - p.fault_s_min) * unit(&mut self.rng)).max(1)
     }
 }

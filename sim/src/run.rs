@@ -33,6 +33,7 @@ use gregor_core::runtime::Runtime;
 use gregor_core::BrokerId;
 
 use crate::checker::{self, Report};
+use crate::coverage::{Observed, Reached};
 use crate::history::{Assignment, Commit, FinalRead, History, Poll, Processed, Send, SendOutcome, Value};
 use crate::nemesis::{FaultEvent, Nemesis};
 use crate::runtime::SimRuntime;
@@ -68,6 +69,8 @@ pub struct RunResult {
     pub history: History,
     /// The run itself failed (a panic, the time limit): counts as a failure.
     pub error: Option<String>,
+    /// The hard states the run reached (`crate::coverage`).
+    pub coverage: Reached,
 }
 
 struct Simulated {
@@ -75,6 +78,8 @@ struct Simulated {
     faults: Vec<FaultEvent>,
     played: Vec<ScheduledFault>,
     simulated_ms: u64,
+    /// Virtual ms when producers stopped.
+    produce_until_ms: u64,
 }
 
 type Shared<T> = Arc<Mutex<T>>;
@@ -92,20 +97,24 @@ pub fn run_scenario(scenario: &Scenario, options: &RunOptions) -> RunResult {
         ..WorldConfig::default()
     };
     let (seed, owned) = (options.seed, scenario.clone());
-    let captured = crate::trace::capture(options.print_trace, options.trace_filter.as_deref(), || {
-        std::panic::catch_unwind(AssertUnwindSafe(|| {
-            run_seed_with(seed, config, move |world| simulate(world, owned))
-        }))
+    let captured = crate::trace::Capture::new(options.print_trace, options.trace_filter.as_deref()).map(|capture| {
+        let outcome = tracing::dispatcher::with_default(capture.dispatch(), || {
+            std::panic::catch_unwind(AssertUnwindSafe(|| {
+                run_seed_with(seed, config, move |world| simulate(world, owned))
+            }))
+        });
+        (outcome, capture.summary().hash, capture.observed())
     });
-    let (outcome, trace_hash) = match captured {
-        Ok((outcome, summary)) => (outcome.map_err(panic_message), summary.hash),
-        Err(e) => (Err(e.to_string()), 0),
+    let (outcome, trace_hash, observed) = match captured {
+        Ok((outcome, hash, observed)) => (outcome.map_err(panic_message), hash, observed),
+        Err(e) => (Err(e.to_string()), 0, Observed::default()),
     };
     let wall_ms = wall.elapsed().as_millis() as u64;
     match outcome {
         Ok(sim) => RunResult {
             scenario: scenario.name.clone(),
             seed,
+            coverage: observed.reached(sim.produce_until_ms, sim.history.sends.iter().map(|s| s.at_ms).max()),
             report: checker::check(&sim.history),
             history: sim.history,
             trace_hash,
@@ -126,6 +135,7 @@ pub fn run_scenario(scenario: &Scenario, options: &RunOptions) -> RunResult {
             played: Vec::new(),
             history: History::default(),
             error: Some(why),
+            coverage: Reached::default(),
         },
     }
 }
@@ -706,6 +716,7 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
         faults,
         played,
         simulated_ms: monotonic_ms(),
+        produce_until_ms: w.produce_until_ms,
     }
 }
 

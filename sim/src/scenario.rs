@@ -63,7 +63,9 @@
 //! processing_ms = 0        # per record; with commit = "auto" processing runs behind polling
 //!
 //! [faults]
-//! profile = "none"         # or crashes | crash-storm | partitions | disk | mixed | network
+//! profile = "none"         # or crashes | crash-storm | partitions | disk | mixed | network | swarm
+//!                          # (`crate::nemesis::PROFILES`; swarm: each seed its own subset of fault kinds
+//!                          # and rates, `crate::nemesis::ActiveProfile`)
 //! profile_timer_only = false  # true: wake and draw as the profile would, play only the schedule
 //! [[faults.schedule]]
 //! at_s = 20
@@ -81,6 +83,8 @@
 //! outcome = "no-anomalies" # or "anomaly", with:
 //! anomaly = "lost-write"   # the anomaly a negative control must produce
 //! min_share = 0.95         # in at least this share of seeds (the canary sets its own)
+//! require = ["leader-failover-under-load"]  # hard states some seed of the sweep must reach
+//!                          # (`crate::coverage::State`); the sweep fails naming any never reached
 //! ```
 
 use std::path::Path;
@@ -547,6 +551,20 @@ pub struct Expect {
     pub anomaly: Option<String>,
     #[serde(default = "defaults::min_share")]
     pub min_share: f64,
+    /// Hard states (`crate::coverage::State` names) the sweep must reach in at least one seed;
+    /// a sweep that never reached one fails, naming it.
+    #[serde(default)]
+    pub require: Vec<String>,
+}
+
+impl Expect {
+    /// The required states (names validated when the scenario was parsed).
+    pub fn required(&self) -> Vec<crate::coverage::State> {
+        self.require
+            .iter()
+            .filter_map(|name| crate::coverage::State::from_name(name))
+            .collect()
+    }
 }
 
 /// What is wrong with a scheduled fault's recorded nodes (`sides`, `order`, `unclog`), if anything:
@@ -904,6 +922,20 @@ impl Scenario {
             }
             _ => {}
         }
+        if let Some(name) = expect
+            .require
+            .iter()
+            .find(|name| crate::coverage::State::from_name(name).is_none())
+        {
+            return bad(
+                key_at("expect", "require"),
+                "expect.require",
+                format!(
+                    "{name:?} is not a state the sweep counts: one of {:?}",
+                    crate::coverage::State::names()
+                ),
+            );
+        }
         if !(0.0..=1.0).contains(&expect.min_share) {
             return bad(
                 expect_at,
@@ -982,6 +1014,26 @@ outcome = "no-anomalies"
             "outcome = \"anomaly\"\nanomaly = \"lost-wrte\"",
         ));
         assert!(e.contains("expect.anomaly") && e.contains("lost-wrte"), "{e}");
+        let e = error(&GOOD.replace(
+            "outcome = \"no-anomalies\"",
+            "outcome = \"no-anomalies\"\nrequire = [\"isr-shrink\", \"leader-failover\"]",
+        ));
+        assert!(
+            e.contains("expect.require")
+                && e.contains("\"leader-failover\"")
+                && e.contains("leader-failover-under-load"),
+            "{e}"
+        );
+        let required = GOOD.replace(
+            "outcome = \"no-anomalies\"",
+            "outcome = \"no-anomalies\"\nrequire = [\"isr-shrink\", \"segment-roll\"]",
+        );
+        let s = Scenario::parse(&required, "ok.toml", "ok").expect("known states parse");
+        use crate::coverage::State;
+        assert_eq!(
+            s.expect.get_ref().required(),
+            vec![State::IsrShrink, State::SegmentRoll]
+        );
         let e = error(&GOOD.replace(
             "[[faults.schedule]]",
             "[faults]\nprofile = \"chaos\"\n[[faults.schedule]]",

@@ -30,6 +30,9 @@ pub enum Purpose {
     /// Choices inside scheduled faults (the order a swizzle unclogs its nodes in), apart from
     /// the random profile's [`Purpose::Nemesis`] stream so they never shift its draws.
     NemesisPlan = 5,
+    /// A swarm profile's draw of fault kinds and rates (`crate::nemesis::ActiveProfile`), apart
+    /// from the [`Purpose::Nemesis`] stream so the faults themselves draw as in other profiles.
+    Swarm = 6,
 }
 
 /// The node index used for streams that belong to the whole run rather than one node.

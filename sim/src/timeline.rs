@@ -250,6 +250,7 @@ mod tests {
             ],
             history,
             error: None,
+            coverage: Default::default(),
         };
         let svg = render(&result, "t");
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));

@@ -1,7 +1,8 @@
 //! The replay trace of a run: every `tracing` event the run emits (Gregor's, madsim's, the
 //! nemesis's), folded into one stable hash, and optionally printed to stderr through a filter.
 //!
-//! What it owns: [`Capture`], a subscriber whose events feed a hash and (optionally) a printer,
+//! What it owns: [`Capture`], a subscriber whose events feed a hash, the coverage observer
+//! (`crate::coverage`) and (optionally) a printer,
 //! and [`capture`], which installs one for the duration of a closure on the calling thread.
 //!
 //! Contract:
@@ -34,6 +35,8 @@ use tracing_subscriber::fmt::time::FormatTime;
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::{EnvFilter, Layer};
+
+use crate::coverage::{Observed, Observer};
 
 /// What a capture saw: the hash of every event and how many there were.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -219,6 +222,7 @@ impl FormatTime for VirtualTime {
 #[derive(Clone)]
 pub struct Capture {
     state: Arc<Mutex<Fnv>>,
+    observer: Observer,
     dispatch: Dispatch,
 }
 
@@ -247,9 +251,14 @@ impl Capture {
         } else {
             None
         };
-        let subscriber = tracing_subscriber::registry().with(hash).with(printer);
+        let observer = Observer::default();
+        let subscriber = tracing_subscriber::registry()
+            .with(hash)
+            .with(observer.clone())
+            .with(printer);
         Ok(Capture {
             state,
+            observer,
             dispatch: Dispatch::new(subscriber),
         })
     }
@@ -257,6 +266,11 @@ impl Capture {
     /// The subscriber, to install on a thread (`tracing::dispatcher::set_default`).
     pub fn dispatch(&self) -> &Dispatch {
         &self.dispatch
+    }
+
+    /// The hard states the events seen so far reached (`crate::coverage`).
+    pub fn observed(&self) -> Observed {
+        self.observer.observed()
     }
 
     /// The hash and count of the events seen so far.

@@ -554,6 +554,7 @@ impl Broker {
         }
         let isr_size = Self::isr_size(state) as i64;
         if acks == -1 && isr_size < i64::from(min_isr) {
+            tracing::debug!(target: "replication", %topic, partition, isr_size, min_insync_replicas = min_isr, "produce refused: NOT_ENOUGH_REPLICAS");
             return Err(ErrorCode::NotEnoughReplicas);
         }
         // Only sets naming a producer pay for the producer checks, and for validating the set
@@ -743,10 +744,11 @@ impl Broker {
                 result = state.log.sync_closed(disk);
             }
             if retention_due && result.is_ok() {
-                result = state
-                    .log
-                    .apply_retention(disk, now_ms, state.high_watermark)
-                    .map(|_| ());
+                result = state.log.apply_retention(disk, now_ms, state.high_watermark).map(|deleted| {
+                    if deleted > 0 {
+                        tracing::info!(target: "log", %topic, partition = *p, segments_deleted = deleted, "retention deleted segments");
+                    }
+                });
             }
             if let Err(e) = result {
                 failures.push((topic.clone(), *p, e));

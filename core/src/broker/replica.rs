@@ -773,6 +773,7 @@ impl Broker {
         };
         let target = target.min(part.log.log_end_offset());
         if target < part.log.log_end_offset() {
+            tracing::info!(target: "replication", %topic, partition, truncated_from = part.log.log_end_offset().0, truncated_to = target.0, "follower truncated by leader epoch");
             part.log.truncate_to(disk, target)?;
             // Producer state may name batches that were cut: rebuild it from what is left.
             part.producers = ProducerStateTable::rebuild(disk, &part.log)?;

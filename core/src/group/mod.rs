@@ -585,6 +585,9 @@ impl GroupCoordinator {
             }
         };
         if let Err(code) = verdict {
+            if matches!(code, ErrorCode::RebalanceInProgress | ErrorCode::IllegalGeneration) {
+                tracing::info!(target: "groups", group = group_id, generation = generation_id, commit_refused = ?code, "offset commit refused: the group is rebalancing or moved on");
+            }
             return (vec![code; n], Vec::new());
         }
         if let Some(m) = self.groups.get_mut(group_id).and_then(|g| g.members.get_mut(member_id)) {

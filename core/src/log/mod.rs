@@ -480,13 +480,21 @@ impl Log {
     }
 
     /// When the flush policy's `flush.ms` will next want a sync (for the driver's timer).
+    /// None once the log failed: nothing can be synced any more, and a deadline in the past
+    /// would have the driver's timer retry at once, for ever (a livelock in virtual time).
     pub fn flush_deadline_ms(&self) -> Option<i64> {
+        if self.failed.is_some() {
+            return None;
+        }
         let since = self.unflushed_since_ms?;
         self.config.flush_ms.map(|ms| since.saturating_add(ms))
     }
 
     /// When the segments closed by a roll should be synced (for the driver's timer).
     pub fn closed_sync_deadline_ms(&self) -> Option<i64> {
+        if self.failed.is_some() {
+            return None;
+        }
         self.closed_unsynced_since_ms
             .map(|t| t.saturating_add(self.config.closed_segment_sync_delay_ms))
     }
@@ -545,6 +553,7 @@ impl Log {
             return Ok(());
         }
         let base = self.log_end_offset();
+        tracing::debug!(target: "log", dir = %self.dir, base = base.0, "segment rolled");
         let closing = self.active_mut();
         closing.write_pending_index(disk)?;
         // Dirty until synced with its indexes, even if its data was flushed.

@@ -349,13 +349,20 @@ fn a_failed_sync_poisons_the_log() {
         }
     }
     let mut disk = FailingSync(MemDisk::new());
-    let mut log = Log::open(&mut disk, "t-0", LogConfig::default()).expect("open");
+    let config = LogConfig {
+        flush_ms: Some(1_000),
+        ..LogConfig::default()
+    };
+    let mut log = Log::open(&mut disk, "t-0", config).expect("open");
     log.append_as_leader(&mut disk, &mut batch(1, 0, 1), LeaderEpoch(0), 0)
         .expect("append");
+    assert_eq!(log.flush_deadline_ms(), Some(1_000));
     assert!(matches!(
         log.flush(&mut disk),
         Err(LogError::Disk(DiskError::Io { .. }))
     ));
+    // A failed log has no flush due: the broker's timer would otherwise retry it at once, for ever.
+    assert_eq!((log.flush_deadline_ms(), log.closed_sync_deadline_ms()), (None, None));
     assert!(matches!(
         log.append_as_leader(&mut disk, &mut batch(1, 0, 1), LeaderEpoch(0), 0),
         Err(LogError::Failed(_))

@@ -931,6 +931,7 @@ impl<R: Runtime> Session<R> {
                 Ok(()) => tracing::info!(target: "controller", topic = %change.topic, partition = change.partition,
                     leader = after_leader, previous_leader = before_leader, epoch = change.after.leader_epoch.0,
                     isr = ?change.after.isr.iter().map(|b| b.0).collect::<Vec<_>>(), unclean = change.unclean,
+                    previous_isr = ?change.before.isr.iter().map(|b| b.0).collect::<Vec<_>>(),
                     what = %change.write.what, "partition state changed"),
                 Err(e) => return self.write_failed(e),
             }
@@ -989,7 +990,7 @@ impl<R: Runtime> Session<R> {
         match self.execute(&bump.ops).await {
             Ok(()) => {
                 let c = election::elected(self.me(), current, self.cluster.controller);
-                tracing::info!(target: "controller", broker = self.me().0, epoch, "became controller");
+                tracing::info!(target: "controller", broker = self.me().0, controller_epoch = epoch, "became controller");
                 self.controller = Some(c);
             }
             Err(e) if fatal(&e) => return Err(End::Expired),

@@ -22,7 +22,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use gregor_sim::cli::exec::{run_jobs, run_one, Job};
 use gregor_sim::cli::seeds::Seeds;
-use gregor_sim::cli::verdict::{markdown_table, seed_status, summarize, table, RuleRow, SeedStatus};
+use gregor_sim::cli::verdict::{coverage_table, markdown_table, seed_status, summarize, table, RuleRow, SeedStatus};
 use gregor_sim::cli::{differences, replay_line, RunOptions, RunResult, Runner};
 use gregor_sim::scenario::Scenario;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -248,6 +248,13 @@ fn commit() -> String {
     }
 }
 
+/// The fault kinds and rates a swarm scenario's seed ran with (`None` for other profiles).
+fn swarm_of(scenario: &Scenario, seed: u64) -> Option<String> {
+    gregor_sim::nemesis::active_profile(scenario, seed)
+        .filter(|p| p.name == gregor_sim::nemesis::SWARM)
+        .map(|p| p.describe())
+}
+
 fn parallelism(jobs: Option<usize>) -> usize {
     jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
@@ -315,11 +322,15 @@ fn run(
         let path = paths[index].display().to_string();
         for (seed, why) in &summary.failed {
             println!("{}: seed {seed}: {why}", scenario.name);
+            if let Some(swarm) = swarm_of(scenario, *seed) {
+                println!("  {swarm}");
+            }
             println!("{}", replay_line(&path, *seed, &commit));
         }
         summaries.push(summary);
     }
     println!("\n{}", table(&summaries));
+    println!("{}", coverage_table(&summaries));
     if let Some(file) = markdown {
         let rows: Vec<RuleRow<'_>> = scenarios
             .iter()
@@ -358,6 +369,9 @@ fn replay(
         gregor_sim::trace::parse_filter(filter).context("--filter")?;
     }
     eprintln!("replaying {} seed {seed}", scenario.name);
+    if let Some(swarm) = swarm_of(&scenario, seed) {
+        eprintln!("{swarm}");
+    }
     let options = RunOptions {
         seed,
         print_trace: true,
@@ -378,6 +392,7 @@ fn replay(
         );
     }
     println!("\n{}", result.report.summary());
+    println!("hard states reached: {}", result.coverage.names());
     if let Some(file) = &timeline {
         let title = format!("{} seed {seed}", scenario.name);
         std::fs::write(file, gregor_sim::timeline::render(&result, &title))

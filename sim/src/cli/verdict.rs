@@ -7,6 +7,8 @@
 //! - `outcome = "anomaly"` (a negative control): a seed that shows `expect.anomaly` caught it;
 //!   one that does not missed it. The scenario passes when no seed failed and at least
 //!   `min_share` of its seeds caught the anomaly: a caught negative control passes.
+//! - `require = [...]`: the scenario also fails when no seed reached one of the required hard
+//!   states (`crate::coverage`); the verdict names each state never reached.
 //! - Every failing seed gets one replay line: the failed ones always, the missed ones when too
 //!   few seeds caught the anomaly (then they are what to look at).
 
@@ -15,6 +17,7 @@ use std::fmt::Write as _;
 
 use super::RunResult;
 use crate::checker::AnomalyKind;
+use crate::coverage::{Coverage, State};
 use crate::scenario::{Expect, Outcome, Scenario};
 
 /// How one seed did against its scenario's expectation.
@@ -77,6 +80,10 @@ pub struct ScenarioSummary {
     pub caught_example: Option<u64>,
     pub pass: bool,
     pub verdict: String,
+    /// How many seeds reached each hard state.
+    pub coverage: Coverage,
+    /// The states the scenario requires (`[expect] require`).
+    pub required: Vec<State>,
 }
 
 impl ScenarioSummary {
@@ -96,7 +103,9 @@ pub fn summarize(scenario: &Scenario, results: &[RunResult]) -> ScenarioSummary 
     let mut anomalies: BTreeMap<AnomalyKind, usize> = BTreeMap::new();
     let mut sorted: Vec<&RunResult> = results.iter().collect();
     sorted.sort_by_key(|r| r.seed);
+    let mut coverage = Coverage::default();
     for r in &sorted {
+        coverage.add(&r.coverage);
         if !r.report.findings.is_empty() {
             anomaly_seeds += 1;
         }
@@ -113,6 +122,7 @@ pub fn summarize(scenario: &Scenario, results: &[RunResult]) -> ScenarioSummary 
         }
     }
     let n = results.len();
+    let required = expect.required();
     let (pass, verdict) = if n == 0 {
         (false, "FAIL: no seeds ran".to_string())
     } else {
@@ -141,6 +151,12 @@ pub fn summarize(scenario: &Scenario, results: &[RunResult]) -> ScenarioSummary 
             }
         }
     };
+    let missing = coverage.missing(&required);
+    let (pass, verdict) = match (pass, missing.is_empty()) {
+        (_, true) => (pass, verdict),
+        (true, false) => (false, format!("FAIL: {}", never_reached(&missing, n))),
+        (false, false) => (false, format!("{verdict}; {}", never_reached(&missing, n))),
+    };
     ScenarioSummary {
         name: scenario.name.clone(),
         seeds_run: n,
@@ -152,7 +168,23 @@ pub fn summarize(scenario: &Scenario, results: &[RunResult]) -> ScenarioSummary 
         anomaly_seeds,
         pass,
         verdict,
+        coverage,
+        required,
     }
+}
+
+fn never_reached(missing: &[State], seeds: usize) -> String {
+    let names: Vec<&str> = missing.iter().map(|s| s.name()).collect();
+    format!("required state(s) never reached in {seeds} seeds: {}", names.join(", "))
+}
+
+/// The coverage table of `summaries` (`crate::coverage::Coverage::render`).
+pub fn coverage_table(summaries: &[ScenarioSummary]) -> String {
+    let rows: Vec<(&str, &Coverage, &[State])> = summaries
+        .iter()
+        .map(|s| (s.name.as_str(), &s.coverage, s.required.as_slice()))
+        .collect();
+    Coverage::render(&rows)
 }
 
 /// Anomaly kinds with the number of seeds that showed each, or `-`.
@@ -350,6 +382,29 @@ mod tests {
 
         let other_anomaly = summarize(&negative_control(1.0), &[run(0, &[AnomalyKind::Duplicate])]);
         assert!(!other_anomaly.pass, "another anomaly does not catch the expected one");
+    }
+
+    #[test]
+    fn a_required_state_no_seed_reached_fails_the_scenario_and_is_named() {
+        let s = scenario("outcome = \"no-anomalies\"\nrequire = [\"isr-shrink\", \"follower-truncation\"]");
+        let reaching = |seed, states: &[State]| RunResult {
+            coverage: crate::coverage::Reached(states.iter().copied().collect()),
+            ..run(seed, &[])
+        };
+        let short = summarize(&s, &[reaching(0, &[State::IsrShrink]), reaching(1, &[])]);
+        assert!(!short.pass, "{short:?}");
+        assert!(
+            short.verdict.contains("never reached in 2 seeds: follower-truncation")
+                && !short.verdict.contains("isr-shrink"),
+            "{}",
+            short.verdict
+        );
+        assert_eq!(short.coverage.seeds_reaching(State::IsrShrink), 1);
+        let both = [State::IsrShrink, State::FollowerTruncation];
+        let full = summarize(&s, &[reaching(0, &[State::IsrShrink]), reaching(1, &both)]);
+        assert!(full.pass, "{}", full.verdict);
+        let table = coverage_table(&[short, full]);
+        assert!(table.lines().nth(1).is_some_and(|l| l.contains("0!")), "{table}");
     }
 
     #[test]
