@@ -4,6 +4,8 @@
 //! listeners give); SASL authentication replaces it with the authenticated user. Authorization
 //! (ACLs) reads it for every request.
 
+pub mod acl;
+
 use std::fmt;
 
 /// Kafka's `KafkaPrincipal`: a type (always `User` here) and a name.
