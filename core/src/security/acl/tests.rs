@@ -282,6 +282,10 @@ fn arb_binding() -> impl Strategy<Value = AclBinding> {
 }
 
 proptest! {
+    // Cheap cases; at 256 a broken `All` deny slipped through (negative control), at 2000 it
+    // is caught on every run tried.
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
     /// Deny always wins: whatever ALLOWs exist, a DENY that matches the request (its principal or
     /// `User:*`, its host or `*`, its operation or All, a pattern covering the resource) refuses;
     /// and adding any DENY never turns a refusal into a permission.
@@ -295,6 +299,7 @@ proptest! {
         rt in prop::sample::select(vec![ResourceType::Topic, ResourceType::Group]),
         name in prop::sample::select(vec!["t", "tx", "u", "*"]),
         open in any::<bool>(),
+        aim in any::<bool>(),
     ) {
         let a = Authorizer::new(AuthorizerConfig { allow_everyone_if_no_acl_found: open, ..Default::default() });
         let who = Requester::new(&Principal::user(user), &format!("{host}:1"));
@@ -302,6 +307,11 @@ proptest! {
         let before = a.authorize(&set, &who, op, rt, name);
         let mut deny = extra_deny;
         deny.entry.permission = Permission::Deny;
+        if aim {
+            // Half the extra denies are aimed at the request, so the `hits` branch runs often.
+            deny.pattern.resource_type = rt;
+            deny.entry.principal = who.principal.clone();
+        }
         let mut with_deny = set.clone();
         with_deny.add(deny.clone());
         let after = a.authorize(&with_deny, &who, op, rt, name);
