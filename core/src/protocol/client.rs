@@ -167,6 +167,9 @@ pub(crate) mod tests {
             OffsetFetch(offset_fetch),
             DeleteTopics(delete_topics),
             DescribeConfigs(describe_configs),
+            DescribeAcls(describe_acls),
+            CreateAcls(create_acls),
+            DeleteAcls(delete_acls),
         )
     }
 

@@ -31,6 +31,9 @@ fn corpus() -> Vec<Vec<u8>> {
     frames.extend(api::offset_fetch::tests::sample_frames());
     frames.extend(api::delete_topics::tests::sample_frames());
     frames.extend(api::describe_configs::tests::sample_frames());
+    frames.extend(api::describe_acls::tests::sample_frames());
+    frames.extend(api::create_acls::tests::sample_frames());
+    frames.extend(api::delete_acls::tests::sample_frames());
     frames
 }
 

@@ -103,6 +103,9 @@ const SUPPORTED: &[ApiSupport] = &[
     support!("DeleteTopics", delete_topics),
     support!("InitProducerId", init_producer_id),
     support!("OffsetForLeaderEpoch", offset_for_leader_epoch),
+    support!("DescribeAcls", describe_acls),
+    support!("CreateAcls", create_acls),
+    support!("DeleteAcls", delete_acls),
     support!("DescribeConfigs", describe_configs),
 ];
 
@@ -138,6 +141,9 @@ pub enum Request {
     ListGroups(list_groups::ListGroupsRequest),
     InitProducerId(init_producer_id::InitProducerIdRequest),
     OffsetForLeaderEpoch(offset_for_leader_epoch::OffsetForLeaderEpochRequest),
+    DescribeAcls(describe_acls::DescribeAclsRequest),
+    CreateAcls(create_acls::CreateAclsRequest),
+    DeleteAcls(delete_acls::DeleteAclsRequest),
 }
 
 macro_rules! request_dispatch {
@@ -179,6 +185,9 @@ request_dispatch!(
     ListGroups(list_groups),
     InitProducerId(init_producer_id),
     OffsetForLeaderEpoch(offset_for_leader_epoch),
+    DescribeAcls(describe_acls),
+    CreateAcls(create_acls),
+    DeleteAcls(delete_acls),
 );
 
 /// Decodes one request frame (without its length prefix). Record sets are copied out of
@@ -242,6 +251,9 @@ fn decode_with(mut r: Reader<'_>) -> Result<(RequestHeader, Request), DecodeErro
         offset_fetch::API_KEY => Request::OffsetFetch(offset_fetch::OffsetFetchRequest::decode(v, r)?),
         delete_topics::API_KEY => Request::DeleteTopics(delete_topics::DeleteTopicsRequest::decode(v, r)?),
         describe_configs::API_KEY => Request::DescribeConfigs(describe_configs::DescribeConfigsRequest::decode(v, r)?),
+        describe_acls::API_KEY => Request::DescribeAcls(describe_acls::DescribeAclsRequest::decode(v, r)?),
+        create_acls::API_KEY => Request::CreateAcls(create_acls::CreateAclsRequest::decode(v, r)?),
+        delete_acls::API_KEY => Request::DeleteAcls(delete_acls::DeleteAclsRequest::decode(v, r)?),
         // Unreachable while SUPPORTED and this match agree (the fuzz corpus test decodes every
         // advertised version); answered as unknown rather than panicking if they ever drift.
         _ => {
@@ -334,6 +346,9 @@ responses! {
     InitProducerId(init_producer_id::InitProducerIdResponse),
     OffsetForLeaderEpoch(offset_for_leader_epoch::OffsetForLeaderEpochResponse),
     DescribeConfigs(describe_configs::DescribeConfigsResponse),
+    DescribeAcls(describe_acls::DescribeAclsResponse),
+    CreateAcls(create_acls::CreateAclsResponse),
+    DeleteAcls(delete_acls::DeleteAclsResponse),
 }
 
 /// The whole reply frame (header and body, no length prefix) to a decoded request.
