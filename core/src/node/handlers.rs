@@ -2,6 +2,7 @@
 //! request into the response struct the codec encodes. Pure functions of (broker, disk, request,
 //! now): no I/O but the disk handed in, so the simulator and realnet run exactly this.
 
+pub mod acls;
 pub mod delete_topics;
 pub mod describe_configs;
 pub mod describe_groups;

@@ -188,7 +188,10 @@ impl AccessControlEntry {
     pub fn is_concrete(&self) -> bool {
         !matches!(self.operation, Operation::Any)
             && !matches!(self.permission, Permission::Any)
-            && self.principal.split_once(':').is_some_and(|(t, n)| !t.is_empty() && !n.is_empty())
+            && self
+                .principal
+                .split_once(':')
+                .is_some_and(|(t, n)| !t.is_empty() && !n.is_empty())
             && !self.host.is_empty()
     }
 
@@ -354,7 +357,11 @@ impl AclSet {
     }
 
     /// The entries that apply to the resource `name` of `resource_type` (rule 2).
-    fn applying<'a>(&'a self, resource_type: ResourceType, name: &'a str) -> impl Iterator<Item = &'a AccessControlEntry> {
+    fn applying<'a>(
+        &'a self,
+        resource_type: ResourceType,
+        name: &'a str,
+    ) -> impl Iterator<Item = &'a AccessControlEntry> {
         self.by_pattern
             .iter()
             .filter(move |(p, _)| p.resource_type == resource_type && p.covers(name))
@@ -394,7 +401,9 @@ impl Requester {
     pub fn new(principal: &Principal, peer: &str) -> Requester {
         let host = match peer.rsplit_once(':') {
             // IPv6 peers are written `[::1]:port`; a bare IPv6 address has several colons.
-            Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) && (!h.contains(':') || h.starts_with('[')) => h,
+            Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) && (!h.contains(':') || h.starts_with('[')) => {
+                h
+            }
             _ => peer,
         };
         Requester {
@@ -488,13 +497,17 @@ impl Authorizer {
         let denied_whole = |allowed: &ResourcePattern| {
             of_type().any(|(p, entries)| {
                 let covers = match p.pattern_type {
-                    PatternType::Literal => p.name == WILDCARD || (p.name == allowed.name && allowed.pattern_type == PatternType::Literal),
+                    PatternType::Literal => {
+                        p.name == WILDCARD || (p.name == allowed.name && allowed.pattern_type == PatternType::Literal)
+                    }
                     PatternType::Prefixed => allowed.name.starts_with(&p.name) && allowed.name != WILDCARD,
                     _ => false,
                 };
                 covers
                     && entries.iter().any(|e| {
-                        matches(e) && e.permission == Permission::Deny && (e.operation == op || e.operation == Operation::All)
+                        matches(e)
+                            && e.permission == Permission::Deny
+                            && (e.operation == op || e.operation == Operation::All)
                     })
             })
         };

@@ -171,7 +171,9 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn client_request(_v: i16) -> CreateAclsRequest {
-        CreateAclsRequest { creations: vec![want()] }
+        CreateAclsRequest {
+            creations: vec![want()],
+        }
     }
 
     pub(crate) fn client_response(_v: i16) -> CreateAclsResponse {
@@ -194,7 +196,8 @@ pub(crate) mod tests {
             let theirs: kp::CreateAclsRequest = client_round_trip(v, &req, req.encode(v), CreateAclsRequest::decode);
             assert_eq!(theirs.creations[0].resource_pattern_type, 4);
             let resp = client_response(v);
-            let theirs: kp::CreateAclsResponse = client_round_trip(v, &resp, resp.encode(v), CreateAclsResponse::decode);
+            let theirs: kp::CreateAclsResponse =
+                client_round_trip(v, &resp, resp.encode(v), CreateAclsResponse::decode);
             assert_eq!(theirs.results[1].error_code, 31);
         }
     }

@@ -223,7 +223,8 @@ pub(crate) mod tests {
             let theirs: kp::DeleteAclsRequest = client_round_trip(v, &req, req.encode(v), DeleteAclsRequest::decode);
             assert_eq!(theirs.filters[0].principal_filter.as_deref(), Some("User:bob"));
             let resp = client_response(v);
-            let theirs: kp::DeleteAclsResponse = client_round_trip(v, &resp, resp.encode(v), DeleteAclsResponse::decode);
+            let theirs: kp::DeleteAclsResponse =
+                client_round_trip(v, &resp, resp.encode(v), DeleteAclsResponse::decode);
             assert_eq!(theirs.filter_results[0].matching_acls[0].resource_name.as_str(), "g");
         }
     }

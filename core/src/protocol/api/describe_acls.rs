@@ -245,7 +245,8 @@ pub(crate) mod tests {
     fn client_codec_round_trips_every_version() {
         for v in VERSION_MIN..=VERSION_MAX {
             let req = client_request(v);
-            let theirs: kp::DescribeAclsRequest = client_round_trip(v, &req, req.encode(v), DescribeAclsRequest::decode);
+            let theirs: kp::DescribeAclsRequest =
+                client_round_trip(v, &req, req.encode(v), DescribeAclsRequest::decode);
             assert_eq!(theirs.resource_name_filter.as_deref(), Some("orders"));
             let resp = client_response(v);
             let theirs: kp::DescribeAclsResponse =

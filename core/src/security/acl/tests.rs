@@ -96,7 +96,13 @@ fn super_users_pass_everything_even_a_deny() {
     });
     assert_eq!(a.config.super_users.len(), 2);
     assert!(a.authorize(&acls, &who("admin"), Operation::Write, ResourceType::Topic, "t"));
-    assert!(a.authorize(&acls, &who("ops"), Operation::Alter, ResourceType::Cluster, CLUSTER_NAME));
+    assert!(a.authorize(
+        &acls,
+        &who("ops"),
+        Operation::Alter,
+        ResourceType::Cluster,
+        CLUSTER_NAME
+    ));
     assert!(!a.authorize(&acls, &who("eve"), Operation::Write, ResourceType::Topic, "t"));
 }
 
@@ -105,7 +111,11 @@ fn literal_wildcard_and_prefixed_patterns_apply_as_kafka() {
     let acls = AclSet::from_bindings([
         allow("User:alice", Operation::Read, topic("orders")),
         allow("User:bob", Operation::Read, topic("*")),
-        allow("User:carol", Operation::Read, ResourcePattern::prefixed(ResourceType::Topic, "pay.")),
+        allow(
+            "User:carol",
+            Operation::Read,
+            ResourcePattern::prefixed(ResourceType::Topic, "pay."),
+        ),
     ]);
     let a = strict();
     let can = |u: &str, t: &str| a.authorize(&acls, &who(u), Operation::Read, ResourceType::Topic, t);
@@ -117,7 +127,11 @@ fn literal_wildcard_and_prefixed_patterns_apply_as_kafka() {
     assert!(!can("carol", "pay"));
     assert!(!can("carol", "orders"));
     // A literal "*" is not a prefix pattern and a prefixed name is not a glob.
-    let acls = AclSet::from_bindings([allow("User:dan", Operation::Read, ResourcePattern::prefixed(ResourceType::Topic, "*"))]);
+    let acls = AclSet::from_bindings([allow(
+        "User:dan",
+        Operation::Read,
+        ResourcePattern::prefixed(ResourceType::Topic, "*"),
+    )]);
     assert!(!a.authorize(&acls, &who("dan"), Operation::Read, ResourceType::Topic, "orders"));
     assert!(a.authorize(&acls, &who("dan"), Operation::Read, ResourceType::Topic, "*x"));
 }
@@ -132,13 +146,30 @@ fn resource_types_do_not_leak_into_each_other() {
 #[test]
 fn implied_operations_are_kafkas() {
     let a = strict();
-    for op in [Operation::Read, Operation::Write, Operation::Delete, Operation::Alter, Operation::All] {
+    for op in [
+        Operation::Read,
+        Operation::Write,
+        Operation::Delete,
+        Operation::Alter,
+        Operation::All,
+    ] {
         let acls = AclSet::from_bindings([allow("User:u", op, topic("t"))]);
-        assert!(a.authorize(&acls, &who("u"), Operation::Describe, ResourceType::Topic, "t"), "{op} implies Describe");
+        assert!(
+            a.authorize(&acls, &who("u"), Operation::Describe, ResourceType::Topic, "t"),
+            "{op} implies Describe"
+        );
     }
-    for op in [Operation::Create, Operation::ClusterAction, Operation::IdempotentWrite, Operation::DescribeConfigs] {
+    for op in [
+        Operation::Create,
+        Operation::ClusterAction,
+        Operation::IdempotentWrite,
+        Operation::DescribeConfigs,
+    ] {
         let acls = AclSet::from_bindings([allow("User:u", op, topic("t"))]);
-        assert!(!a.authorize(&acls, &who("u"), Operation::Describe, ResourceType::Topic, "t"), "{op} does not imply Describe");
+        assert!(
+            !a.authorize(&acls, &who("u"), Operation::Describe, ResourceType::Topic, "t"),
+            "{op} does not imply Describe"
+        );
     }
     let acls = AclSet::from_bindings([allow("User:u", Operation::AlterConfigs, topic("t"))]);
     assert!(a.authorize(&acls, &who("u"), Operation::DescribeConfigs, ResourceType::Topic, "t"));
@@ -150,9 +181,15 @@ fn implied_operations_are_kafkas() {
     assert!(!a.authorize(&acls, &who("u"), Operation::Write, ResourceType::Topic, "t"));
     let acls = AclSet::from_bindings([allow("User:u", Operation::All, topic("t"))]);
     for &op in Operation::ALL.iter().filter(|o| !matches!(o, Operation::Any)) {
-        assert!(a.authorize(&acls, &who("u"), op, ResourceType::Topic, "t"), "All implies {op}");
+        assert!(
+            a.authorize(&acls, &who("u"), op, ResourceType::Topic, "t"),
+            "All implies {op}"
+        );
     }
-    assert!(!a.authorize(&acls, &who("u"), Operation::Any, ResourceType::Topic, "t"), "Any is a filter, not an ask");
+    assert!(
+        !a.authorize(&acls, &who("u"), Operation::Any, ResourceType::Topic, "t"),
+        "Any is a filter, not an ask"
+    );
 }
 
 #[test]
@@ -160,7 +197,11 @@ fn deny_wins_over_allow_and_denies_only_its_operation() {
     let a = strict();
     let acls = AclSet::from_bindings([
         allow("User:u", Operation::All, topic("t")),
-        deny("User:u", Operation::Write, ResourcePattern::prefixed(ResourceType::Topic, "t")),
+        deny(
+            "User:u",
+            Operation::Write,
+            ResourcePattern::prefixed(ResourceType::Topic, "t"),
+        ),
     ]);
     assert!(!a.authorize(&acls, &who("u"), Operation::Write, ResourceType::Topic, "t"));
     assert!(a.authorize(&acls, &who("u"), Operation::Read, ResourceType::Topic, "t"));
@@ -184,7 +225,10 @@ fn principal_and_host_match_exactly_or_by_wildcard() {
     assert!(a.authorize(&acls, &who("anyone"), Operation::Read, ResourceType::Topic, "t"));
     let elsewhere = Requester::new(&Principal::user("anyone"), "10.0.0.2:1");
     assert!(!a.authorize(&acls, &elsewhere, Operation::Read, ResourceType::Topic, "t"));
-    assert!(!a.authorize(&acls, &who("u"), Operation::Write, ResourceType::Topic, "t"), "wrong host");
+    assert!(
+        !a.authorize(&acls, &who("u"), Operation::Write, ResourceType::Topic, "t"),
+        "wrong host"
+    );
     let from9 = Requester::new(&Principal::user("u"), "10.0.0.9:1");
     assert!(a.authorize(&acls, &from9, Operation::Write, ResourceType::Topic, "t"));
     // A deny from one host leaves other hosts alone.
@@ -206,11 +250,19 @@ fn authorize_any_finds_one_writable_topic_not_covered_by_a_deny() {
     assert!(!a.authorize_any(&acls, &who("u"), Operation::Read, ResourceType::Topic));
     let denied = AclSet::from_bindings([
         allow("User:u", Operation::Write, topic("t")),
-        deny("User:u", Operation::Write, ResourcePattern::prefixed(ResourceType::Topic, "t")),
+        deny(
+            "User:u",
+            Operation::Write,
+            ResourcePattern::prefixed(ResourceType::Topic, "t"),
+        ),
     ]);
     assert!(!a.authorize_any(&denied, &who("u"), Operation::Write, ResourceType::Topic));
     let star = AclSet::from_bindings([
-        allow("User:u", Operation::Write, ResourcePattern::prefixed(ResourceType::Topic, "a")),
+        allow(
+            "User:u",
+            Operation::Write,
+            ResourcePattern::prefixed(ResourceType::Topic, "a"),
+        ),
         deny("User:*", Operation::All, topic("*")),
     ]);
     assert!(!a.authorize_any(&star, &who("u"), Operation::Write, ResourceType::Topic));
@@ -226,10 +278,24 @@ fn set_adds_removes_and_filters() {
     let mut set = AclSet::default();
     assert!(set.add(allow("User:a", Operation::Read, topic("t"))));
     assert!(!set.add(allow("User:a", Operation::Read, topic("t"))), "duplicate");
-    assert!(set.add(allow("User:b", Operation::Write, ResourcePattern::prefixed(ResourceType::Topic, "t"))));
-    assert!(set.add(deny("User:a", Operation::Read, ResourcePattern::literal(ResourceType::Group, "g"))));
-    assert!(!set.add(allow("User:a", Operation::Any, topic("t"))), "Any is not storable");
-    assert!(!set.add(allow("nocolon", Operation::Read, topic("t"))), "principal needs a type");
+    assert!(set.add(allow(
+        "User:b",
+        Operation::Write,
+        ResourcePattern::prefixed(ResourceType::Topic, "t")
+    )));
+    assert!(set.add(deny(
+        "User:a",
+        Operation::Read,
+        ResourcePattern::literal(ResourceType::Group, "g")
+    )));
+    assert!(
+        !set.add(allow("User:a", Operation::Any, topic("t"))),
+        "Any is not storable"
+    );
+    assert!(
+        !set.add(allow("nocolon", Operation::Read, topic("t"))),
+        "principal needs a type"
+    );
     assert_eq!(set.len(), 3);
 
     let mut f = AclFilter::any();
@@ -250,13 +316,23 @@ fn set_adds_removes_and_filters() {
     assert_eq!(gone.len(), 1);
     assert_eq!(gone[0].pattern.resource_type, ResourceType::Group);
     assert_eq!(set.len(), 2);
-    assert!(set.entries(&ResourcePattern::literal(ResourceType::Group, "g")).is_none(), "empty patterns vanish");
+    assert!(
+        set.entries(&ResourcePattern::literal(ResourceType::Group, "g"))
+            .is_none(),
+        "empty patterns vanish"
+    );
     set.remove_matching(&AclFilter::any());
     assert!(set.is_empty());
 }
 
 fn arb_op() -> impl Strategy<Value = Operation> {
-    prop::sample::select(Operation::ALL.iter().copied().filter(|o| *o != Operation::Any).collect::<Vec<_>>())
+    prop::sample::select(
+        Operation::ALL
+            .iter()
+            .copied()
+            .filter(|o| *o != Operation::Any)
+            .collect::<Vec<_>>(),
+    )
 }
 
 fn arb_binding() -> impl Strategy<Value = AclBinding> {
