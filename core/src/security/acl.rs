@@ -22,6 +22,8 @@ use std::fmt;
 
 use super::Principal;
 
+pub mod znode;
+
 macro_rules! wire_enum {
     ($(#[$m:meta])* $name:ident { $($variant:ident = $code:literal, $text:literal;)* }) => {
         $(#[$m])*
