@@ -42,6 +42,9 @@ use crate::security::ConnContext;
 pub struct NodeAcls {
     pub authorizer: Authorizer,
     pub acls: Rc<RefCell<AclSet>>,
+    /// Cluster mode: where CreateAcls / DeleteAcls go (the coordinator holds the ACLs and the
+    /// cache follows it); `None` on a single node, whose cache is the store.
+    pub admin: Option<super::acl_sync::AclAdmin>,
 }
 
 impl NodeAcls {
@@ -49,6 +52,7 @@ impl NodeAcls {
         NodeAcls {
             authorizer,
             acls: Rc::default(),
+            admin: None,
         }
     }
 }

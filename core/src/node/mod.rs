@@ -12,6 +12,7 @@
 //! purgatory) until [`watch`] wakes them: appends, follower fetches, replica fetch answers and
 //! cluster state changes poke the partitions they touched. They never poll on a short timer.
 
+pub mod acl_sync;
 pub mod authz;
 pub mod cluster;
 pub mod handlers;
@@ -556,6 +557,24 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
             let empty = Default::default();
             let acls = config.acls.as_ref().map(|a| a.acls.borrow());
             handlers::acls::describe_acls(acls.as_deref().unwrap_or(&empty), req, admitted).encode(version)
+        }
+        Request::CreateAcls(req) if config.acls.as_ref().is_some_and(|a| a.admin.is_some()) => {
+            let admitted = handlers::acls::admission(gate.enabled(), gate.may_cluster(Operation::Alter));
+            let admin = config
+                .acls
+                .as_ref()
+                .and_then(|a| a.admin.as_ref())
+                .expect("checked by the guard");
+            admin.create_acls_request(rt, req, admitted).await.encode(version)
+        }
+        Request::DeleteAcls(req) if config.acls.as_ref().is_some_and(|a| a.admin.is_some()) => {
+            let admitted = handlers::acls::admission(gate.enabled(), gate.may_cluster(Operation::Alter));
+            let admin = config
+                .acls
+                .as_ref()
+                .and_then(|a| a.admin.as_ref())
+                .expect("checked by the guard");
+            admin.delete_acls_request(rt, req, admitted).await.encode(version)
         }
         Request::CreateAcls(req) => {
             let admitted = handlers::acls::admission(gate.enabled(), gate.may_cluster(Operation::Alter));

@@ -159,26 +159,27 @@ pub fn delete_acls(acls: &mut AclSet, req: &DeleteAclsRequest, admitted: Result<
             DeleteAclsFilterResult {
                 error_code: 0,
                 error_message: None,
-                matching_acls: acls
-                    .remove_matching(&filter)
-                    .into_iter()
-                    .map(|b| DeleteAclsMatchingAcl {
-                        error_code: 0,
-                        error_message: None,
-                        resource_type: b.pattern.resource_type.code(),
-                        resource_name: b.pattern.name,
-                        pattern_type: b.pattern.pattern_type.code(),
-                        principal: b.entry.principal,
-                        host: b.entry.host,
-                        operation: b.entry.operation.code(),
-                        permission_type: b.entry.permission.code(),
-                    })
-                    .collect(),
+                matching_acls: acls.remove_matching(&filter).into_iter().map(matching_acl).collect(),
             }
         })
         .collect();
     DeleteAclsResponse {
         throttle_time_ms: 0,
         filter_results,
+    }
+}
+
+/// A removed binding as DeleteAcls reports it.
+pub fn matching_acl(b: AclBinding) -> DeleteAclsMatchingAcl {
+    DeleteAclsMatchingAcl {
+        error_code: 0,
+        error_message: None,
+        resource_type: b.pattern.resource_type.code(),
+        resource_name: b.pattern.name,
+        pattern_type: b.pattern.pattern_type.code(),
+        principal: b.entry.principal,
+        host: b.entry.host,
+        operation: b.entry.operation.code(),
+        permission_type: b.entry.permission.code(),
     }
 }

@@ -31,7 +31,11 @@ pub const STORED_TYPES: [ResourceType; 4] = [
 
 /// Every persistent parent, parents first.
 pub fn parent_paths() -> Vec<String> {
-    let mut out = vec![LITERAL_ROOT.to_string(), "/kafka-acl-extended".into(), PREFIXED_ROOT.into()];
+    let mut out = vec![
+        LITERAL_ROOT.to_string(),
+        "/kafka-acl-extended".into(),
+        PREFIXED_ROOT.into(),
+    ];
     for root in [LITERAL_ROOT, PREFIXED_ROOT] {
         for t in STORED_TYPES {
             out.push(type_path(root, t));
@@ -189,7 +193,13 @@ mod tests {
         .into();
         assert_eq!(decode_entries(&encode_entries(&entries)), Some(entries));
         assert_eq!(decode_entries(b""), Some(BTreeSet::new()));
-        for bad in [&b"Allow Read *"[..], b"Maybe Read * User:a", b"Allow Any * User:a", b"Allow Read * nocolon", b"\xff"] {
+        for bad in [
+            &b"Allow Read *"[..],
+            b"Maybe Read * User:a",
+            b"Allow Any * User:a",
+            b"Allow Read * nocolon",
+            b"\xff",
+        ] {
             assert_eq!(decode_entries(bad), None, "{bad:?}");
         }
     }
