@@ -130,6 +130,9 @@ pub const BROKER_KEYS: &[&str] = &[
     "log.flush.interval.ms",
     "offsets.topic.num.partitions",
     "offsets.topic.replication.factor",
+    "authorizer.class.name",
+    "super.users",
+    "allow.everyone.if.no.acl.found",
 ];
 
 pub const COORDINATOR_KEYS: &[&str] = &["node.id", "controller.quorum.voters", "log.dirs"];

@@ -67,6 +67,9 @@ pub const HANDLED_API_KEYS: &[i16] = &[
     describe_configs_api::API_KEY,
     describe_groups_api::API_KEY,
     list_groups::API_KEY,
+    crate::protocol::api::describe_acls::API_KEY,
+    crate::protocol::api::create_acls::API_KEY,
+    crate::protocol::api::delete_acls::API_KEY,
 ];
 
 pub fn api_versions() -> ApiVersionsResponse {
