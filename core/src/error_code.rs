@@ -46,6 +46,8 @@ pub enum ErrorCode {
     OutOfOrderSequenceNumber = 45,
     DuplicateSequenceNumber = 46,
     InvalidProducerEpoch = 47,
+    TransactionalIdAuthorizationFailed = 53,
+    SecurityDisabled = 54,
     KafkaStorageError = 56,
     SaslAuthenticationFailed = 58,
     UnknownProducerId = 59,
@@ -58,7 +60,7 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 50] = [
+    pub const ALL: [ErrorCode; 52] = [
         ErrorCode::UnknownServerError,
         ErrorCode::None,
         ErrorCode::OffsetOutOfRange,
@@ -100,6 +102,8 @@ impl ErrorCode {
         ErrorCode::OutOfOrderSequenceNumber,
         ErrorCode::DuplicateSequenceNumber,
         ErrorCode::InvalidProducerEpoch,
+        ErrorCode::TransactionalIdAuthorizationFailed,
+        ErrorCode::SecurityDisabled,
         ErrorCode::KafkaStorageError,
         ErrorCode::SaslAuthenticationFailed,
         ErrorCode::UnknownProducerId,

@@ -23,9 +23,11 @@ use clap::Args;
 use gregor_core::consensus::NodeId;
 use gregor_core::coord::server::{start_coordinator, CoordNodeConfig, CoordTiming};
 use gregor_core::group::Coordination;
+use gregor_core::node::authz::NodeAcls;
 use gregor_core::node::cluster::{hand_off, start_cluster_broker, ClusterConfig, HandOff};
 use gregor_core::node::NodeConfig;
 use gregor_core::runtime::Runtime;
+use gregor_core::security::acl::{Authorizer, AuthorizerConfig};
 use gregor_core::BrokerId;
 
 use crate::data_dir::DataDirLock;
@@ -248,6 +250,21 @@ pub fn broker(args: BrokerArgs) -> anyhow::Result<ExitCode> {
             .log
             .apply(key, value)
             .map_err(|why| anyhow::anyhow!("{}: log.{key}: {why}", file.file))?;
+    }
+    // Kafka's authorizer settings: any authorizer.class.name turns the ACL checks on.
+    if file.text("authorizer.class.name").is_some_and(|c| !c.trim().is_empty()) {
+        let allow_everyone = match file.text("allow.everyone.if.no.acl.found").map(str::trim) {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(other) => bail!(
+                "{}: allow.everyone.if.no.acl.found must be true or false, not {other:?}",
+                file.file
+            ),
+        };
+        config.acls = Some(NodeAcls::new(Authorizer::new(AuthorizerConfig {
+            super_users: AuthorizerConfig::parse_super_users(file.text("super.users").unwrap_or("")),
+            allow_everyone_if_no_acl_found: allow_everyone,
+        })));
     }
     let session_timeout_ms = match args.session_timeout_ms {
         Some(ms) => ms,

@@ -31,6 +31,13 @@ enum Command {
         #[command(subcommand)]
         command: cli::topics::TopicsCommand,
     },
+    /// Adds, lists and removes ACLs (as kafka-acls.sh).
+    Acls {
+        #[command(flatten)]
+        connect: cli::ConnectArgs,
+        #[command(subcommand)]
+        command: cli::acls::AclsCommand,
+    },
     /// Produces one record per line of standard input.
     Produce {
         #[command(flatten)]
@@ -77,6 +84,7 @@ fn main() -> ExitCode {
         Command::Coordinator(args) => gregor_realnet::cluster_cmd::coordinator(args),
         Command::Broker(args) => gregor_realnet::cluster_cmd::broker(args),
         Command::Topics { connect, command } => cli::topics::run(&connect, command).map(|()| ExitCode::SUCCESS),
+        Command::Acls { connect, command } => cli::acls::run(&connect, command).map(|()| ExitCode::SUCCESS),
         Command::Produce { connect, args } => cli::produce::run(&connect, args).map(|()| ExitCode::SUCCESS),
         Command::Consume { connect, args } => cli::consume::run(&connect, args).map(|()| ExitCode::SUCCESS),
         Command::Groups { connect, command } => cli::groups::run(&connect, command).map(|()| ExitCode::SUCCESS),

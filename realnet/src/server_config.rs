@@ -224,6 +224,9 @@ pub const BROKER_KEYS: &[&str] = &[
     "sasl.inter.broker.username",
     "sasl.inter.broker.password",
     "connection.failed.authentication.delay.ms",
+    "authorizer.class.name",
+    "super.users",
+    "allow.everyone.if.no.acl.found",
 ];
 
 pub const COORDINATOR_KEYS: &[&str] = &["node.id", "controller.quorum.voters", "log.dirs"];

@@ -17,6 +17,9 @@ use gregor_core::consensus::NodeId;
 use gregor_core::coord::tree::{CreateMode, EventKind, Op, TreeError};
 use gregor_core::coord::{start_coordinator, CoordClient, CoordClientConfig, CoordError, CoordNodeConfig, CoordTiming};
 use gregor_core::runtime::Runtime;
+use gregor_core::security::acl::{
+    AccessControlEntry, AclBinding, AclFilter, Operation, Permission, ResourcePattern, ResourceType,
+};
 use gregor_sim::checker::linearizable::{check, CoordOp, CoordOpKind, CoordOutcome};
 use gregor_sim::world::{run_seed, Fault, NodeIndex, World};
 
@@ -585,4 +588,137 @@ fn three_coordinators_keep_a_linearizable_history_through_crashes_and_partitions
         total += compared;
     }
     assert!(total > 0, "compared nothing");
+}
+
+/// What a broker's ACL task is asked to do (the test's commands, carried to its node).
+enum AclCommand {
+    Grant(AclBinding),
+    Revoke(AclFilter),
+}
+
+/// ACLs stored in the coordinator and cached on two brokers: grants and revocations from
+/// alternating brokers while coordinators crash and restart in turn. The checker: after each
+/// write is answered, every broker's cache shows it within the propagation bound
+/// (`refresh_ms` + slack), and after a revocation no cache still holds the revoked binding.
+#[test]
+fn acl_grants_and_revocations_reach_every_broker_cache_within_the_bound_through_coordinator_crashes() {
+    use std::collections::VecDeque;
+
+    use gregor_core::node::acl_sync::{run_acl_sync, AclAdmin};
+    use gregor_core::node::authz::NodeAcls;
+
+    const REFRESH_MS: u64 = 300;
+    const BOUND_MS: u64 = REFRESH_MS + 1_200;
+    run_seed(21, |world| async move {
+        let addrs = add_coordinators(&world, 3);
+        madsim::time::sleep(Duration::from_millis(2000)).await;
+        type Snapshot = Arc<Mutex<Vec<AclBinding>>>;
+        type Commands = Arc<Mutex<VecDeque<AclCommand>>>;
+        type Answers = Arc<Mutex<Vec<bool>>>;
+        let mut brokers: Vec<(Snapshot, Commands, Answers)> = Vec::new();
+        for b in 0..2 {
+            let node = idle_node(&world, &format!("broker-{b}"));
+            let (snapshot, commands, answers): (Snapshot, Commands, Answers) = Default::default();
+            brokers.push((snapshot.clone(), commands.clone(), answers.clone()));
+            let config = client_config(&addrs, 6_000);
+            let _task = world.spawn_on(node, move |rt| async move {
+                let acls = NodeAcls::default();
+                let admin = AclAdmin::default();
+                rt.spawn(run_acl_sync(
+                    rt.clone(),
+                    config,
+                    REFRESH_MS,
+                    acls.clone(),
+                    admin.clone(),
+                ));
+                for _ in 0..200_000 {
+                    *snapshot.lock().expect("snapshot") = acls.acls.borrow().bindings().collect();
+                    let command = commands.lock().expect("commands").pop_front();
+                    match command {
+                        Some(AclCommand::Grant(b)) => {
+                            let ok = admin.create(&rt, vec![b]).await.iter().all(|r| r.is_ok());
+                            answers.lock().expect("answers").push(ok);
+                        }
+                        Some(AclCommand::Revoke(f)) => {
+                            let ok = admin.delete(&rt, vec![f]).await.iter().all(|r| r.is_ok());
+                            answers.lock().expect("answers").push(ok);
+                        }
+                        None => rt.sleep(Duration::from_millis(5)).await,
+                    }
+                }
+            });
+        }
+        // Waits (bounded) for broker `b`'s answer number `n`.
+        let answered = |b: usize, n: usize| {
+            let answers = brokers[b].2.clone();
+            async move {
+                for _ in 0..3_000 {
+                    if let Some(ok) = answers.lock().expect("answers").get(n).copied() {
+                        return ok;
+                    }
+                    madsim::time::sleep(Duration::from_millis(10)).await;
+                }
+                panic!("broker {b} never answered command {n}");
+            }
+        };
+        let mut compared = 0;
+        let mut sent = [0usize; 2];
+        for round in 0..6usize {
+            // Every coordinator in turn crashes (with its disk) during a round and comes back.
+            let victim = NodeIndex(round % 3);
+            if round % 2 == 1 {
+                world.kill(victim);
+            }
+            let binding = AclBinding {
+                pattern: ResourcePattern::literal(ResourceType::Topic, &format!("t{round}")),
+                entry: AccessControlEntry {
+                    principal: format!("User:u{round}"),
+                    host: "*".into(),
+                    operation: Operation::Write,
+                    permission: Permission::Allow,
+                },
+            };
+            let (granter, revoker) = (round % 2, (round + 1) % 2);
+            brokers[granter]
+                .1
+                .lock()
+                .expect("commands")
+                .push_back(AclCommand::Grant(binding.clone()));
+            assert!(answered(granter, sent[granter]).await, "round {round}: grant failed");
+            sent[granter] += 1;
+            madsim::time::sleep(Duration::from_millis(BOUND_MS)).await;
+            for (b, (snapshot, _, _)) in brokers.iter().enumerate() {
+                let has = snapshot.lock().expect("snapshot").contains(&binding);
+                compared += 1;
+                assert!(
+                    has,
+                    "round {round}: broker {b} lacks the grant {BOUND_MS} ms after it was answered"
+                );
+            }
+            let mut filter = AclFilter::any();
+            filter.principal = Some(binding.entry.principal.clone());
+            brokers[revoker]
+                .1
+                .lock()
+                .expect("commands")
+                .push_back(AclCommand::Revoke(filter));
+            assert!(
+                answered(revoker, sent[revoker]).await,
+                "round {round}: revocation failed"
+            );
+            sent[revoker] += 1;
+            madsim::time::sleep(Duration::from_millis(BOUND_MS)).await;
+            for (b, (snapshot, _, _)) in brokers.iter().enumerate() {
+                let has = snapshot.lock().expect("snapshot").contains(&binding);
+                compared += 1;
+                assert!(!has, "round {round}: broker {b} still holds a revoked ACL {BOUND_MS} ms after the revocation was answered");
+            }
+            if round % 2 == 1 {
+                world.restart(victim);
+                madsim::time::sleep(Duration::from_millis(2500)).await;
+            }
+        }
+        println!("acl propagation: {compared} cache checks against the {BOUND_MS} ms bound, 6 grants and 6 revocations, 3 coordinator crashes");
+        assert!(compared > 0, "compared nothing");
+    });
 }

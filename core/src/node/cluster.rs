@@ -458,8 +458,25 @@ pub async fn start_cluster_broker<R: Runtime>(
         port: config.advertised.port,
         rack: None,
     };
+    // With an authorizer, the ACLs live in the coordinator and the cache follows them.
+    let acl_sync = config.acls.as_mut().map(|acls| {
+        let admin = super::acl_sync::AclAdmin::default();
+        acls.admin = Some(admin.clone());
+        (acls.clone(), admin)
+    });
     let watch = config.watch.clone();
     let (broker, accept_loop) = start_broker(rt.clone(), config).await?;
+    if let Some((acls, admin)) = acl_sync {
+        let mut client_config = CoordClientConfig::new(cluster.coordinators.clone());
+        client_config.session_timeout_ms = cluster.session_timeout_ms;
+        rt.spawn(super::acl_sync::run_acl_sync(
+            rt.clone(),
+            client_config,
+            cluster.refresh_ms,
+            acls,
+            admin,
+        ));
+    }
     rt.spawn(run_replica_fetcher(
         rt.clone(),
         broker.clone(),

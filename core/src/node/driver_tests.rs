@@ -19,12 +19,12 @@ use crate::protocol::{Request, Response};
 use crate::runtime::{Connection, Listener};
 
 #[derive(Clone)]
-pub(super) struct TestRt {
-    pub(super) now_ms: Rc<Cell<i64>>,
-    pub(super) disk: Rc<RefCell<MemDisk>>,
+pub(crate) struct TestRt {
+    pub(crate) now_ms: Rc<Cell<i64>>,
+    pub(crate) disk: Rc<RefCell<MemDisk>>,
 }
 
-pub(super) struct NoConn;
+pub(crate) struct NoConn;
 
 impl Connection for NoConn {
     async fn send(&mut self, _frame: Bytes) -> Result<(), NetError> {
@@ -38,7 +38,7 @@ impl Connection for NoConn {
     }
 }
 
-pub(super) struct NoListener;
+pub(crate) struct NoListener;
 
 impl Listener for NoListener {
     type Conn = NoConn;
@@ -102,7 +102,7 @@ impl Runtime for TestRt {
     }
 }
 
-pub(super) fn frame(request: Request, version: i16) -> Bytes {
+pub(crate) fn frame(request: Request, version: i16) -> Bytes {
     let header = RequestHeader {
         api_key: request.api_key(),
         api_version: version,
@@ -135,7 +135,7 @@ fn poll_once<T>(f: Pin<&mut impl Future<Output = T>>) -> Poll<T> {
     f.poll(&mut Context::from_waker(Waker::noop()))
 }
 
-pub(super) fn run<T>(f: impl Future<Output = T>) -> T {
+pub(crate) fn run<T>(f: impl Future<Output = T>) -> T {
     let mut f = pin!(f);
     for _ in 0..100 {
         if let Poll::Ready(v) = poll_once(f.as_mut()) {

@@ -2,6 +2,7 @@
 //! request into the response struct the codec encodes. Pure functions of (broker, disk, request,
 //! now): no I/O but the disk handed in, so the simulator and realnet run exactly this.
 
+pub mod acls;
 pub mod delete_topics;
 pub mod describe_configs;
 pub mod describe_groups;
@@ -68,6 +69,9 @@ pub const HANDLED_API_KEYS: &[i16] = &[
     list_groups::API_KEY,
     crate::protocol::api::sasl_handshake::API_KEY,
     crate::protocol::api::sasl_authenticate::API_KEY,
+    crate::protocol::api::describe_acls::API_KEY,
+    crate::protocol::api::create_acls::API_KEY,
+    crate::protocol::api::delete_acls::API_KEY,
 ];
 
 pub fn api_versions() -> ApiVersionsResponse {

@@ -13,6 +13,8 @@
 //! cluster state changes poke the partitions they touched. They never poll on a short timer.
 
 mod auth;
+pub mod acl_sync;
+pub mod authz;
 pub mod cluster;
 pub mod handlers;
 pub mod replica_fetcher;
@@ -26,10 +28,13 @@ use bytes::Bytes;
 use thiserror::Error;
 
 use crate::broker::{Broker, BrokerConfig, BrokerError, TopicId};
+use crate::error_code::ErrorCode;
 use crate::group::Reply;
 use crate::protocol::api::api_versions::ApiVersionsResponse;
+use crate::protocol::api::{heartbeat, join_group, leave_group, sync_group};
 use crate::protocol::{decode_request_bytes, encode_response, DecodeError, Limits, Request};
 use crate::runtime::{Connection, FramePart, Listener, NetError, Runtime};
+use crate::security::acl::Operation;
 use crate::security::{ConnContext, SaslConfig, SaslState};
 pub use handlers::Advertised;
 
@@ -62,6 +67,9 @@ pub struct NodeConfig {
     /// The listener's SASL settings when its security protocol uses SASL (`SASL_PLAINTEXT`,
     /// `SASL_SSL`); `None` serves every connection as `User:ANONYMOUS`.
     pub sasl: Option<Rc<SaslConfig>>,
+    /// `authorizer.class.name` set: every request is checked against these ACLs ([`authz`]);
+    /// `None` checks nothing.
+    pub acls: Option<authz::NodeAcls>,
 }
 
 impl NodeConfig {
@@ -82,6 +90,7 @@ impl NodeConfig {
             watch: watch::PartitionWatch::default(),
             admin: None,
             sasl: None,
+            acls: None,
         }
     }
 }
@@ -255,9 +264,13 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
     let version = header.api_version;
     let now = rt.now_ms();
     let new_id = || TopicId::from_random(rt.random_u64(), rt.random_u64());
-    let body = match &request {
+    let gate = authz::Gate::new(config.acls.as_ref(), ctx);
+    // The checks split a request into the part the principal may make and the refused rest.
+    let mut request = request;
+    let body = match &mut request {
         Request::ApiVersions(_) => handlers::api_versions().encode(version),
         Request::Metadata(req) => {
+            let refused = gate.screen_metadata(req);
             let creating = config
                 .admin
                 .as_ref()
@@ -271,11 +284,14 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
                     t.error_code = crate::error_code::ErrorCode::LeaderNotAvailable.code();
                 }
             }
+            gate.finish_metadata(&mut resp, refused);
             resp.encode(version)
         }
         Request::Produce(req) => {
+            let refused = gate.split_produce(req);
             let (mut resp, mut pending) =
                 rt.with_disk(|disk| handlers::produce_parked(&mut broker.borrow_mut(), disk, req, now));
+            resp.topics.extend(refused);
             if req.acks == 0 {
                 return Outcome::NoReply;
             }
@@ -321,6 +337,8 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
             let zero_copy = config.fetch_zero_copy;
             // A follower's fetch waits for the log end, a consumer's for the high watermark.
             let follower = req.replica_id >= 0;
+            let refused = gate.split_fetch(&broker.borrow(), req, version);
+            let req = &*req;
             // (topic, partition, fetch offset), topics named even when the request uses ids.
             let asked: Vec<(String, i32, i64)> = {
                 let b = broker.borrow();
@@ -342,10 +360,11 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
                     .collect()
             };
             loop {
-                let (resp, bytes) = rt.with_disk(|disk| {
+                let (mut resp, bytes) = rt.with_disk(|disk| {
                     let now = rt.now_ms();
                     handlers::fetch_recording_with(&mut broker.borrow_mut(), disk, req, version, now, zero_copy)
                 });
+                resp.topics.extend(refused.iter().cloned());
                 if follower {
                     // The follower's fetch offset may have moved the high watermark.
                     let b = broker.borrow();
@@ -384,21 +403,57 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
                     .await;
             }
         }
-        Request::ListOffsets(req) => rt
-            .with_disk(|disk| handlers::list_offsets(&broker.borrow(), disk, req))
-            .encode(version),
-        Request::CreateTopics(req) if config.admin.is_some() => {
-            let admin = config.admin.as_ref().expect("checked by the guard");
-            admin.create_topics(rt, broker, req).await.encode(version)
+        Request::ListOffsets(req) => {
+            let refused = gate.split_list_offsets(req);
+            let mut resp = rt.with_disk(|disk| handlers::list_offsets(&broker.borrow(), disk, req));
+            resp.topics.extend(refused);
+            resp.encode(version)
         }
-        Request::CreateTopics(req) => rt
-            .with_disk(|disk| handlers::create_topics(&mut broker.borrow_mut(), disk, req, new_id))
-            .encode(version),
-        Request::InitProducerId(req) => rt
-            .with_disk(|disk| handlers::init_producer_id(&mut broker.borrow_mut(), disk, req))
-            .encode(version),
+        Request::CreateTopics(req) => {
+            let refused = gate.split_create_topics(req);
+            let mut resp = if req.topics.is_empty() && !refused.is_empty() {
+                Default::default()
+            } else if let Some(admin) = &config.admin {
+                admin.create_topics(rt, broker, req).await
+            } else {
+                rt.with_disk(|disk| handlers::create_topics(&mut broker.borrow_mut(), disk, req, new_id))
+            };
+            resp.topics.extend(refused);
+            resp.encode(version)
+        }
+        Request::InitProducerId(req) => match gate.refuse_init_producer_id(req) {
+            Some(refusal) => refusal.encode(version),
+            None => rt
+                .with_disk(|disk| handlers::init_producer_id(&mut broker.borrow_mut(), disk, req))
+                .encode(version),
+        },
         Request::FindCoordinator(req) => {
-            handlers::groups::find_coordinator(&mut broker.borrow_mut(), req, &config.advertised).encode(version)
+            let mut resp = handlers::groups::find_coordinator(&mut broker.borrow_mut(), req, &config.advertised);
+            gate.finish_find_coordinator(req.key_type, &mut resp);
+            resp.encode(version)
+        }
+        Request::JoinGroup(req) if !gate.may_group(Operation::Read, &req.group_id) => join_group::JoinGroupResponse {
+            error_code: ErrorCode::GroupAuthorizationFailed.code(),
+            generation_id: -1,
+            ..Default::default()
+        }
+        .encode(version),
+        Request::SyncGroup(req) if !gate.may_group(Operation::Read, &req.group_id) => sync_group::SyncGroupResponse {
+            error_code: ErrorCode::GroupAuthorizationFailed.code(),
+            ..Default::default()
+        }
+        .encode(version),
+        Request::Heartbeat(req) if !gate.may_group(Operation::Read, &req.group_id) => heartbeat::HeartbeatResponse {
+            error_code: ErrorCode::GroupAuthorizationFailed.code(),
+            ..Default::default()
+        }
+        .encode(version),
+        Request::LeaveGroup(req) if !gate.may_group(Operation::Read, &req.group_id) => {
+            leave_group::LeaveGroupResponse {
+                error_code: ErrorCode::GroupAuthorizationFailed.code(),
+                ..Default::default()
+            }
+            .encode(version)
         }
         Request::JoinGroup(req) => {
             sync_group_coordination(rt, broker);
@@ -426,10 +481,14 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
             resp.encode(version)
         }
         Request::ListGroups(req) => {
-            handlers::describe_groups::list_groups(broker.borrow().groups(), req).encode(version)
+            let mut resp = handlers::describe_groups::list_groups(broker.borrow().groups(), req);
+            gate.finish_list_groups(&mut resp);
+            resp.encode(version)
         }
         Request::DescribeGroups(req) => {
-            handlers::describe_groups::describe_groups(broker.borrow().groups(), req).encode(version)
+            let mut resp = handlers::describe_groups::describe_groups(broker.borrow().groups(), req);
+            gate.finish_describe_groups(&mut resp);
+            resp.encode(version)
         }
         Request::SyncGroup(req) => {
             sync_group_coordination(rt, broker);
@@ -468,6 +527,8 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
             handlers::groups::leave_group(broker.borrow_mut().groups_mut(), req, version, now).encode(version)
         }
         Request::OffsetCommit(req) if handlers::groups::partitioned(&broker.borrow()) => {
+            let refused = gate.split_offset_commit(req);
+            let req = &*req;
             let begun =
                 rt.with_disk(|disk| handlers::groups::offset_commit_begin(&mut broker.borrow_mut(), disk, req, now));
             let resp = match begun {
@@ -487,23 +548,77 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
                     }
                 }
             };
+            let mut resp = resp;
+            resp.topics.extend(refused);
             resp.encode(version)
         }
-        Request::OffsetCommit(req) => rt
-            .with_disk(|disk| handlers::groups::offset_commit(&mut broker.borrow_mut(), disk, req, now))
-            .encode(version),
-        Request::OffsetForLeaderEpoch(req) => handlers::offset_for_leader_epoch(&broker.borrow(), req).encode(version),
+        Request::OffsetCommit(req) => {
+            let refused = gate.split_offset_commit(req);
+            let mut resp =
+                rt.with_disk(|disk| handlers::groups::offset_commit(&mut broker.borrow_mut(), disk, req, now));
+            resp.topics.extend(refused);
+            resp.encode(version)
+        }
+        Request::OffsetForLeaderEpoch(req) => {
+            let refused = gate.split_offset_for_leader_epoch(req);
+            let mut resp = handlers::offset_for_leader_epoch(&broker.borrow(), req);
+            resp.topics.extend(refused);
+            resp.encode(version)
+        }
         Request::OffsetFetch(req) => {
             sync_group_coordination(rt, broker);
-            handlers::groups::offset_fetch(broker.borrow().groups(), req).encode(version)
+            let mut resp = handlers::groups::offset_fetch(broker.borrow().groups(), req);
+            gate.finish_offset_fetch(&mut resp);
+            resp.encode(version)
         }
-        Request::DeleteTopics(req) if config.admin.is_some() => {
-            let admin = config.admin.as_ref().expect("checked by the guard");
-            admin.delete_topics_request(rt, broker, req).await.encode(version)
+        Request::DeleteTopics(req) => {
+            let refused = gate.split_delete_topics(&broker.borrow(), req);
+            let mut resp = if req.topics.is_empty() && !refused.is_empty() {
+                Default::default()
+            } else if let Some(admin) = &config.admin {
+                admin.delete_topics_request(rt, broker, req).await
+            } else {
+                rt.with_disk(|disk| handlers::delete_topics::delete_topics(&mut broker.borrow_mut(), disk, req))
+            };
+            resp.responses.extend(refused);
+            resp.encode(version)
         }
-        Request::DeleteTopics(req) => rt
-            .with_disk(|disk| handlers::delete_topics::delete_topics(&mut broker.borrow_mut(), disk, req))
-            .encode(version),
+        Request::DescribeAcls(req) => {
+            let admitted = handlers::acls::admission(gate.enabled(), gate.may_cluster(Operation::Describe));
+            let empty = Default::default();
+            let acls = config.acls.as_ref().map(|a| a.acls.borrow());
+            handlers::acls::describe_acls(acls.as_deref().unwrap_or(&empty), req, admitted).encode(version)
+        }
+        Request::CreateAcls(req) if config.acls.as_ref().is_some_and(|a| a.admin.is_some()) => {
+            let admitted = handlers::acls::admission(gate.enabled(), gate.may_cluster(Operation::Alter));
+            let admin = config
+                .acls
+                .as_ref()
+                .and_then(|a| a.admin.as_ref())
+                .expect("checked by the guard");
+            admin.create_acls_request(rt, req, admitted).await.encode(version)
+        }
+        Request::DeleteAcls(req) if config.acls.as_ref().is_some_and(|a| a.admin.is_some()) => {
+            let admitted = handlers::acls::admission(gate.enabled(), gate.may_cluster(Operation::Alter));
+            let admin = config
+                .acls
+                .as_ref()
+                .and_then(|a| a.admin.as_ref())
+                .expect("checked by the guard");
+            admin.delete_acls_request(rt, req, admitted).await.encode(version)
+        }
+        Request::CreateAcls(req) => {
+            let admitted = handlers::acls::admission(gate.enabled(), gate.may_cluster(Operation::Alter));
+            let mut scratch = Default::default();
+            let mut acls = config.acls.as_ref().map(|a| a.acls.borrow_mut());
+            handlers::acls::create_acls(acls.as_deref_mut().unwrap_or(&mut scratch), req, admitted).encode(version)
+        }
+        Request::DeleteAcls(req) => {
+            let admitted = handlers::acls::admission(gate.enabled(), gate.may_cluster(Operation::Alter));
+            let mut scratch = Default::default();
+            let mut acls = config.acls.as_ref().map(|a| a.acls.borrow_mut());
+            handlers::acls::delete_acls(acls.as_deref_mut().unwrap_or(&mut scratch), req, admitted).encode(version)
+        }
         Request::DescribeConfigs(req) => {
             handlers::describe_configs::describe_configs(&broker.borrow(), req).encode(version)
         }
@@ -519,6 +634,9 @@ mod auth_tests;
 
 #[cfg(test)]
 mod driver_tests;
+
+#[cfg(test)]
+mod authz_node_tests;
 
 #[cfg(test)]
 mod replication_node_tests;

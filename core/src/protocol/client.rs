@@ -169,6 +169,9 @@ pub(crate) mod tests {
             DescribeConfigs(describe_configs),
             SaslHandshake(sasl_handshake),
             SaslAuthenticate(sasl_authenticate),
+            DescribeAcls(describe_acls),
+            CreateAcls(create_acls),
+            DeleteAcls(delete_acls),
         )
     }
 

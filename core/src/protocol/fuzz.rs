@@ -33,6 +33,9 @@ fn corpus() -> Vec<Vec<u8>> {
     frames.extend(api::describe_configs::tests::sample_frames());
     frames.extend(api::sasl_handshake::tests::sample_frames());
     frames.extend(api::sasl_authenticate::tests::sample_frames());
+    frames.extend(api::describe_acls::tests::sample_frames());
+    frames.extend(api::create_acls::tests::sample_frames());
+    frames.extend(api::delete_acls::tests::sample_frames());
     frames
 }
 

@@ -104,6 +104,9 @@ const SUPPORTED: &[ApiSupport] = &[
     support!("DeleteTopics", delete_topics),
     support!("InitProducerId", init_producer_id),
     support!("OffsetForLeaderEpoch", offset_for_leader_epoch),
+    support!("DescribeAcls", describe_acls),
+    support!("CreateAcls", create_acls),
+    support!("DeleteAcls", delete_acls),
     support!("DescribeConfigs", describe_configs),
     support!("SaslAuthenticate", sasl_authenticate),
 ];
@@ -142,6 +145,9 @@ pub enum Request {
     OffsetForLeaderEpoch(offset_for_leader_epoch::OffsetForLeaderEpochRequest),
     SaslHandshake(sasl_handshake::SaslHandshakeRequest),
     SaslAuthenticate(sasl_authenticate::SaslAuthenticateRequest),
+    DescribeAcls(describe_acls::DescribeAclsRequest),
+    CreateAcls(create_acls::CreateAclsRequest),
+    DeleteAcls(delete_acls::DeleteAclsRequest),
 }
 
 macro_rules! request_dispatch {
@@ -185,6 +191,9 @@ request_dispatch!(
     OffsetForLeaderEpoch(offset_for_leader_epoch),
     SaslHandshake(sasl_handshake),
     SaslAuthenticate(sasl_authenticate),
+    DescribeAcls(describe_acls),
+    CreateAcls(create_acls),
+    DeleteAcls(delete_acls),
 );
 
 /// Decodes one request frame (without its length prefix). Record sets are copied out of
@@ -252,6 +261,9 @@ fn decode_with(mut r: Reader<'_>) -> Result<(RequestHeader, Request), DecodeErro
         sasl_authenticate::API_KEY => {
             Request::SaslAuthenticate(sasl_authenticate::SaslAuthenticateRequest::decode(v, r)?)
         }
+        describe_acls::API_KEY => Request::DescribeAcls(describe_acls::DescribeAclsRequest::decode(v, r)?),
+        create_acls::API_KEY => Request::CreateAcls(create_acls::CreateAclsRequest::decode(v, r)?),
+        delete_acls::API_KEY => Request::DeleteAcls(delete_acls::DeleteAclsRequest::decode(v, r)?),
         // Unreachable while SUPPORTED and this match agree (the fuzz corpus test decodes every
         // advertised version); answered as unknown rather than panicking if they ever drift.
         _ => {
@@ -346,6 +358,9 @@ responses! {
     DescribeConfigs(describe_configs::DescribeConfigsResponse),
     SaslHandshake(sasl_handshake::SaslHandshakeResponse),
     SaslAuthenticate(sasl_authenticate::SaslAuthenticateResponse),
+    DescribeAcls(describe_acls::DescribeAclsResponse),
+    CreateAcls(create_acls::CreateAclsResponse),
+    DeleteAcls(delete_acls::DeleteAclsResponse),
 }
 
 /// The whole reply frame (header and body, no length prefix) to a decoded request.

@@ -7,6 +7,7 @@
 pub mod sasl;
 pub mod sasl_client;
 pub mod scram;
+pub mod acl;
 
 use std::fmt;
 

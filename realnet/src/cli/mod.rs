@@ -7,6 +7,7 @@
 //! from the user or from the broker, panics. Every wait is bounded by `--request-timeout-ms` or
 //! the command's own limits.
 
+pub mod acls;
 pub mod consume;
 pub mod groups;
 pub mod perf;

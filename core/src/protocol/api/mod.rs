@@ -4,8 +4,11 @@
 //! as in Kafka's message JSON schemas).
 
 pub mod api_versions;
+pub mod create_acls;
 pub mod create_topics;
+pub mod delete_acls;
 pub mod delete_topics;
+pub mod describe_acls;
 pub mod describe_configs;
 pub mod describe_groups;
 pub mod fetch;
