@@ -17,8 +17,10 @@
 //! liveness is only what `/brokers/ids` (ephemeral, session-bound) says.
 
 mod assign;
+pub mod balance;
 mod elect;
 pub mod election;
+mod reassign;
 mod topics;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -27,6 +29,7 @@ use crate::cluster::{PartitionState, TopicRecord, CONTROLLER_EPOCH_PATH};
 use crate::ids::BrokerId;
 
 pub use assign::assign_replicas;
+pub use reassign::ReassignError;
 pub use topics::{CreateTopicDraw, CreateTopicError, PARTITIONS_PER_TOPIC_MAX};
 
 /// The persistent parents the cluster's nodes hang under. Whoever starts a cluster creates each
@@ -87,6 +90,8 @@ pub struct Versioned<T> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TopicView {
     pub record: TopicRecord,
+    /// The topic znode's version: a reassignment's write compares-and-sets on it.
+    pub record_version: i32,
     /// Partition index -> its state; a partition without a state node is absent here.
     pub partitions: BTreeMap<i32, Versioned<PartitionState>>,
 }
@@ -174,3 +179,6 @@ impl Controller {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod reassign_tests;

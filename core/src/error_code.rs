@@ -50,13 +50,16 @@ pub enum ErrorCode {
     FencedLeaderEpoch = 74,
     UnknownLeaderEpoch = 75,
     MemberIdRequired = 79,
+    PreferredLeaderNotAvailable = 80,
     GroupMaxSizeReached = 81,
+    ElectionNotNeeded = 84,
+    NoReassignmentInProgress = 85,
     InvalidRecord = 87,
     UnknownTopicId = 100,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 48] = [
+    pub const ALL: [ErrorCode; 51] = [
         ErrorCode::UnknownServerError,
         ErrorCode::None,
         ErrorCode::OffsetOutOfRange,
@@ -102,7 +105,10 @@ impl ErrorCode {
         ErrorCode::FencedLeaderEpoch,
         ErrorCode::UnknownLeaderEpoch,
         ErrorCode::MemberIdRequired,
+        ErrorCode::PreferredLeaderNotAvailable,
         ErrorCode::GroupMaxSizeReached,
+        ErrorCode::ElectionNotNeeded,
+        ErrorCode::NoReassignmentInProgress,
         ErrorCode::InvalidRecord,
         ErrorCode::UnknownTopicId,
     ];

@@ -29,6 +29,7 @@ fn record(replicas: &[i32], min_isr: i32) -> TopicRecord {
     TopicRecord {
         topic_id_hex: TopicId::from_random(7, 7).to_hex(),
         assignment: [(0, ids(replicas))].into(),
+        reassigning: Default::default(),
         configs: [("min.insync.replicas".to_string(), min_isr.to_string())].into(),
     }
 }

@@ -19,7 +19,13 @@
 //!    coordinator's create refuses a duplicate), deletion writes a request under
 //!    `/admin/delete_topics` for the controller, as Kafka's ZooKeeper mode does.
 //!
-//! 6. carries out a controlled shutdown when the process asks for one ([`ControlledShutdown`]):
+//! 6. serves AlterPartitionReassignments the same way ([`Controller::alter_reassignment`]: one
+//!    multi compare-and-setting the topic record and the partition state), and as controller
+//!    completes reassignments once their target replicas are in the ISR
+//!    ([`Controller::reassignment_steps`]); a broker whose replica a reassignment removed deletes
+//!    its log when its view shows the partition's assignment without it.
+//!
+//! 7. carries out a controlled shutdown when the process asks for one ([`ControlledShutdown`]):
 //!    it deletes its own registration, so the controller hands the leadership of its partitions
 //!    to other ISR members and removes it from every ISR, as for a dead broker but at once
 //!    rather than after the session timeout; [`hand_off`] waits (bounded) until the broker's
@@ -52,6 +58,10 @@ use crate::coord::tree::{CreateMode, Op, TreeError};
 use crate::error_code::ErrorCode;
 use crate::group::{Coordination, OFFSETS_TOPIC};
 use crate::ids::BrokerId;
+use crate::protocol::api::alter_partition_reassignments::{
+    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, ReassignablePartitionResponse,
+    ReassignableTopicResponse,
+};
 use crate::protocol::api::create_topics::{CreatableTopicResult, CreateTopicsRequest, CreateTopicsResponse};
 use crate::protocol::api::delete_topics::{DeletableTopicResult, DeleteTopicsRequest, DeleteTopicsResponse};
 use crate::runtime::Runtime;
@@ -215,6 +225,9 @@ struct AdminJob {
 enum AdminRequest {
     Create(CreateTopicsRequest),
     Delete(Vec<String>),
+    /// Per partition: topic, index, new replicas (`None` cancels); whether the replication
+    /// factor may change. One result per partition, in order.
+    Reassign(Vec<(String, i32, Option<Vec<BrokerId>>)>, bool),
 }
 
 impl fmt::Debug for AdminQueue {
@@ -285,6 +298,50 @@ impl AdminQueue {
         DeleteTopicsResponse {
             throttle_time_ms: 0,
             responses,
+        }
+    }
+
+    /// Queues an AlterPartitionReassignments and waits for the cluster task's answer.
+    pub async fn alter_reassignments<R: Runtime>(
+        &self,
+        rt: &R,
+        req: &AlterPartitionReassignmentsRequest,
+    ) -> AlterPartitionReassignmentsResponse {
+        let mut items = Vec::new();
+        for t in &req.topics {
+            for p in &t.partitions {
+                let target = p.replicas.as_ref().map(|r| r.iter().map(|&b| BrokerId(b)).collect());
+                items.push((t.name.clone(), p.partition_index, target));
+            }
+        }
+        let names = items.iter().map(|(t, _, _)| t.clone()).collect();
+        let results = self
+            .submit(
+                rt,
+                AdminRequest::Reassign(items.clone(), req.allow_replication_factor_change),
+                names,
+                req.timeout_ms,
+            )
+            .await;
+        let mut responses: Vec<ReassignableTopicResponse> = Vec::new();
+        for ((topic, p, _), (_, code, message)) in items.iter().zip(results) {
+            let answer = ReassignablePartitionResponse {
+                partition_index: *p,
+                error_code: code.code(),
+                error_message: (code != ErrorCode::None).then_some(message),
+            };
+            match responses.iter_mut().find(|r| r.name == *topic) {
+                Some(r) => r.partitions.push(answer),
+                None => responses.push(ReassignableTopicResponse {
+                    name: topic.clone(),
+                    partitions: vec![answer],
+                }),
+            }
+        }
+        AlterPartitionReassignmentsResponse {
+            allow_replication_factor_change: req.allow_replication_factor_change,
+            responses,
+            ..AlterPartitionReassignmentsResponse::default()
         }
     }
 
@@ -666,9 +723,9 @@ impl<R: Runtime> Session<R> {
         };
         let mut topics = BTreeMap::new();
         for name in c.children(TOPICS_PATH, true, false).await? {
-            let record = match c.get(&topic_path(&name), false, false).await {
-                Ok((data, _)) => match TopicRecord::decode(&data) {
-                    Some(record) => record,
+            let (record, record_version) = match c.get(&topic_path(&name), true, false).await {
+                Ok((data, stat)) => match TopicRecord::decode(&data) {
+                    Some(record) => (record, stat.version),
                     None => {
                         tracing::warn!(target: "cluster", topic = %name, "topic record does not decode; ignored");
                         continue;
@@ -698,7 +755,14 @@ impl<R: Runtime> Session<R> {
                     Err(e) => return Err(e),
                 }
             }
-            topics.insert(name, TopicView { record, partitions });
+            topics.insert(
+                name,
+                TopicView {
+                    record,
+                    record_version,
+                    partitions,
+                },
+            );
         }
         let delete_requests = c.children(DELETE_TOPICS_PATH, true, false).await?.into_iter().collect();
         let broker_view = BrokerView {
@@ -764,6 +828,25 @@ impl<R: Runtime> Session<R> {
                 .filter(|(name, _)| !scan.controller_view.topics.contains_key(*name))
                 .flat_map(|(name, meta)| (0..meta.partitions).map(move |p| (name.clone(), p)))
                 .collect();
+            // Replicas a reassignment moved off this broker (the assignment no longer names it).
+            let moved_off: Vec<(String, i32)> = b
+                .topics()
+                .iter()
+                .filter_map(|(name, meta)| Some((name, meta, scan.controller_view.topics.get(name)?)))
+                .flat_map(|(name, meta, t)| {
+                    (0..meta.partitions)
+                        .filter(|p| t.record.assignment.get(p).is_some_and(|r| !r.contains(&me)))
+                        .map(move |p| (name.clone(), p))
+                })
+                .collect();
+            for (name, p) in moved_off {
+                if b.log(&name, p).is_some() {
+                    tracing::info!(target: "cluster", topic = %name, partition = p, "reassigned away: replica removed");
+                    if let Err(e) = b.remove_replica(disk, &name, p) {
+                        tracing::error!(target: "cluster", topic = %name, partition = p, error = %e, "replica removal failed");
+                    }
+                }
+            }
             for (name, p) in gone {
                 if b.log(&name, p).is_some() {
                     tracing::info!(target: "cluster", topic = %name, partition = p, "topic deleted: replica removed");
@@ -816,6 +899,12 @@ impl<R: Runtime> Session<R> {
                     leader = after_leader, previous_leader = before_leader, epoch = change.after.leader_epoch.0,
                     isr = ?change.after.isr.iter().map(|b| b.0).collect::<Vec<_>>(), unclean = change.unclean,
                     what = %change.write.what, "partition state changed"),
+                Err(e) => return self.write_failed(e),
+            }
+        }
+        for write in controller.reassignment_steps(view) {
+            match self.execute(&write.ops).await {
+                Ok(()) => tracing::info!(target: "controller", what = %write.what, "reassignment step"),
                 Err(e) => return self.write_failed(e),
             }
         }
@@ -1004,6 +1093,15 @@ impl<R: Runtime> Session<R> {
                     results.push(result);
                 }
             }
+            AdminRequest::Reassign(items, allow_rf_change) => {
+                let mut view = scan.controller_view.clone();
+                for (topic, p, target) in items {
+                    let result = self
+                        .reassign_one(&mut view, topic, *p, target.as_deref(), *allow_rf_change)
+                        .await?;
+                    results.push((topic.clone(), result.0, result.1));
+                }
+            }
             AdminRequest::Delete(names) => {
                 for name in names {
                     if !scan.controller_view.topics.contains_key(name) {
@@ -1026,6 +1124,64 @@ impl<R: Runtime> Session<R> {
             }
         }
         Ok(results)
+    }
+}
+
+impl<R: Runtime> Session<R> {
+    /// One partition of an AlterPartitionReassignments: decide on `view`, write; a lost race
+    /// (another write moved the topic or state version) re-reads and decides again, bounded.
+    async fn reassign_one(
+        &mut self,
+        view: &mut ClusterView,
+        topic: &str,
+        p: i32,
+        target: Option<&[BrokerId]>,
+        allow_rf_change: bool,
+    ) -> Step<(ErrorCode, String)> {
+        const ATTEMPTS_MAX: usize = 5;
+        if let (false, Some(target), Some(t)) = (allow_rf_change, target, view.topics.get(topic)) {
+            let original = t.record.original_replicas(p);
+            if !original.is_empty() && original.len() != target.len() {
+                return Ok((
+                    ErrorCode::InvalidReplicationFactor,
+                    format!("{topic}-{p}: {} replicas now, {} asked", original.len(), target.len()),
+                ));
+            }
+        }
+        // Any broker may write it: both znodes are compare-and-set, which orders it against the
+        // controller's and the leaders' writes (as topic creation).
+        let deciding = Controller::new(self.me(), 0, 0, self.cluster.controller);
+        for _ in 0..ATTEMPTS_MAX {
+            let write = match deciding.alter_reassignment(view, topic, p, target) {
+                Ok(Some(write)) => write,
+                Ok(None) => return Ok((ErrorCode::None, String::new())),
+                Err(e) => return Ok((e.code, e.message)),
+            };
+            let ops: Vec<controller::Op> = write
+                .ops
+                .into_iter()
+                .filter(|op| !matches!(op, controller::Op::Check { .. }))
+                .collect();
+            match self.execute(&ops).await {
+                Ok(()) => {
+                    tracing::info!(target: "controller", what = %write.what, "reassignment written");
+                    return Ok((ErrorCode::None, String::new()));
+                }
+                Err(e) if fatal(&e) => return Err(End::Expired),
+                Err(e) => {
+                    tracing::debug!(target: "controller", error = %e, "reassignment write lost a race; re-reading");
+                    match self.scan().await {
+                        Ok(scan) => *view = scan.controller_view,
+                        Err(e) if fatal(&e) => return Err(End::Expired),
+                        Err(_) => {}
+                    }
+                }
+            }
+        }
+        Ok((
+            ErrorCode::RequestTimedOut,
+            format!("{topic}-{p}: concurrent changes; try again"),
+        ))
     }
 }
 

@@ -6,6 +6,7 @@ pub mod delete_topics;
 pub mod describe_configs;
 pub mod describe_groups;
 pub mod groups;
+pub mod reassignments;
 
 use crate::broker::{AckWait, ClusterView};
 use crate::broker::{Broker, TopicId};
@@ -29,9 +30,10 @@ use crate::protocol::api::offset_for_leader_epoch::{
 };
 use crate::protocol::api::produce::{ProducePartitionResponse, ProduceRequest, ProduceResponse, ProduceTopicResponse};
 use crate::protocol::api::{
-    api_versions, create_topics, delete_topics as delete_topics_api, describe_configs as describe_configs_api, fetch,
-    find_coordinator, heartbeat, init_producer_id, join_group, leave_group, list_groups, list_offsets, metadata,
-    offset_commit, offset_fetch, offset_for_leader_epoch as ofle, produce, sync_group,
+    alter_partition_reassignments, api_versions, create_topics, delete_topics as delete_topics_api,
+    describe_configs as describe_configs_api, fetch, find_coordinator, heartbeat, init_producer_id, join_group,
+    leave_group, list_groups, list_offsets, list_partition_reassignments, metadata, offset_commit, offset_fetch,
+    offset_for_leader_epoch as ofle, produce, sync_group,
 };
 use crate::protocol::{supported_versions, Uuid};
 use crate::runtime::FileRegion;
@@ -66,6 +68,8 @@ pub const HANDLED_API_KEYS: &[i16] = &[
     describe_configs_api::API_KEY,
     describe_groups_api::API_KEY,
     list_groups::API_KEY,
+    alter_partition_reassignments::API_KEY,
+    list_partition_reassignments::API_KEY,
 ];
 
 pub fn api_versions() -> ApiVersionsResponse {

@@ -474,6 +474,13 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
         Request::DescribeConfigs(req) => {
             handlers::describe_configs::describe_configs(&broker.borrow(), req).encode(version)
         }
+        Request::AlterPartitionReassignments(req) => match &config.admin {
+            Some(admin) => admin.alter_reassignments(rt, req).await.encode(version),
+            None => handlers::reassignments::alter_refused_single_node(req).encode(version),
+        },
+        Request::ListPartitionReassignments(req) => {
+            handlers::reassignments::list_partition_reassignments(&broker.borrow(), req).encode(version)
+        }
         // Every API the codec speaks is served today; the arm stays for the next one it learns.
         #[allow(unreachable_patterns)]
         _ => return Outcome::Close(format!("api key {} is not served by this node", header.api_key)),

@@ -104,6 +104,8 @@ const SUPPORTED: &[ApiSupport] = &[
     support!("InitProducerId", init_producer_id),
     support!("OffsetForLeaderEpoch", offset_for_leader_epoch),
     support!("DescribeConfigs", describe_configs),
+    support!("AlterPartitionReassignments", alter_partition_reassignments),
+    support!("ListPartitionReassignments", list_partition_reassignments),
 ];
 
 /// Every API Gregor decodes and encodes, in ascending key order: what ApiVersions advertises.
@@ -138,6 +140,8 @@ pub enum Request {
     ListGroups(list_groups::ListGroupsRequest),
     InitProducerId(init_producer_id::InitProducerIdRequest),
     OffsetForLeaderEpoch(offset_for_leader_epoch::OffsetForLeaderEpochRequest),
+    AlterPartitionReassignments(alter_partition_reassignments::AlterPartitionReassignmentsRequest),
+    ListPartitionReassignments(list_partition_reassignments::ListPartitionReassignmentsRequest),
 }
 
 macro_rules! request_dispatch {
@@ -179,6 +183,8 @@ request_dispatch!(
     ListGroups(list_groups),
     InitProducerId(init_producer_id),
     OffsetForLeaderEpoch(offset_for_leader_epoch),
+    AlterPartitionReassignments(alter_partition_reassignments),
+    ListPartitionReassignments(list_partition_reassignments),
 );
 
 /// Decodes one request frame (without its length prefix). Record sets are copied out of
@@ -242,6 +248,12 @@ fn decode_with(mut r: Reader<'_>) -> Result<(RequestHeader, Request), DecodeErro
         offset_fetch::API_KEY => Request::OffsetFetch(offset_fetch::OffsetFetchRequest::decode(v, r)?),
         delete_topics::API_KEY => Request::DeleteTopics(delete_topics::DeleteTopicsRequest::decode(v, r)?),
         describe_configs::API_KEY => Request::DescribeConfigs(describe_configs::DescribeConfigsRequest::decode(v, r)?),
+        alter_partition_reassignments::API_KEY => Request::AlterPartitionReassignments(
+            alter_partition_reassignments::AlterPartitionReassignmentsRequest::decode(v, r)?,
+        ),
+        list_partition_reassignments::API_KEY => Request::ListPartitionReassignments(
+            list_partition_reassignments::ListPartitionReassignmentsRequest::decode(v, r)?,
+        ),
         // Unreachable while SUPPORTED and this match agree (the fuzz corpus test decodes every
         // advertised version); answered as unknown rather than panicking if they ever drift.
         _ => {
@@ -334,6 +346,8 @@ responses! {
     InitProducerId(init_producer_id::InitProducerIdResponse),
     OffsetForLeaderEpoch(offset_for_leader_epoch::OffsetForLeaderEpochResponse),
     DescribeConfigs(describe_configs::DescribeConfigsResponse),
+    AlterPartitionReassignments(alter_partition_reassignments::AlterPartitionReassignmentsResponse),
+    ListPartitionReassignments(list_partition_reassignments::ListPartitionReassignmentsResponse),
 }
 
 /// The whole reply frame (header and body, no length prefix) to a decoded request.

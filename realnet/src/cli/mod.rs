@@ -9,6 +9,7 @@
 
 pub mod consume;
 pub mod groups;
+pub mod partitions;
 pub mod perf;
 pub mod produce;
 pub mod topics;

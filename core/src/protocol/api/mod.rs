@@ -3,6 +3,7 @@
 //! and encodes) and `FLEXIBLE_MIN` (the first version using compact encodings and tagged fields,
 //! as in Kafka's message JSON schemas).
 
+pub mod alter_partition_reassignments;
 pub mod api_versions;
 pub mod create_topics;
 pub mod delete_topics;
@@ -16,6 +17,7 @@ pub mod join_group;
 pub mod leave_group;
 pub mod list_groups;
 pub mod list_offsets;
+pub mod list_partition_reassignments;
 pub mod metadata;
 pub mod offset_commit;
 pub mod offset_fetch;
