@@ -130,6 +130,15 @@ pub struct PartitionChange {
 pub struct ControllerConfig {
     /// `unclean.leader.election.enable` for topics that do not set it (Kafka's default: false).
     pub unclean_leader_election_default: bool,
+    /// `auto.leader.rebalance.enable`: after each scan, leadership goes back to each partition's
+    /// preferred (first) replica when it is live, in the ISR and not restarted since the state
+    /// was written ([`Controller::preferred_leader_elections`]). Kafka's default is true (checked
+    /// every 300 s against a 10% imbalance); off here unless configured.
+    pub auto_leader_rebalance: bool,
+    /// Simulator-only mutant (a negative control): a reassignment switches to its target at
+    /// once, the target declared in sync and its first replica leader, without waiting for the
+    /// new replicas to catch up. Loses acknowledged records.
+    pub mutant_switch_before_isr: bool,
 }
 
 /// The elected controller: its broker id, its epoch and the `/controller_epoch` version that

@@ -130,6 +130,7 @@ pub const BROKER_KEYS: &[&str] = &[
     "log.flush.interval.ms",
     "offsets.topic.num.partitions",
     "offsets.topic.replication.factor",
+    "auto.leader.rebalance.enable",
 ];
 
 pub const COORDINATOR_KEYS: &[&str] = &["node.id", "controller.quorum.voters", "log.dirs"];

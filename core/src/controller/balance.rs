@@ -168,26 +168,63 @@ impl Load<'_> {
         }
     }
 
+    /// Moves one preferred leadership at a time from a most-leading broker to one leading two or
+    /// more fewer, along a chain of swaps found breadth-first: a partition led by the first
+    /// broker of the chain names the second as a follower, and so on, so every broker between
+    /// gives one leadership and takes one. Stops when no such chain exists.
     fn even_leaders(&mut self, budget: &mut usize) {
-        let load = self;
         while *budget > 0 {
-            let leaders = load.leaders();
-            let swap = load.placement.iter().find_map(|(key, replicas)| {
-                let first = *replicas.first()?;
-                let n = *leaders.get(&first)?;
-                let (j, _) = replicas
-                    .iter()
-                    .enumerate()
-                    .skip(1)
-                    .filter_map(|(j, r)| leaders.get(r).map(|m| (j, *m)))
-                    .filter(|(_, m)| m + 2 <= n)
-                    .min_by_key(|(_, m)| *m)?;
-                Some((key.clone(), j))
-            });
-            let Some((key, j)) = swap else { break };
-            load.placement.get_mut(&key).expect("chosen from placement").swap(0, j);
-            *budget -= 1;
+            let leaders = self.leaders();
+            let Some(top) = leaders.values().max().copied() else {
+                break;
+            };
+            let chain = leaders
+                .iter()
+                .filter(|(_, n)| **n == top)
+                .find_map(|(&from, _)| self.leader_chain(&leaders, from, top));
+            let Some(chain) = chain else { break };
+            for (key, j) in chain {
+                self.placement.get_mut(&key).expect("found in placement").swap(0, j);
+                *budget = budget.saturating_sub(1);
+            }
         }
+    }
+
+    /// The swaps `(partition, follower index)` that pass one leadership from `from` (leading
+    /// `top`) to a broker leading at most `top - 2`; `None` when none is reachable.
+    fn leader_chain(
+        &self,
+        leaders: &BTreeMap<BrokerId, usize>,
+        from: BrokerId,
+        top: usize,
+    ) -> Option<Vec<(PartitionKey, usize)>> {
+        let mut prev: BTreeMap<BrokerId, (BrokerId, PartitionKey, usize)> = BTreeMap::new();
+        let mut seen = BTreeSet::from([from]);
+        let mut queue = std::collections::VecDeque::from([from]);
+        while let Some(b) = queue.pop_front() {
+            if leaders.get(&b).is_some_and(|n| n + 2 <= top) {
+                let mut chain = Vec::new();
+                let mut at = b;
+                while at != from {
+                    let (back, key, j) = prev.get(&at).cloned().expect("every reached broker has a predecessor");
+                    chain.push((key, j));
+                    at = back;
+                }
+                return Some(chain);
+            }
+            for (key, replicas) in &self.placement {
+                if replicas.first() != Some(&b) {
+                    continue;
+                }
+                for (j, r) in replicas.iter().enumerate().skip(1) {
+                    if leaders.contains_key(r) && seen.insert(*r) {
+                        prev.insert(*r, (b, key.clone(), j));
+                        queue.push_back(*r);
+                    }
+                }
+            }
+        }
+        None
     }
 }
 

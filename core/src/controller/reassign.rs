@@ -235,6 +235,27 @@ impl Controller {
             for &p in t.record.reassigning.keys() {
                 let Some(state) = t.partitions.get(&p) else { continue };
                 let target = t.record.target_replicas(p);
+                if self.config.mutant_switch_before_isr {
+                    // The negative control: switch now, declaring the target in sync.
+                    let Some(&leader) = target.iter().find(|b| view.live_brokers.contains(b)) else {
+                        continue;
+                    };
+                    let after = PartitionState {
+                        leader: Some(leader),
+                        leader_epoch: LeaderEpoch(state.value.leader_epoch.0.saturating_add(1)),
+                        isr: target.clone(),
+                        controller_epoch: self.epoch,
+                    };
+                    record.assignment.insert(p, target.clone());
+                    record.reassigning.remove(&p);
+                    ops.push(Op::Set {
+                        path: partition_state_path(name, p),
+                        data: after.encode(),
+                        expected_version: Some(state.version),
+                    });
+                    done.push(format!("{p} -> {:?} (MUTANT: before the ISR)", ids(&target)));
+                    continue;
+                }
                 if !target.iter().all(|b| state.value.isr.contains(b)) {
                     continue;
                 }

@@ -239,6 +239,7 @@ fn unclean_election_when_enabled_by_topic_or_default() {
         3,
         ControllerConfig {
             unclean_leader_election_default: true,
+            ..ControllerConfig::default()
         },
     );
     assert!(
@@ -300,6 +301,13 @@ fn delete_topic_removes_children_first_and_preferred_election_moves_back() {
     assert_eq!(pref.len(), 1);
     assert_eq!(pref[0].after.leader, Some(BrokerId(0)));
     assert_eq!(pref[0].after.leader_epoch, LeaderEpoch(5));
+    // A preferred replica that restarted after the state was written may lack acknowledged
+    // records: no election until it rejoined the ISR in a newer state (KIP-380).
+    v.registered_at.insert(BrokerId(0), 10);
+    v.state_written_at.insert(("t".to_string(), 0), 5);
+    assert!(controller().preferred_leader_elections(&v).is_empty());
+    v.state_written_at.insert(("t".to_string(), 0), 11);
+    assert_eq!(controller().preferred_leader_elections(&v).len(), 1);
 }
 
 #[test]

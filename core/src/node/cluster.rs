@@ -64,6 +64,9 @@ use crate::protocol::api::alter_partition_reassignments::{
 };
 use crate::protocol::api::create_topics::{CreatableTopicResult, CreateTopicsRequest, CreateTopicsResponse};
 use crate::protocol::api::delete_topics::{DeletableTopicResult, DeleteTopicsRequest, DeleteTopicsResponse};
+use crate::protocol::api::elect_leaders::{
+    ElectLeadersRequest, ElectLeadersResponse, PartitionResult, ReplicaElectionResult, ELECTION_PREFERRED,
+};
 use crate::runtime::Runtime;
 
 use super::replica_fetcher::{run_replica_fetcher, ReplicaFetcherConfig};
@@ -228,6 +231,8 @@ enum AdminRequest {
     /// Per partition: topic, index, new replicas (`None` cancels); whether the replication
     /// factor may change. One result per partition, in order.
     Reassign(Vec<(String, i32, Option<Vec<BrokerId>>)>, bool),
+    /// Preferred leader elections of these partitions; one result per partition, in order.
+    Elect(Vec<(String, i32)>),
 }
 
 impl fmt::Debug for AdminQueue {
@@ -342,6 +347,58 @@ impl AdminQueue {
             allow_replication_factor_change: req.allow_replication_factor_change,
             responses,
             ..AlterPartitionReassignmentsResponse::default()
+        }
+    }
+
+    /// Queues an ElectLeaders (preferred elections only; a null list means every partition this
+    /// broker's view knows) and waits for the cluster task's answer.
+    pub async fn elect_leaders<R: Runtime>(
+        &self,
+        rt: &R,
+        broker: &SharedBroker,
+        req: &ElectLeadersRequest,
+    ) -> ElectLeadersResponse {
+        let items: Vec<(String, i32)> = match &req.topic_partitions {
+            Some(topics) => topics
+                .iter()
+                .flat_map(|t| t.partitions.iter().map(move |&p| (t.topic.clone(), p)))
+                .collect(),
+            None => broker.borrow().cluster_view().map_or_else(Vec::new, |v| {
+                v.topics
+                    .iter()
+                    .flat_map(|(name, (record, _))| record.assignment.keys().map(move |&p| (name.clone(), p)))
+                    .collect()
+            }),
+        };
+        let results: AdminResults = if req.election_type != ELECTION_PREFERRED {
+            let why = "only preferred elections; unclean ones follow unclean.leader.election.enable";
+            items
+                .iter()
+                .map(|(t, _)| (t.clone(), ErrorCode::InvalidRequest, why.to_string()))
+                .collect()
+        } else {
+            let names = items.iter().map(|(t, _)| t.clone()).collect();
+            self.submit(rt, AdminRequest::Elect(items.clone()), names, req.timeout_ms)
+                .await
+        };
+        let mut out: Vec<ReplicaElectionResult> = Vec::new();
+        for ((topic, p), (_, code, message)) in items.iter().zip(results) {
+            let answer = PartitionResult {
+                partition_id: *p,
+                error_code: code.code(),
+                error_message: (code != ErrorCode::None).then_some(message),
+            };
+            match out.iter_mut().find(|r| r.topic == *topic) {
+                Some(r) => r.partition_result.push(answer),
+                None => out.push(ReplicaElectionResult {
+                    topic: topic.clone(),
+                    partition_result: vec![answer],
+                }),
+            }
+        }
+        ElectLeadersResponse {
+            replica_election_results: out,
+            ..ElectLeadersResponse::default()
         }
     }
 
@@ -902,6 +959,16 @@ impl<R: Runtime> Session<R> {
                 Err(e) => return self.write_failed(e),
             }
         }
+        if controller.config.auto_leader_rebalance {
+            for change in controller.preferred_leader_elections(view) {
+                match self.execute(&change.write.ops).await {
+                    Ok(()) => {
+                        tracing::info!(target: "controller", what = %change.write.what, "preferred leader elected")
+                    }
+                    Err(e) => return self.write_failed(e),
+                }
+            }
+        }
         for write in controller.reassignment_steps(view) {
             match self.execute(&write.ops).await {
                 Ok(()) => tracing::info!(target: "controller", what = %write.what, "reassignment step"),
@@ -1099,6 +1166,53 @@ impl<R: Runtime> Session<R> {
                     let result = self
                         .reassign_one(&mut view, topic, *p, target.as_deref(), *allow_rf_change)
                         .await?;
+                    results.push((topic.clone(), result.0, result.1));
+                }
+            }
+            AdminRequest::Elect(items) => {
+                // The controller elects fenced; another broker writes by compare-and-set on the
+                // state version alone, as for a reassignment.
+                let fenced = self.controller.is_some();
+                let deciding = self
+                    .controller
+                    .clone()
+                    .unwrap_or_else(|| Controller::new(self.me(), 0, 0, self.cluster.controller));
+                let view = &scan.controller_view;
+                let changes = deciding.preferred_leader_elections(view);
+                for (topic, p) in items {
+                    let state = view.topics.get(topic).and_then(|t| t.partitions.get(p));
+                    let preferred = view
+                        .topics
+                        .get(topic)
+                        .and_then(|t| t.record.assignment.get(p))
+                        .and_then(|r| r.first().copied());
+                    let result = match (state, changes.iter().find(|c| c.topic == *topic && c.partition == *p)) {
+                        (None, _) => (ErrorCode::UnknownTopicOrPartition, format!("no partition {topic}-{p}")),
+                        (Some(_), Some(change)) => {
+                            let ops: Vec<controller::Op> = change
+                                .write
+                                .ops
+                                .iter()
+                                .filter(|op| fenced || !matches!(op, controller::Op::Check { .. }))
+                                .cloned()
+                                .collect();
+                            match self.execute(&ops).await {
+                                Ok(()) => {
+                                    tracing::info!(target: "controller", what = %change.write.what, "preferred leader elected (ElectLeaders)");
+                                    (ErrorCode::None, String::new())
+                                }
+                                Err(e) if fatal(&e) => return Err(End::Expired),
+                                Err(e) => (ErrorCode::RequestTimedOut, e.to_string()),
+                            }
+                        }
+                        (Some(s), None) if s.value.leader.is_some() && s.value.leader == preferred => {
+                            (ErrorCode::ElectionNotNeeded, String::new())
+                        }
+                        (Some(_), None) => (
+                            ErrorCode::PreferredLeaderNotAvailable,
+                            format!("{topic}-{p}: the preferred replica is not live and in sync"),
+                        ),
+                    };
                     results.push((topic.clone(), result.0, result.1));
                 }
             }

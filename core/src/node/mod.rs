@@ -237,6 +237,10 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
     let new_id = || TopicId::from_random(rt.random_u64(), rt.random_u64());
     let body = match &request {
         Request::ApiVersions(_) => handlers::api_versions().encode(version),
+        Request::Metadata(req) if config.admin.is_some() && broker.borrow().cluster_view().is_none() => {
+            let me = broker.borrow().config().broker_id;
+            handlers::metadata_not_ready(req, &config.advertised, me).encode(version)
+        }
         Request::Metadata(req) => rt
             .with_disk(|disk| handlers::metadata(&mut broker.borrow_mut(), disk, req, &config.advertised, new_id))
             .encode(version),
@@ -477,6 +481,10 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
         Request::AlterPartitionReassignments(req) => match &config.admin {
             Some(admin) => admin.alter_reassignments(rt, req).await.encode(version),
             None => handlers::reassignments::alter_refused_single_node(req).encode(version),
+        },
+        Request::ElectLeaders(req) => match &config.admin {
+            Some(admin) => admin.elect_leaders(rt, broker, req).await.encode(version),
+            None => handlers::reassignments::elect_single_node(req).encode(version),
         },
         Request::ListPartitionReassignments(req) => {
             handlers::reassignments::list_partition_reassignments(&broker.borrow(), req).encode(version)

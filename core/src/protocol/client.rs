@@ -167,6 +167,7 @@ pub(crate) mod tests {
             OffsetFetch(offset_fetch),
             DeleteTopics(delete_topics),
             DescribeConfigs(describe_configs),
+            ElectLeaders(elect_leaders),
             AlterPartitionReassignments(alter_partition_reassignments),
             ListPartitionReassignments(list_partition_reassignments),
         )

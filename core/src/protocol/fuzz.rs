@@ -31,6 +31,7 @@ fn corpus() -> Vec<Vec<u8>> {
     frames.extend(api::offset_fetch::tests::sample_frames());
     frames.extend(api::delete_topics::tests::sample_frames());
     frames.extend(api::describe_configs::tests::sample_frames());
+    frames.extend(api::elect_leaders::tests::sample_frames());
     frames.extend(api::alter_partition_reassignments::tests::sample_frames());
     frames.extend(api::list_partition_reassignments::tests::sample_frames());
     frames

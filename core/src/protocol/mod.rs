@@ -104,6 +104,7 @@ const SUPPORTED: &[ApiSupport] = &[
     support!("InitProducerId", init_producer_id),
     support!("OffsetForLeaderEpoch", offset_for_leader_epoch),
     support!("DescribeConfigs", describe_configs),
+    support!("ElectLeaders", elect_leaders),
     support!("AlterPartitionReassignments", alter_partition_reassignments),
     support!("ListPartitionReassignments", list_partition_reassignments),
 ];
@@ -140,6 +141,7 @@ pub enum Request {
     ListGroups(list_groups::ListGroupsRequest),
     InitProducerId(init_producer_id::InitProducerIdRequest),
     OffsetForLeaderEpoch(offset_for_leader_epoch::OffsetForLeaderEpochRequest),
+    ElectLeaders(elect_leaders::ElectLeadersRequest),
     AlterPartitionReassignments(alter_partition_reassignments::AlterPartitionReassignmentsRequest),
     ListPartitionReassignments(list_partition_reassignments::ListPartitionReassignmentsRequest),
 }
@@ -183,6 +185,7 @@ request_dispatch!(
     ListGroups(list_groups),
     InitProducerId(init_producer_id),
     OffsetForLeaderEpoch(offset_for_leader_epoch),
+    ElectLeaders(elect_leaders),
     AlterPartitionReassignments(alter_partition_reassignments),
     ListPartitionReassignments(list_partition_reassignments),
 );
@@ -248,6 +251,7 @@ fn decode_with(mut r: Reader<'_>) -> Result<(RequestHeader, Request), DecodeErro
         offset_fetch::API_KEY => Request::OffsetFetch(offset_fetch::OffsetFetchRequest::decode(v, r)?),
         delete_topics::API_KEY => Request::DeleteTopics(delete_topics::DeleteTopicsRequest::decode(v, r)?),
         describe_configs::API_KEY => Request::DescribeConfigs(describe_configs::DescribeConfigsRequest::decode(v, r)?),
+        elect_leaders::API_KEY => Request::ElectLeaders(elect_leaders::ElectLeadersRequest::decode(v, r)?),
         alter_partition_reassignments::API_KEY => Request::AlterPartitionReassignments(
             alter_partition_reassignments::AlterPartitionReassignmentsRequest::decode(v, r)?,
         ),
@@ -346,6 +350,7 @@ responses! {
     InitProducerId(init_producer_id::InitProducerIdResponse),
     OffsetForLeaderEpoch(offset_for_leader_epoch::OffsetForLeaderEpochResponse),
     DescribeConfigs(describe_configs::DescribeConfigsResponse),
+    ElectLeaders(elect_leaders::ElectLeadersResponse),
     AlterPartitionReassignments(alter_partition_reassignments::AlterPartitionReassignmentsResponse),
     ListPartitionReassignments(list_partition_reassignments::ListPartitionReassignmentsResponse),
 }

@@ -27,7 +27,7 @@ use gregor_core::BrokerId;
 use super::{metadata, ConnectArgs};
 use crate::runtime::RealRuntime;
 
-pub const ALTER_PARTITION_REASSIGNMENTS_VERSION: i16 = 0;
+pub const ALTER_PARTITION_REASSIGNMENTS_VERSION: i16 = 1;
 pub const LIST_PARTITION_REASSIGNMENTS_VERSION: i16 = 0;
 /// Moves one decommission submits at most.
 const DECOMMISSION_MOVES_MAX: usize = 10_000;
@@ -76,7 +76,7 @@ pub fn run_partitions(connect: &ConnectArgs, command: PartitionsCommand) -> anyh
                 cancel,
             } => {
                 let target = (!cancel).then_some(replicas);
-                alter(&mut cluster, &[(topic.clone(), partition, target.clone())]).await?;
+                alter(&mut cluster, &[(topic.clone(), partition, target.clone())], true).await?;
                 match target {
                     Some(r) => format!("Reassignment of {topic}-{partition} to {r:?} started.\n"),
                     None => format!("Reassignment of {topic}-{partition} cancelled.\n"),
@@ -106,6 +106,7 @@ pub fn run_brokers(connect: &ConnectArgs, command: BrokersCommand) -> anyhow::Re
 pub async fn alter(
     cluster: &mut Cluster<RealRuntime>,
     moves: &[(String, i32, Option<Vec<i32>>)],
+    allow_replication_factor_change: bool,
 ) -> anyhow::Result<()> {
     let mut topics: Vec<ReassignableTopic> = Vec::new();
     for (topic, p, replicas) in moves {
@@ -123,6 +124,7 @@ pub async fn alter(
     }
     let request = Request::AlterPartitionReassignments(AlterPartitionReassignmentsRequest {
         topics,
+        allow_replication_factor_change,
         ..AlterPartitionReassignmentsRequest::default()
     });
     let Response::AlterPartitionReassignments(resp) = cluster
@@ -271,7 +273,8 @@ async fn decommission(
         println!("Moving {t}-{p} to {:?}", r.as_deref().unwrap_or(&[]));
     }
     if !submitted.is_empty() {
-        alter(cluster, &submitted).await?;
+        // KIP-860: a decommission never changes a replication factor.
+        alter(cluster, &submitted, false).await?;
     }
     let deadline = rt.monotonic_ms().saturating_add(timeout_ms);
     loop {

@@ -1,13 +1,16 @@
 //! ListPartitionReassignments (key 46) answered from the broker's cluster view (the topic
-//! records it last read, which hold the reassignments in progress), and AlterPartitionReassignments
-//! (key 45) on a broker outside a cluster, which has no other replica to move to. In a cluster,
-//! AlterPartitionReassignments goes to the cluster task ([`crate::node::cluster::AdminQueue`]).
+//! records it last read, which hold the reassignments in progress); AlterPartitionReassignments
+//! (key 45) and ElectLeaders (key 43) on a broker outside a cluster, which has no other replica.
+//! In a cluster, those two go to the cluster task ([`crate::node::cluster::AdminQueue`]).
 
 use crate::broker::Broker;
 use crate::error_code::ErrorCode;
 use crate::protocol::api::alter_partition_reassignments::{
     AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, ReassignablePartitionResponse,
     ReassignableTopicResponse,
+};
+use crate::protocol::api::elect_leaders::{
+    ElectLeadersRequest, ElectLeadersResponse, PartitionResult, ReplicaElectionResult,
 };
 use crate::protocol::api::list_partition_reassignments::{
     ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, OngoingPartitionReassignment,
@@ -80,5 +83,29 @@ pub fn alter_refused_single_node(req: &AlterPartitionReassignmentsRequest) -> Al
             })
             .collect(),
         ..AlterPartitionReassignmentsResponse::default()
+    }
+}
+
+/// A single broker leads every partition it has: each named partition ELECTION_NOT_NEEDED.
+pub fn elect_single_node(req: &ElectLeadersRequest) -> ElectLeadersResponse {
+    ElectLeadersResponse {
+        replica_election_results: req
+            .topic_partitions
+            .iter()
+            .flatten()
+            .map(|t| ReplicaElectionResult {
+                topic: t.topic.clone(),
+                partition_result: t
+                    .partitions
+                    .iter()
+                    .map(|&p| PartitionResult {
+                        partition_id: p,
+                        error_code: ErrorCode::ElectionNotNeeded.code(),
+                        error_message: None,
+                    })
+                    .collect(),
+            })
+            .collect(),
+        ..ElectLeadersResponse::default()
     }
 }

@@ -9,6 +9,7 @@ pub mod create_topics;
 pub mod delete_topics;
 pub mod describe_configs;
 pub mod describe_groups;
+pub mod elect_leaders;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod heartbeat;
