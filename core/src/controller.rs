@@ -176,6 +176,20 @@ impl Controller {
         Write { ops: all, what }
     }
 
+    /// Whether a member of the partition's ISR restarted since its state was written (KIP-380,
+    /// see [`elect`]): until the controller's election rewrites the state, no other write may
+    /// touch it, or the new version would hide the restart (a restarted leader would resume with
+    /// a log that lost unsynced records).
+    pub fn isr_restarted(view: &ClusterView, topic: &str, partition: i32, state: &PartitionState) -> bool {
+        let Some(written) = view.state_written_at.get(&(topic.to_string(), partition)) else {
+            return false;
+        };
+        state
+            .isr
+            .iter()
+            .any(|b| view.registered_at.get(b).is_some_and(|r| r > written))
+    }
+
     /// Whether unclean leader election is allowed for a topic: its config, else the default.
     pub fn unclean_allowed(&self, record: &TopicRecord) -> bool {
         match record.configs.get("unclean.leader.election.enable").map(String::as_str) {

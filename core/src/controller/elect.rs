@@ -192,6 +192,7 @@ impl Controller {
                 let written_at = view.state_written_at.get(&(name.clone(), p));
                 let bounced = matches!((written_at, view.registered_at.get(&preferred)), (Some(w), Some(r)) if r > w);
                 if bounced
+                    || Controller::isr_restarted(view, name, p, s)
                     || view.delete_requests.contains(name)
                     || s.leader == Some(preferred)
                     || s.leader.is_none()

@@ -124,6 +124,12 @@ impl Controller {
         let (Some(full), Some(state)) = (t.record.assignment.get(&partition), t.partitions.get(&partition)) else {
             return refuse(ErrorCode::UnknownTopicOrPartition, unknown());
         };
+        if Controller::isr_restarted(view, topic, partition, &state.value) {
+            return refuse(
+                ErrorCode::LeaderNotAvailable,
+                format!("{topic}-{partition}: an ISR member restarted; retry once the controller re-elected"),
+            );
+        }
         let moving = t.record.reassigning.contains_key(&partition);
         let original = t.record.original_replicas(partition);
         let target: Vec<BrokerId> = match target {
@@ -208,12 +214,21 @@ impl Controller {
                     data: record.encode(),
                     expected_version: Some(t.record_version),
                 },
-                // Always rewritten (a new version) so every replica re-applies the state with
-                // the new replica set, even when the state's content is unchanged.
-                Op::Set {
-                    path: partition_state_path(topic, partition),
-                    data: after.encode(),
-                    expected_version: Some(state.version),
+                // Rewritten only when its content changes: a new version of an unchanged state
+                // would hide a restart of an ISR member that registered after this view was
+                // read (KIP-380 compares the state's write with the registration). Replicas
+                // pick the new replica set up from the topic record alone.
+                if after == state.value {
+                    Op::Check {
+                        path: partition_state_path(topic, partition),
+                        version: state.version,
+                    }
+                } else {
+                    Op::Set {
+                        path: partition_state_path(topic, partition),
+                        data: after.encode(),
+                        expected_version: Some(state.version),
+                    }
                 },
             ],
             what,
@@ -234,10 +249,16 @@ impl Controller {
             let mut done = Vec::new();
             for &p in t.record.reassigning.keys() {
                 let Some(state) = t.partitions.get(&p) else { continue };
+                if Controller::isr_restarted(view, name, p, &state.value) {
+                    continue; // the election first (see `isr_restarted`)
+                }
                 let target = t.record.target_replicas(p);
                 if self.config.mutant_switch_before_isr {
-                    // The negative control: switch now, declaring the target in sync.
-                    let Some(&leader) = target.iter().find(|b| view.live_brokers.contains(b)) else {
+                    // The negative control: switch now, declaring the target in sync, an added
+                    // replica (which has fetched little or nothing) leading when there is one.
+                    let adding = &t.record.reassigning[&p].adding;
+                    let live = |b: &&BrokerId| view.live_brokers.contains(b);
+                    let Some(&leader) = adding.iter().find(live).or_else(|| target.iter().find(live)) else {
                         continue;
                     };
                     let after = PartitionState {

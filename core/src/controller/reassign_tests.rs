@@ -182,3 +182,25 @@ fn a_second_reassignment_replaces_the_first_and_a_cancel_reverts() {
         .expect_err("nothing in sync would remain");
     assert_eq!(e.code, ErrorCode::InvalidReplicaAssignment);
 }
+
+#[test]
+fn a_restarted_isr_member_blocks_moves_until_the_controller_reelects() {
+    let mut tree = cluster();
+    let live = [0, 1, 2, 3, 4];
+    alter(&mut tree, &live, Some(&[3, 1, 2])).expect("valid");
+    set_isr(&mut tree, &[0, 1, 2, 3]);
+    // Broker 0 (the leader) restarted after the state was written: a write now would give the
+    // state a newer version than its registration and hide the restart (KIP-380).
+    let mut view = tree.view(&live);
+    view.state_written_at.insert(("t".to_string(), 0), 5);
+    view.registered_at.insert(BrokerId(0), 9);
+    assert!(controller().reassignment_steps(&view).is_empty(), "completion waits");
+    let e = controller()
+        .alter_reassignment(&view, "t", 0, Some(&b(&[4, 1, 2])))
+        .expect_err("refused");
+    assert_eq!(e.code, ErrorCode::LeaderNotAvailable);
+    assert!(controller().preferred_leader_elections(&view).is_empty());
+    // Once the election rewrote the state (newer than the registration), the move completes.
+    view.state_written_at.insert(("t".to_string(), 0), 10);
+    assert_eq!(controller().reassignment_steps(&view).len(), 1);
+}

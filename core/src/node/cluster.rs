@@ -1193,7 +1193,7 @@ impl<R: Runtime> Session<R> {
                                 .write
                                 .ops
                                 .iter()
-                                .filter(|op| fenced || !matches!(op, controller::Op::Check { .. }))
+                                .filter(|op| fenced || !matches!(op, controller::Op::Check { path, .. } if path == CONTROLLER_EPOCH_PATH))
                                 .cloned()
                                 .collect();
                             match self.execute(&ops).await {
@@ -1271,10 +1271,11 @@ impl<R: Runtime> Session<R> {
                 Ok(None) => return Ok((ErrorCode::None, String::new())),
                 Err(e) => return Ok((e.code, e.message)),
             };
+            // Unfenced: drop the controller-epoch check, keep the state's version check.
             let ops: Vec<controller::Op> = write
                 .ops
                 .into_iter()
-                .filter(|op| !matches!(op, controller::Op::Check { .. }))
+                .filter(|op| !matches!(op, controller::Op::Check { path, .. } if path == CONTROLLER_EPOCH_PATH))
                 .collect();
             match self.execute(&ops).await {
                 Ok(()) => {

@@ -30,6 +30,8 @@ use crate::world::{NodeIndex, World};
 
 /// How often the admin re-plans while moves are in progress.
 const REPLAN_MS: u64 = 500;
+/// Rounds in a row that must find nothing to move and nothing moving.
+const DONE_ROUNDS: u32 = 4;
 /// Moves one plan submits at most.
 const MOVES_MAX: usize = 1_000;
 
@@ -72,11 +74,16 @@ pub async fn drive(world: &World, brokers: &[NodeIndex], admin: NodeIndex, e: &E
 async fn rebalance(rt: SimRuntime, count: usize, target: usize, until_ms: u64) -> bool {
     let mut cluster = client(&rt, "rebalancer".into(), count);
     let want: BTreeSet<BrokerId> = (0..target as i32).map(BrokerId).collect();
+    // Metadata and ListPartitionReassignments may come from brokers whose views lag: "done" must
+    // be seen in several rounds in a row (each from any broker) before brokers are stopped.
+    let mut done_rounds = 0;
     while rt.monotonic_ms() < until_ms {
-        if let Some(done) = rebalance_step(&mut cluster, &want).await {
-            if done {
-                return true;
-            }
+        match rebalance_step(&mut cluster, &want).await {
+            Some(true) => done_rounds += 1,
+            _ => done_rounds = 0,
+        }
+        if done_rounds >= DONE_ROUNDS {
+            return true;
         }
         rt.sleep(Duration::from_millis(REPLAN_MS)).await;
     }
