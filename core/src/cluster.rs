@@ -10,7 +10,7 @@
 //! | `/brokers/ids/{id}` | ephemeral (the broker's session) | [`BrokerRegistration`] |
 //! | `/controller` | ephemeral (the controller's session) | the controller's broker id (text) |
 //! | `/controller_epoch` | persistent | the controller epoch (text); every controller write checks its version |
-//! | `/brokers/topics/{topic}` | persistent | [`TopicRecord`] (id, replica assignment, configs) |
+//! | `/brokers/topics/{topic}` | persistent | [`TopicRecord`] (id, replica assignment, reassignments in progress, configs) |
 //! | `/brokers/topics/{topic}/partitions/{p}/state` | persistent | [`PartitionState`] |
 //! | `/admin/delete_topics/{topic}` | persistent | empty: a deletion the controller carries out |
 //!
@@ -59,14 +59,48 @@ pub struct BrokerRegistration {
 }
 
 /// A topic: its id, where each partition's replicas live (the first is the preferred leader),
-/// and its per-topic configs (Kafka names).
+/// the reassignments in progress, and its per-topic configs (Kafka names).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TopicRecord {
     /// 32 hex digits.
     pub topic_id_hex: String,
-    /// Partition index -> replicas, in preference order.
+    /// Partition index -> replicas, in preference order. During a reassignment this is the full
+    /// set (target first, then the replicas being removed), as in Kafka's KIP-455.
     pub assignment: BTreeMap<i32, Vec<BrokerId>>,
+    /// Partition index -> its reassignment in progress; absent when it is not moving.
+    pub reassigning: BTreeMap<i32, Reassignment>,
     pub configs: BTreeMap<String, String>,
+}
+
+/// A partition reassignment in progress (KIP-455's `adding_replicas` / `removing_replicas`,
+/// stored in the topic record as Kafka's ZooKeeper mode does). Both lists are subsets of the
+/// partition's full replica set: the target is the full set less `removing`, the original the
+/// full set less `adding`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reassignment {
+    pub adding: Vec<BrokerId>,
+    pub removing: Vec<BrokerId>,
+}
+
+impl TopicRecord {
+    /// The replicas partition `p` is moving to (its assignment when it is not moving).
+    pub fn target_replicas(&self, p: i32) -> Vec<BrokerId> {
+        let full = self.assignment.get(&p).cloned().unwrap_or_default();
+        match self.reassigning.get(&p) {
+            Some(r) => full.into_iter().filter(|b| !r.removing.contains(b)).collect(),
+            None => full,
+        }
+    }
+
+    /// The replicas partition `p` had before its reassignment began (its assignment when it is
+    /// not moving).
+    pub fn original_replicas(&self, p: i32) -> Vec<BrokerId> {
+        let full = self.assignment.get(&p).cloned().unwrap_or_default();
+        match self.reassigning.get(&p) {
+            Some(r) => full.into_iter().filter(|b| !r.adding.contains(b)).collect(),
+            None => full,
+        }
+    }
 }
 
 /// One partition's leadership, as the controller (leader, epoch) and the leader (ISR) write it.
@@ -127,11 +161,16 @@ impl BrokerRegistration {
 }
 
 impl TopicRecord {
-    /// `id=<hex>`, one `p<N>=<replicas>` line per partition, one `config.<name>=<value>` per config.
+    /// `id=<hex>`, one `p<N>=<replicas>` line per partition, `adding.p<N>=` and `removing.p<N>=`
+    /// per moving partition, one `config.<name>=<value>` per config.
     pub fn encode(&self) -> Vec<u8> {
         let mut s = format!("id={}\n", self.topic_id_hex);
         for (p, replicas) in &self.assignment {
             let _ = writeln!(s, "p{p}={}", ids_text(replicas));
+        }
+        for (p, r) in &self.reassigning {
+            let _ = writeln!(s, "adding.p{p}={}", ids_text(&r.adding));
+            let _ = writeln!(s, "removing.p{p}={}", ids_text(&r.removing));
         }
         for (k, v) in &self.configs {
             let _ = writeln!(s, "config.{k}={v}");
@@ -144,14 +183,26 @@ impl TopicRecord {
         let mut record = TopicRecord {
             topic_id_hex: m.get("id")?.to_string(),
             assignment: BTreeMap::new(),
+            reassigning: BTreeMap::new(),
             configs: BTreeMap::new(),
         };
         for (k, v) in m {
             if let Some(name) = k.strip_prefix("config.") {
                 record.configs.insert(name.to_string(), v.to_string());
+            } else if let Some(p) = k.strip_prefix("adding.p") {
+                record.reassigning.entry(p.parse().ok()?).or_default().adding = parse_ids(v)?;
+            } else if let Some(p) = k.strip_prefix("removing.p") {
+                record.reassigning.entry(p.parse().ok()?).or_default().removing = parse_ids(v)?;
             } else if let Some(p) = k.strip_prefix('p') {
                 record.assignment.insert(p.parse().ok()?, parse_ids(v)?);
             } else if k != "id" {
+                return None;
+            }
+        }
+        // A reassignment names replicas of its partition only.
+        for (p, r) in &record.reassigning {
+            let full = record.assignment.get(p)?;
+            if !r.adding.iter().chain(&r.removing).all(|b| full.contains(b)) {
                 return None;
             }
         }
@@ -198,10 +249,25 @@ mod tests {
         assert_eq!(BrokerRegistration::decode(&reg.encode()), Some(reg));
         let topic = TopicRecord {
             topic_id_hex: "00112233445566778899aabbccddeeff".into(),
-            assignment: [(0, vec![BrokerId(1), BrokerId(2)]), (1, vec![BrokerId(2), BrokerId(0)])].into(),
+            assignment: [
+                (0, vec![BrokerId(1), BrokerId(2)]),
+                (1, vec![BrokerId(3), BrokerId(2), BrokerId(0)]),
+            ]
+            .into(),
+            reassigning: [(
+                1,
+                Reassignment {
+                    adding: vec![BrokerId(3)],
+                    removing: vec![BrokerId(0)],
+                },
+            )]
+            .into(),
             configs: [("min.insync.replicas".to_string(), "2".to_string())].into(),
         };
-        assert_eq!(TopicRecord::decode(&topic.encode()), Some(topic));
+        assert_eq!(TopicRecord::decode(&topic.encode()), Some(topic.clone()));
+        assert_eq!(topic.target_replicas(1), vec![BrokerId(3), BrokerId(2)]);
+        assert_eq!(topic.original_replicas(1), vec![BrokerId(2), BrokerId(0)]);
+        assert_eq!(topic.target_replicas(0), topic.original_replicas(0));
         let state = PartitionState {
             leader: Some(BrokerId(1)),
             leader_epoch: LeaderEpoch(4),
@@ -226,5 +292,7 @@ mod tests {
             assert_eq!(BrokerRegistration::decode(bad), None);
         }
         assert_eq!(TopicRecord::decode(b"id=ab\npx=1\n"), None);
+        // A reassignment naming a broker outside its partition's replicas.
+        assert_eq!(TopicRecord::decode(b"id=ab\np0=1,2\nadding.p0=3\nremoving.p0=\n"), None);
     }
 }

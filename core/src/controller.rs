@@ -17,8 +17,10 @@
 //! liveness is only what `/brokers/ids` (ephemeral, session-bound) says.
 
 mod assign;
+pub mod balance;
 mod elect;
 pub mod election;
+mod reassign;
 mod topics;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -27,6 +29,7 @@ use crate::cluster::{PartitionState, TopicRecord, CONTROLLER_EPOCH_PATH};
 use crate::ids::BrokerId;
 
 pub use assign::assign_replicas;
+pub use reassign::ReassignError;
 pub use topics::{CreateTopicDraw, CreateTopicError, PARTITIONS_PER_TOPIC_MAX};
 
 /// The persistent parents the cluster's nodes hang under. Whoever starts a cluster creates each
@@ -87,6 +90,8 @@ pub struct Versioned<T> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TopicView {
     pub record: TopicRecord,
+    /// The topic znode's version: a reassignment's write compares-and-sets on it.
+    pub record_version: i32,
     /// Partition index -> its state; a partition without a state node is absent here.
     pub partitions: BTreeMap<i32, Versioned<PartitionState>>,
 }
@@ -125,6 +130,15 @@ pub struct PartitionChange {
 pub struct ControllerConfig {
     /// `unclean.leader.election.enable` for topics that do not set it (Kafka's default: false).
     pub unclean_leader_election_default: bool,
+    /// `auto.leader.rebalance.enable`: after each scan, leadership goes back to each partition's
+    /// preferred (first) replica when it is live, in the ISR and not restarted since the state
+    /// was written ([`Controller::preferred_leader_elections`]). Kafka's default is true (checked
+    /// every 300 s against a 10% imbalance); off here unless configured.
+    pub auto_leader_rebalance: bool,
+    /// Simulator-only mutant (a negative control): a reassignment switches to its target at
+    /// once, the target declared in sync and its first replica leader, without waiting for the
+    /// new replicas to catch up. Loses acknowledged records.
+    pub mutant_switch_before_isr: bool,
 }
 
 /// The elected controller: its broker id, its epoch and the `/controller_epoch` version that
@@ -162,6 +176,20 @@ impl Controller {
         Write { ops: all, what }
     }
 
+    /// Whether a member of the partition's ISR restarted since its state was written (KIP-380,
+    /// see [`elect`]): until the controller's election rewrites the state, no other write may
+    /// touch it, or the new version would hide the restart (a restarted leader would resume with
+    /// a log that lost unsynced records).
+    pub fn isr_restarted(view: &ClusterView, topic: &str, partition: i32, state: &PartitionState) -> bool {
+        let Some(written) = view.state_written_at.get(&(topic.to_string(), partition)) else {
+            return false;
+        };
+        state
+            .isr
+            .iter()
+            .any(|b| view.registered_at.get(b).is_some_and(|r| r > written))
+    }
+
     /// Whether unclean leader election is allowed for a topic: its config, else the default.
     pub fn unclean_allowed(&self, record: &TopicRecord) -> bool {
         match record.configs.get("unclean.leader.election.enable").map(String::as_str) {
@@ -174,3 +202,6 @@ impl Controller {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod reassign_tests;

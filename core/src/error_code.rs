@@ -54,13 +54,16 @@ pub enum ErrorCode {
     FencedLeaderEpoch = 74,
     UnknownLeaderEpoch = 75,
     MemberIdRequired = 79,
+    PreferredLeaderNotAvailable = 80,
     GroupMaxSizeReached = 81,
+    ElectionNotNeeded = 84,
+    NoReassignmentInProgress = 85,
     InvalidRecord = 87,
     UnknownTopicId = 100,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 52] = [
+    pub const ALL: [ErrorCode; 55] = [
         ErrorCode::UnknownServerError,
         ErrorCode::None,
         ErrorCode::OffsetOutOfRange,
@@ -110,7 +113,10 @@ impl ErrorCode {
         ErrorCode::FencedLeaderEpoch,
         ErrorCode::UnknownLeaderEpoch,
         ErrorCode::MemberIdRequired,
+        ErrorCode::PreferredLeaderNotAvailable,
         ErrorCode::GroupMaxSizeReached,
+        ErrorCode::ElectionNotNeeded,
+        ErrorCode::NoReassignmentInProgress,
         ErrorCode::InvalidRecord,
         ErrorCode::UnknownTopicId,
     ];

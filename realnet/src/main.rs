@@ -59,6 +59,20 @@ enum Command {
         #[command(subcommand)]
         command: cli::groups::GroupsCommand,
     },
+    /// Moves partitions between brokers (reassign) and shows the moves in progress (status).
+    Partitions {
+        #[command(flatten)]
+        connect: cli::ConnectArgs,
+        #[command(subcommand)]
+        command: cli::partitions::PartitionsCommand,
+    },
+    /// Lists the brokers; decommissions one (moves its replicas away first).
+    Brokers {
+        #[command(flatten)]
+        connect: cli::ConnectArgs,
+        #[command(subcommand)]
+        command: cli::partitions::BrokersCommand,
+    },
     /// Bounded load from Gregor's client: records/s, MB/s, latency percentiles.
     Perf {
         #[command(subcommand)]
@@ -88,6 +102,12 @@ fn main() -> ExitCode {
         Command::Produce { connect, args } => cli::produce::run(&connect, args).map(|()| ExitCode::SUCCESS),
         Command::Consume { connect, args } => cli::consume::run(&connect, args).map(|()| ExitCode::SUCCESS),
         Command::Groups { connect, command } => cli::groups::run(&connect, command).map(|()| ExitCode::SUCCESS),
+        Command::Partitions { connect, command } => {
+            cli::partitions::run_partitions(&connect, command).map(|()| ExitCode::SUCCESS)
+        }
+        Command::Brokers { connect, command } => {
+            cli::partitions::run_brokers(&connect, command).map(|()| ExitCode::SUCCESS)
+        }
         Command::Perf { command } => cli::perf::run(command).map(|()| ExitCode::SUCCESS),
     };
     match result {

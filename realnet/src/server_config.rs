@@ -227,6 +227,7 @@ pub const BROKER_KEYS: &[&str] = &[
     "authorizer.class.name",
     "super.users",
     "allow.everyone.if.no.acl.found",
+    "auto.leader.rebalance.enable",
 ];
 
 pub const COORDINATOR_KEYS: &[&str] = &["node.id", "controller.quorum.voters", "log.dirs"];

@@ -19,6 +19,7 @@
 //! | `two-leaders-one-epoch` | two brokers acted as leader of one partition in one leader epoch ([`leaders`]) |
 //! | `two-controllers-one-epoch` | two brokers acted as controller in one controller epoch ([`leaders`]) |
 //! | `replica-divergence` | two replicas hold different batches at an offset below both their high watermarks ([`replicas`]) |
+//! | `unbalanced` | elastic scenarios: afterwards the target brokers' replica or leader counts differ by more than one, or replicas remain outside the target ([`balance`]) |
 //! | `nonlinearizable` | no order of the coordinator's client-visible ops explains what clients saw ([`linearizable`]) |
 //!
 //! Processing duplicates (a value processed more than once) are counted, not reported: at-least-
@@ -32,6 +33,7 @@ use std::fmt;
 
 use crate::history::{History, Partition, SendOutcome, Value};
 
+pub mod balance;
 pub mod leaders;
 pub mod linearizable;
 pub mod replicas;
@@ -53,10 +55,11 @@ pub enum AnomalyKind {
     ReplicaDivergence,
     Nonlinearizable,
     TwoOwnersOneGeneration,
+    Unbalanced,
 }
 
 impl AnomalyKind {
-    pub const ALL: [AnomalyKind; 15] = [
+    pub const ALL: [AnomalyKind; 16] = [
         AnomalyKind::LostWrite,
         AnomalyKind::Unseen,
         AnomalyKind::InconsistentOffsets,
@@ -72,6 +75,7 @@ impl AnomalyKind {
         AnomalyKind::ReplicaDivergence,
         AnomalyKind::Nonlinearizable,
         AnomalyKind::TwoOwnersOneGeneration,
+        AnomalyKind::Unbalanced,
     ];
 
     pub fn name(self) -> &'static str {
@@ -91,6 +95,7 @@ impl AnomalyKind {
             AnomalyKind::ReplicaDivergence => "replica-divergence",
             AnomalyKind::Nonlinearizable => "nonlinearizable",
             AnomalyKind::TwoOwnersOneGeneration => "two-owners-one-generation",
+            AnomalyKind::Unbalanced => "unbalanced",
         }
     }
 
@@ -133,6 +138,8 @@ pub struct Compared {
     /// Replicated clusters: leader observations and replica offsets compared.
     pub leader_observations: usize,
     pub replica_offsets: usize,
+    /// Elastic scenarios: brokers whose final replica and leader counts were compared.
+    pub balance_brokers: usize,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -179,6 +186,9 @@ impl Report {
                 c.leader_observations, c.replica_offsets
             ));
         }
+        if c.balance_brokers > 0 {
+            out.push_str(&format!(", replica and leader counts of {} brokers", c.balance_brokers));
+        }
         if c.assignments > 0 || c.processed_duplicates > 0 {
             out.push_str(&format!(
                 "; {} group assignments, {} duplicate processings",
@@ -210,6 +220,11 @@ pub fn check(h: &History) -> Report {
         report.compared.replica_offsets = replicas.offsets_compared;
         report.findings.extend(leaders.findings);
         report.findings.extend(replicas.findings);
+    }
+    if let Some(o) = &h.balance {
+        let (brokers, findings) = balance::check(o);
+        report.compared.balance_brokers = brokers;
+        report.findings.extend(findings);
     }
     let c = &mut report.compared;
     c.sends = h.sends.len();

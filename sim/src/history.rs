@@ -134,4 +134,6 @@ pub struct History {
     pub controllers: Vec<crate::checker::leaders::ControllerObservation>,
     /// Replicated clusters: every replica's log and high watermark at the end of the run.
     pub replicas: Vec<crate::checker::replicas::PartitionReplicas>,
+    /// Elastic scenarios: the final placement of the topic over the target brokers.
+    pub balance: Option<crate::checker::balance::BalanceObservation>,
 }

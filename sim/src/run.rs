@@ -41,6 +41,7 @@ use crate::scenario::{CommitPolicy, Scenario, ScheduledFault, SendMode};
 use crate::world::{node_ip, run_seed_with, NodeIndex, World, WorldConfig};
 
 pub mod cluster;
+mod elastic;
 
 /// Kafka's port on every simulated broker.
 pub const KAFKA_PORT: u16 = 9092;
@@ -606,6 +607,9 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
             .collect();
         (brokers, Vec::new())
     };
+    if let Some(e) = &s.elastic {
+        elastic::hold_back(&world, &brokers, e);
+    }
     // A cluster needs its coordinator quorum elected and its brokers registered first.
     let setup_ms = if replicated { 5_000 } else { 2_000 };
     let w = Arc::new(Workload {
@@ -671,7 +675,16 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
         }
     };
     let mut nemesis = Nemesis::new(s, world.seed());
-    nemesis.play(&world, &resolve).await;
+    match &s.elastic {
+        Some(e) => {
+            let start_ms = monotonic_ms();
+            tokio::join!(
+                nemesis.play(&world, &resolve),
+                elastic::drive(&world, &brokers, admin, e, start_ms, w.produce_until_ms)
+            );
+        }
+        None => nemesis.play(&world, &resolve).await,
+    }
     nemesis.heal(&world);
     let faults = nemesis.events().to_vec();
     let played = nemesis.played().to_vec();
@@ -708,6 +721,10 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
         history.leaders = std::mem::take(&mut *lock(&leaders));
         history.controllers = std::mem::take(&mut *lock(&controllers));
         history.replicas = cluster::collect_replicas(&world, &t.name, t.partitions);
+        history.balance = s
+            .elastic
+            .as_ref()
+            .and_then(|e| elastic::observe_balance(&t.name, e.target_brokers));
     }
     history.tracks_processing = s.consumer.is_some();
     history.consumers_drained = s.consumer.is_some();

@@ -79,6 +79,14 @@
 //! # fault = "partition-halves" with sides = [["broker-0"], ["broker-1", "coordinator-0"]];
 //! # fault = "bridge" with sides = [...]; fault = "swizzle-clog" with order = [...], unclog = [...]
 //!
+//! [elastic]               # optional: brokers join or leave while the workload runs
+//! initial_brokers = 3      # brokers 0..3 run from the start; the others join at join_at_s
+//! join_at_s = 10
+//! rebalance_at_s = 15      # an admin submits the balancing planner's moves over brokers
+//! target_brokers = 5       # 0..target_brokers (AlterPartitionReassignments, retried until done);
+//!                          # brokers past the target are stopped once no replica is left on them
+//! "mutant.switch.before.isr" = false  # negative control: moves complete before the new replicas catch up
+//!
 //! [expect]
 //! outcome = "no-anomalies" # or "anomaly", with:
 //! anomaly = "lost-write"   # the anomaly a negative control must produce
@@ -121,7 +129,26 @@ pub struct Scenario {
     pub consumer: Option<Consumer>,
     #[serde(default)]
     pub faults: Faults,
+    #[serde(default)]
+    pub elastic: Option<Elastic>,
     pub expect: Spanned<Expect>,
+}
+
+/// Brokers joining and leaving during the run (see the module example). With it, the controller
+/// runs preferred leader elections (`auto.leader.rebalance.enable`) and the checker compares
+/// the final replica and leader counts of the target brokers (`unbalanced`).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Elastic {
+    pub initial_brokers: u32,
+    #[serde(default)]
+    pub join_at_s: f64,
+    pub rebalance_at_s: f64,
+    pub target_brokers: u32,
+    /// Simulator-only mutant (a negative control): a reassignment switches to its target before
+    /// the new replicas are in the ISR.
+    #[serde(rename = "mutant.switch.before.isr", default)]
+    pub mutant_switch_before_isr: bool,
 }
 
 mod defaults {
@@ -721,6 +748,25 @@ impl Scenario {
                     topic.min_insync_replicas, topic.replication_factor
                 ),
             );
+        }
+        if let Some(e) = &scenario.elastic {
+            let rf = topic.replication_factor;
+            let ok = (rf..=c.brokers).contains(&e.initial_brokers)
+                && (rf..=c.brokers).contains(&e.target_brokers)
+                && e.join_at_s >= 0.0
+                && e.rebalance_at_s >= e.join_at_s
+                && e.rebalance_at_s < scenario.duration_s as f64
+                && c.coordinators > 0;
+            if !ok {
+                return bad(
+                    key_at("elastic", "target_brokers"),
+                    "elastic",
+                    format!(
+                        "initial_brokers and target_brokers must be from the replication factor {rf} to the {} brokers, and 0 <= join_at_s <= rebalance_at_s < duration_s",
+                        c.brokers
+                    ),
+                );
+            }
         }
         let lag_ms = scenario.broker.replica_lag_time_max_ms;
         if lag_ms == 0 || lag_ms > REPLICA_LAG_TIME_MS_MAX {

@@ -26,6 +26,7 @@ fn record(min_isr: i32) -> TopicRecord {
     TopicRecord {
         topic_id_hex: TopicId::from_random(5, 5).to_hex(),
         assignment: [(0, ids(&[0, 1]))].into(),
+        reassigning: Default::default(),
         configs: [("min.insync.replicas".to_string(), min_isr.to_string())].into(),
     }
 }

@@ -291,7 +291,10 @@ impl Broker {
         let held = part.leader_epoch;
         let fresh = matches!(repl.role, Role::Offline) && repl.zk_version < 0;
         let stale = state.leader_epoch < held || (state.leader_epoch == held && zk_version <= repl.zk_version);
-        if !fresh && stale {
+        // A reassignment writes the topic record and the state together, but a scan may read
+        // the record after the state: the same state then arrives again with the new replicas.
+        let replicas_moved = state.leader_epoch == held && zk_version == repl.zk_version && repl.replicas != replicas;
+        if !fresh && stale && !replicas_moved {
             return Ok(());
         }
         let same_role = !fresh
@@ -306,10 +309,24 @@ impl Broker {
         repl.controller_epoch = state.controller_epoch;
         repl.zk_version = zk_version;
         if same_role {
-            if let Role::Leader { in_flight, .. } = &mut repl.role {
+            if let Role::Leader {
+                in_flight, followers, ..
+            } = &mut repl.role
+            {
                 // The coordinator's state is the truth now; a proposal in flight was answered
                 // (or overtaken) by it.
                 *in_flight = None;
+                // A reassignment added or removed replicas: new ones start as followers out of
+                // the ISR (they join once caught up), removed ones stop counting.
+                followers.retain(|r, _| replicas.contains(r));
+                for r in replicas.iter().filter(|r| **r != me) {
+                    followers.entry(*r).or_insert(Progress {
+                        leo: Offset(-1),
+                        last_caught_up_ms: if state.isr.contains(r) { now_ms } else { 0 },
+                        last_fetch_ms: now_ms,
+                        last_fetch_leader_leo: part.log.log_end_offset(),
+                    });
+                }
             }
             maybe_advance_hw(part);
             return Ok(());

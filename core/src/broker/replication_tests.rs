@@ -29,6 +29,7 @@ fn record(replicas: &[i32], min_isr: i32) -> TopicRecord {
     TopicRecord {
         topic_id_hex: TopicId::from_random(7, 7).to_hex(),
         assignment: [(0, ids(replicas))].into(),
+        reassigning: Default::default(),
         configs: [("min.insync.replicas".to_string(), min_isr.to_string())].into(),
     }
 }
@@ -610,4 +611,55 @@ fn a_parked_acks_all_times_out_or_fails_with_its_code() {
     let (resp, pending) = handlers::produce_parked(&mut single, &mut disk, &req, 0);
     assert!(pending.is_empty());
     assert_eq!(resp.topics[0].partitions[0].error_code, 0);
+}
+
+#[test]
+fn a_reassignment_adds_a_follower_that_catches_up_joins_the_isr_and_the_removed_one_leaves() {
+    let mut c = nodes(4, TruncationPolicy::LeaderEpoch);
+    let rec = record(&[0, 1, 2], 2);
+    apply(&mut c, &[0, 1, 2], &rec, &zk(0, 1, &[0, 1, 2]), 0, 0);
+    for m in 1..=3 {
+        produce(&mut c[0], m, 1, 0).expect("acks=1");
+    }
+    for now in 1..=4 {
+        pump(&mut c, 1, 0, now);
+        pump(&mut c, 2, 0, now);
+    }
+    assert_eq!(hw(&c[0]), Offset(3));
+    // The move [0, 1, 2] -> [0, 1, 3] begins: the full set [0, 1, 3, 2], the state rewritten
+    // (version 1) with the ISR unchanged. The leader sees the new record with the state it had
+    // already applied first (a scan reading the record after the state): the same version.
+    let moving = TopicRecord {
+        assignment: [(0, ids(&[0, 1, 3, 2]))].into(),
+        ..rec.clone()
+    };
+    apply(&mut c, &[0], &rec, &zk(0, 1, &[0, 1, 2]), 1, 5);
+    apply(&mut c, &[0], &moving, &zk(0, 1, &[0, 1, 2]), 1, 5);
+    apply(&mut c, &[1, 2, 3], &moving, &zk(0, 1, &[0, 1, 2]), 1, 5);
+    assert!(
+        c[0].broker.poll_isr_proposals(6).is_empty(),
+        "broker 3 has not caught up"
+    );
+    for now in 6..=8 {
+        pump(&mut c, 3, 0, now);
+    }
+    assert_eq!(contents(&c[3]), contents(&c[0]), "the new replica copied the log");
+    let proposals = c[0].broker.poll_isr_proposals(9);
+    assert_eq!(proposals.len(), 1, "the leader knows broker 3 as a follower");
+    assert_eq!(proposals[0].new_state.isr, ids(&[0, 1, 2, 3]));
+    c[0].broker
+        .isr_update_result(T, 0, IsrUpdateResult::Committed { zk_version: 2 });
+    // Completion: assignment [0, 1, 3], ISR without 2; the leader stops counting broker 2.
+    let done = TopicRecord {
+        assignment: [(0, ids(&[0, 1, 3]))].into(),
+        ..rec.clone()
+    };
+    apply(&mut c, &[0, 1, 3], &done, &zk(0, 1, &[0, 1, 3]), 3, 10);
+    let (replicas, isr, leader, _) = c[0].broker.replica_state(T, 0).expect("hosted");
+    assert_eq!((replicas, isr, leader), (ids(&[0, 1, 3]), ids(&[0, 1, 3]), true));
+    assert_eq!(
+        c[0].broker.record_follower_fetch(T, 0, BrokerId(2), Offset(3), 11),
+        Err(ErrorCode::NotLeaderOrFollower),
+        "a removed replica is no follower any more"
+    );
 }

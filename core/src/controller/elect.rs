@@ -176,8 +176,9 @@ impl Restarts<'_> {
 }
 
 impl Controller {
-    /// Bonus: moves leadership back to each partition's preferred (first) replica when it is
-    /// live and in the ISR (Kafka's preferred leader election), bumping the epoch.
+    /// Moves leadership back to each partition's preferred (first) replica when it is live, in
+    /// the ISR and has not restarted since the state was written (Kafka's preferred leader
+    /// election, run after every scan with `auto.leader.rebalance.enable`), bumping the epoch.
     pub fn preferred_leader_elections(&self, view: &ClusterView) -> Vec<PartitionChange> {
         let mut changes = Vec::new();
         for (name, topic) in &view.topics {
@@ -186,7 +187,14 @@ impl Controller {
                     continue;
                 };
                 let s = &state.value;
-                if s.leader == Some(preferred)
+                // Restarted since this state was written: its log may lack what the ISR holds
+                // (KIP-380); it rejoins the ISR through the leader first.
+                let written_at = view.state_written_at.get(&(name.clone(), p));
+                let bounced = matches!((written_at, view.registered_at.get(&preferred)), (Some(w), Some(r)) if r > w);
+                if bounced
+                    || Controller::isr_restarted(view, name, p, s)
+                    || view.delete_requests.contains(name)
+                    || s.leader == Some(preferred)
                     || s.leader.is_none()
                     || !view.live_brokers.contains(&preferred)
                     || !s.isr.contains(&preferred)

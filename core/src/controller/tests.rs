@@ -7,15 +7,15 @@ use crate::cluster::{partition_state_path, topic_path, CONTROLLER_PATH};
 use crate::error_code::ErrorCode;
 use crate::ids::LeaderEpoch;
 
-fn b(ids: &[i32]) -> Vec<BrokerId> {
+pub(super) fn b(ids: &[i32]) -> Vec<BrokerId> {
     ids.iter().map(|&i| BrokerId(i)).collect()
 }
 
-fn controller() -> Controller {
+pub(super) fn controller() -> Controller {
     Controller::new(BrokerId(0), 7, 3, ControllerConfig::default())
 }
 
-fn draw() -> CreateTopicDraw {
+pub(super) fn draw() -> CreateTopicDraw {
     CreateTopicDraw {
         topic_id: TopicId::from_random(1, 2),
         start_index: 0,
@@ -40,6 +40,7 @@ fn one_partition(live: &[i32], replicas: &[i32], leader: Option<i32>, isr: &[i32
     let record = TopicRecord {
         topic_id_hex: TopicId::from_random(1, 2).to_hex(),
         assignment: [(0, b(replicas))].into(),
+        reassigning: BTreeMap::new(),
         configs,
     };
     let state = PartitionState {
@@ -52,6 +53,7 @@ fn one_partition(live: &[i32], replicas: &[i32], leader: Option<i32>, isr: &[i32
         "t".to_string(),
         TopicView {
             record,
+            record_version: 2,
             partitions: [(
                 0,
                 Versioned {
@@ -65,7 +67,7 @@ fn one_partition(live: &[i32], replicas: &[i32], leader: Option<i32>, isr: &[i32
     v
 }
 
-fn fenced(w: &Write) -> bool {
+pub(super) fn fenced(w: &Write) -> bool {
     w.ops.first()
         == Some(&Op::Check {
             path: CONTROLLER_EPOCH_PATH.to_string(),
@@ -237,6 +239,7 @@ fn unclean_election_when_enabled_by_topic_or_default() {
         3,
         ControllerConfig {
             unclean_leader_election_default: true,
+            ..ControllerConfig::default()
         },
     );
     assert!(
@@ -298,6 +301,13 @@ fn delete_topic_removes_children_first_and_preferred_election_moves_back() {
     assert_eq!(pref.len(), 1);
     assert_eq!(pref[0].after.leader, Some(BrokerId(0)));
     assert_eq!(pref[0].after.leader_epoch, LeaderEpoch(5));
+    // A preferred replica that restarted after the state was written may lack acknowledged
+    // records: no election until it rejoined the ISR in a newer state (KIP-380).
+    v.registered_at.insert(BrokerId(0), 10);
+    v.state_written_at.insert(("t".to_string(), 0), 5);
+    assert!(controller().preferred_leader_elections(&v).is_empty());
+    v.state_written_at.insert(("t".to_string(), 0), 11);
+    assert_eq!(controller().preferred_leader_elections(&v).len(), 1);
 }
 
 #[test]
@@ -431,12 +441,12 @@ mod prop {
 /// A minimal coordinator tree applying [`Write`]s as ZooKeeper's multi does (all or nothing,
 /// versions counting sets, parents must exist): enough to show the fencing end to end.
 #[derive(Default)]
-struct Tree {
-    nodes: BTreeMap<String, (Vec<u8>, i32)>,
+pub(super) struct Tree {
+    pub(super) nodes: BTreeMap<String, (Vec<u8>, i32)>,
 }
 
 impl Tree {
-    fn apply(&mut self, w: &Write) -> Result<(), String> {
+    pub(super) fn apply(&mut self, w: &Write) -> Result<(), String> {
         let mut next = self.nodes.clone();
         for op in &w.ops {
             match op {
@@ -484,9 +494,9 @@ impl Tree {
     }
 
     /// The controller's view of topic `t` (what the integrator reads).
-    fn view(&self, live: &[i32]) -> ClusterView {
+    pub(super) fn view(&self, live: &[i32]) -> ClusterView {
         let mut v = view(live);
-        if let Some((data, _)) = self.nodes.get(&topic_path("t")) {
+        if let Some((data, record_version)) = self.nodes.get(&topic_path("t")) {
             let record = TopicRecord::decode(data).expect("record");
             let partitions = record
                 .assignment
@@ -503,7 +513,14 @@ impl Tree {
                     )
                 })
                 .collect();
-            v.topics.insert("t".into(), TopicView { record, partitions });
+            v.topics.insert(
+                "t".into(),
+                TopicView {
+                    record,
+                    record_version: *record_version,
+                    partitions,
+                },
+            );
         }
         v
     }

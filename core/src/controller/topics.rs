@@ -89,6 +89,7 @@ impl Controller {
         let record = TopicRecord {
             topic_id_hex: draw.topic_id.to_hex(),
             assignment,
+            reassigning: BTreeMap::new(),
             configs: configs.clone(),
         };
         let persistent = |path: String, data: Vec<u8>| Op::Create {

@@ -19,7 +19,13 @@
 //!    coordinator's create refuses a duplicate), deletion writes a request under
 //!    `/admin/delete_topics` for the controller, as Kafka's ZooKeeper mode does.
 //!
-//! 6. carries out a controlled shutdown when the process asks for one ([`ControlledShutdown`]):
+//! 6. serves AlterPartitionReassignments the same way ([`Controller::alter_reassignment`]: one
+//!    multi compare-and-setting the topic record and the partition state), and as controller
+//!    completes reassignments once their target replicas are in the ISR
+//!    ([`Controller::reassignment_steps`]); a broker whose replica a reassignment removed deletes
+//!    its log when its view shows the partition's assignment without it.
+//!
+//! 7. carries out a controlled shutdown when the process asks for one ([`ControlledShutdown`]):
 //!    it deletes its own registration, so the controller hands the leadership of its partitions
 //!    to other ISR members and removes it from every ISR, as for a dead broker but at once
 //!    rather than after the session timeout; [`hand_off`] waits (bounded) until the broker's
@@ -52,8 +58,15 @@ use crate::coord::tree::{CreateMode, Op, TreeError};
 use crate::error_code::ErrorCode;
 use crate::group::{Coordination, OFFSETS_TOPIC};
 use crate::ids::BrokerId;
+use crate::protocol::api::alter_partition_reassignments::{
+    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, ReassignablePartitionResponse,
+    ReassignableTopicResponse,
+};
 use crate::protocol::api::create_topics::{CreatableTopicResult, CreateTopicsRequest, CreateTopicsResponse};
 use crate::protocol::api::delete_topics::{DeletableTopicResult, DeleteTopicsRequest, DeleteTopicsResponse};
+use crate::protocol::api::elect_leaders::{
+    ElectLeadersRequest, ElectLeadersResponse, PartitionResult, ReplicaElectionResult, ELECTION_PREFERRED,
+};
 use crate::runtime::Runtime;
 
 use super::replica_fetcher::{run_replica_fetcher, ReplicaFetcherConfig};
@@ -224,6 +237,11 @@ struct AdminJob {
 enum AdminRequest {
     Create(CreateTopicsRequest),
     Delete(Vec<String>),
+    /// Per partition: topic, index, new replicas (`None` cancels); whether the replication
+    /// factor may change. One result per partition, in order.
+    Reassign(Vec<(String, i32, Option<Vec<BrokerId>>)>, bool),
+    /// Preferred leader elections of these partitions; one result per partition, in order.
+    Elect(Vec<(String, i32)>),
 }
 
 impl fmt::Debug for AdminQueue {
@@ -270,7 +288,7 @@ impl AdminQueue {
             .iter()
             .filter_map(|job| match &job.request {
                 AdminRequest::Create(r) => Some(r.topics.iter().map(|t| t.name.clone())),
-                AdminRequest::Delete(_) => None,
+                AdminRequest::Delete(_) | AdminRequest::Reassign(..) | AdminRequest::Elect(_) => None,
             })
             .flatten()
             .collect();
@@ -397,6 +415,102 @@ impl AdminQueue {
         DeleteTopicsResponse {
             throttle_time_ms: 0,
             responses,
+        }
+    }
+
+    /// Queues an AlterPartitionReassignments and waits for the cluster task's answer.
+    pub async fn alter_reassignments<R: Runtime>(
+        &self,
+        rt: &R,
+        req: &AlterPartitionReassignmentsRequest,
+    ) -> AlterPartitionReassignmentsResponse {
+        let mut items = Vec::new();
+        for t in &req.topics {
+            for p in &t.partitions {
+                let target = p.replicas.as_ref().map(|r| r.iter().map(|&b| BrokerId(b)).collect());
+                items.push((t.name.clone(), p.partition_index, target));
+            }
+        }
+        let names = items.iter().map(|(t, _, _)| t.clone()).collect();
+        let results = self
+            .submit(
+                rt,
+                AdminRequest::Reassign(items.clone(), req.allow_replication_factor_change),
+                names,
+                req.timeout_ms,
+            )
+            .await;
+        let mut responses: Vec<ReassignableTopicResponse> = Vec::new();
+        for ((topic, p, _), (_, code, message, _)) in items.iter().zip(results) {
+            let answer = ReassignablePartitionResponse {
+                partition_index: *p,
+                error_code: code.code(),
+                error_message: (code != ErrorCode::None).then_some(message),
+            };
+            match responses.iter_mut().find(|r| r.name == *topic) {
+                Some(r) => r.partitions.push(answer),
+                None => responses.push(ReassignableTopicResponse {
+                    name: topic.clone(),
+                    partitions: vec![answer],
+                }),
+            }
+        }
+        AlterPartitionReassignmentsResponse {
+            allow_replication_factor_change: req.allow_replication_factor_change,
+            responses,
+            ..AlterPartitionReassignmentsResponse::default()
+        }
+    }
+
+    /// Queues an ElectLeaders (preferred elections only; a null list means every partition this
+    /// broker's view knows) and waits for the cluster task's answer.
+    pub async fn elect_leaders<R: Runtime>(
+        &self,
+        rt: &R,
+        broker: &SharedBroker,
+        req: &ElectLeadersRequest,
+    ) -> ElectLeadersResponse {
+        let items: Vec<(String, i32)> = match &req.topic_partitions {
+            Some(topics) => topics
+                .iter()
+                .flat_map(|t| t.partitions.iter().map(move |&p| (t.topic.clone(), p)))
+                .collect(),
+            None => broker.borrow().cluster_view().map_or_else(Vec::new, |v| {
+                v.topics
+                    .iter()
+                    .flat_map(|(name, (record, _))| record.assignment.keys().map(move |&p| (name.clone(), p)))
+                    .collect()
+            }),
+        };
+        let results: AdminResults = if req.election_type != ELECTION_PREFERRED {
+            let why = "only preferred elections; unclean ones follow unclean.leader.election.enable";
+            items
+                .iter()
+                .map(|(t, _)| (t.clone(), ErrorCode::InvalidRequest, why.to_string(), None))
+                .collect()
+        } else {
+            let names = items.iter().map(|(t, _)| t.clone()).collect();
+            self.submit(rt, AdminRequest::Elect(items.clone()), names, req.timeout_ms)
+                .await
+        };
+        let mut out: Vec<ReplicaElectionResult> = Vec::new();
+        for ((topic, p), (_, code, message, _)) in items.iter().zip(results) {
+            let answer = PartitionResult {
+                partition_id: *p,
+                error_code: code.code(),
+                error_message: (code != ErrorCode::None).then_some(message),
+            };
+            match out.iter_mut().find(|r| r.topic == *topic) {
+                Some(r) => r.partition_result.push(answer),
+                None => out.push(ReplicaElectionResult {
+                    topic: topic.clone(),
+                    partition_result: vec![answer],
+                }),
+            }
+        }
+        ElectLeadersResponse {
+            replica_election_results: out,
+            ..ElectLeadersResponse::default()
         }
     }
 
@@ -799,9 +913,9 @@ impl<R: Runtime> Session<R> {
         };
         let mut topics = BTreeMap::new();
         for name in c.children(TOPICS_PATH, true, false).await? {
-            let record = match c.get(&topic_path(&name), false, false).await {
-                Ok((data, _)) => match TopicRecord::decode(&data) {
-                    Some(record) => record,
+            let (record, record_version) = match c.get(&topic_path(&name), true, false).await {
+                Ok((data, stat)) => match TopicRecord::decode(&data) {
+                    Some(record) => (record, stat.version),
                     None => {
                         tracing::warn!(target: "cluster", topic = %name, "topic record does not decode; ignored");
                         continue;
@@ -831,7 +945,14 @@ impl<R: Runtime> Session<R> {
                     Err(e) => return Err(e),
                 }
             }
-            topics.insert(name, TopicView { record, partitions });
+            topics.insert(
+                name,
+                TopicView {
+                    record,
+                    record_version,
+                    partitions,
+                },
+            );
         }
         let delete_requests = c.children(DELETE_TOPICS_PATH, true, false).await?.into_iter().collect();
         let broker_view = BrokerView {
@@ -897,6 +1018,25 @@ impl<R: Runtime> Session<R> {
                 .filter(|(name, _)| !scan.controller_view.topics.contains_key(*name))
                 .flat_map(|(name, meta)| (0..meta.partitions).map(move |p| (name.clone(), p)))
                 .collect();
+            // Replicas a reassignment moved off this broker (the assignment no longer names it).
+            let moved_off: Vec<(String, i32)> = b
+                .topics()
+                .iter()
+                .filter_map(|(name, meta)| Some((name, meta, scan.controller_view.topics.get(name)?)))
+                .flat_map(|(name, meta, t)| {
+                    (0..meta.partitions)
+                        .filter(|p| t.record.assignment.get(p).is_some_and(|r| !r.contains(&me)))
+                        .map(move |p| (name.clone(), p))
+                })
+                .collect();
+            for (name, p) in moved_off {
+                if b.log(&name, p).is_some() {
+                    tracing::info!(target: "cluster", topic = %name, partition = p, "reassigned away: replica removed");
+                    if let Err(e) = b.remove_replica(disk, &name, p) {
+                        tracing::error!(target: "cluster", topic = %name, partition = p, error = %e, "replica removal failed");
+                    }
+                }
+            }
             for (name, p) in gone {
                 if b.log(&name, p).is_some() {
                     tracing::info!(target: "cluster", topic = %name, partition = p, "topic deleted: replica removed");
@@ -950,6 +1090,22 @@ impl<R: Runtime> Session<R> {
                     isr = ?change.after.isr.iter().map(|b| b.0).collect::<Vec<_>>(), unclean = change.unclean,
                     previous_isr = ?change.before.isr.iter().map(|b| b.0).collect::<Vec<_>>(),
                     what = %change.write.what, "partition state changed"),
+                Err(e) => return self.write_failed(e),
+            }
+        }
+        if controller.config.auto_leader_rebalance {
+            for change in controller.preferred_leader_elections(view) {
+                match self.execute(&change.write.ops).await {
+                    Ok(()) => {
+                        tracing::info!(target: "controller", what = %change.write.what, "preferred leader elected")
+                    }
+                    Err(e) => return self.write_failed(e),
+                }
+            }
+        }
+        for write in controller.reassignment_steps(view) {
+            match self.execute(&write.ops).await {
+                Ok(()) => tracing::info!(target: "controller", what = %write.what, "reassignment step"),
                 Err(e) => return self.write_failed(e),
             }
         }
@@ -1147,6 +1303,62 @@ impl<R: Runtime> Session<R> {
                     results.push(result);
                 }
             }
+            AdminRequest::Reassign(items, allow_rf_change) => {
+                let mut view = scan.controller_view.clone();
+                for (topic, p, target) in items {
+                    let result = self
+                        .reassign_one(&mut view, topic, *p, target.as_deref(), *allow_rf_change)
+                        .await?;
+                    results.push((topic.clone(), result.0, result.1, None));
+                }
+            }
+            AdminRequest::Elect(items) => {
+                // The controller elects fenced; another broker writes by compare-and-set on the
+                // state version alone, as for a reassignment.
+                let fenced = self.controller.is_some();
+                let deciding = self
+                    .controller
+                    .clone()
+                    .unwrap_or_else(|| Controller::new(self.me(), 0, 0, self.cluster.controller));
+                let view = &scan.controller_view;
+                let changes = deciding.preferred_leader_elections(view);
+                for (topic, p) in items {
+                    let state = view.topics.get(topic).and_then(|t| t.partitions.get(p));
+                    let preferred = view
+                        .topics
+                        .get(topic)
+                        .and_then(|t| t.record.assignment.get(p))
+                        .and_then(|r| r.first().copied());
+                    let result = match (state, changes.iter().find(|c| c.topic == *topic && c.partition == *p)) {
+                        (None, _) => (ErrorCode::UnknownTopicOrPartition, format!("no partition {topic}-{p}")),
+                        (Some(_), Some(change)) => {
+                            let ops: Vec<controller::Op> = change
+                                .write
+                                .ops
+                                .iter()
+                                .filter(|op| fenced || !matches!(op, controller::Op::Check { path, .. } if path == CONTROLLER_EPOCH_PATH))
+                                .cloned()
+                                .collect();
+                            match self.execute(&ops).await {
+                                Ok(()) => {
+                                    tracing::info!(target: "controller", what = %change.write.what, "preferred leader elected (ElectLeaders)");
+                                    (ErrorCode::None, String::new())
+                                }
+                                Err(e) if fatal(&e) => return Err(End::Expired),
+                                Err(e) => (ErrorCode::RequestTimedOut, e.to_string()),
+                            }
+                        }
+                        (Some(s), None) if s.value.leader.is_some() && s.value.leader == preferred => {
+                            (ErrorCode::ElectionNotNeeded, String::new())
+                        }
+                        (Some(_), None) => (
+                            ErrorCode::PreferredLeaderNotAvailable,
+                            format!("{topic}-{p}: the preferred replica is not live and in sync"),
+                        ),
+                    };
+                    results.push((topic.clone(), result.0, result.1, None));
+                }
+            }
             AdminRequest::Delete(names) => {
                 for name in names {
                     if !scan.controller_view.topics.contains_key(name) {
@@ -1170,6 +1382,65 @@ impl<R: Runtime> Session<R> {
             }
         }
         Ok(results)
+    }
+}
+
+impl<R: Runtime> Session<R> {
+    /// One partition of an AlterPartitionReassignments: decide on `view`, write; a lost race
+    /// (another write moved the topic or state version) re-reads and decides again, bounded.
+    async fn reassign_one(
+        &mut self,
+        view: &mut ClusterView,
+        topic: &str,
+        p: i32,
+        target: Option<&[BrokerId]>,
+        allow_rf_change: bool,
+    ) -> Step<(ErrorCode, String)> {
+        const ATTEMPTS_MAX: usize = 5;
+        if let (false, Some(target), Some(t)) = (allow_rf_change, target, view.topics.get(topic)) {
+            let original = t.record.original_replicas(p);
+            if !original.is_empty() && original.len() != target.len() {
+                return Ok((
+                    ErrorCode::InvalidReplicationFactor,
+                    format!("{topic}-{p}: {} replicas now, {} asked", original.len(), target.len()),
+                ));
+            }
+        }
+        // Any broker may write it: both znodes are compare-and-set, which orders it against the
+        // controller's and the leaders' writes (as topic creation).
+        let deciding = Controller::new(self.me(), 0, 0, self.cluster.controller);
+        for _ in 0..ATTEMPTS_MAX {
+            let write = match deciding.alter_reassignment(view, topic, p, target) {
+                Ok(Some(write)) => write,
+                Ok(None) => return Ok((ErrorCode::None, String::new())),
+                Err(e) => return Ok((e.code, e.message)),
+            };
+            // Unfenced: drop the controller-epoch check, keep the state's version check.
+            let ops: Vec<controller::Op> = write
+                .ops
+                .into_iter()
+                .filter(|op| !matches!(op, controller::Op::Check { path, .. } if path == CONTROLLER_EPOCH_PATH))
+                .collect();
+            match self.execute(&ops).await {
+                Ok(()) => {
+                    tracing::info!(target: "controller", what = %write.what, "reassignment written");
+                    return Ok((ErrorCode::None, String::new()));
+                }
+                Err(e) if fatal(&e) => return Err(End::Expired),
+                Err(e) => {
+                    tracing::debug!(target: "controller", error = %e, "reassignment write lost a race; re-reading");
+                    match self.scan().await {
+                        Ok(scan) => *view = scan.controller_view,
+                        Err(e) if fatal(&e) => return Err(End::Expired),
+                        Err(_) => {}
+                    }
+                }
+            }
+        }
+        Ok((
+            ErrorCode::RequestTimedOut,
+            format!("{topic}-{p}: concurrent changes; try again"),
+        ))
     }
 }
 

@@ -7,6 +7,7 @@ pub mod delete_topics;
 pub mod describe_configs;
 pub mod describe_groups;
 pub mod groups;
+pub mod reassignments;
 
 use crate::broker::{AckWait, ClusterView};
 use crate::broker::{Broker, TopicId};
@@ -30,9 +31,10 @@ use crate::protocol::api::offset_for_leader_epoch::{
 };
 use crate::protocol::api::produce::{ProducePartitionResponse, ProduceRequest, ProduceResponse, ProduceTopicResponse};
 use crate::protocol::api::{
-    api_versions, create_topics, delete_topics as delete_topics_api, describe_configs as describe_configs_api, fetch,
-    find_coordinator, heartbeat, init_producer_id, join_group, leave_group, list_groups, list_offsets, metadata,
-    offset_commit, offset_fetch, offset_for_leader_epoch as ofle, produce, sync_group,
+    alter_partition_reassignments, api_versions, create_topics, delete_topics as delete_topics_api,
+    describe_configs as describe_configs_api, elect_leaders, fetch, find_coordinator, heartbeat, init_producer_id,
+    join_group, leave_group, list_groups, list_offsets, list_partition_reassignments, metadata, offset_commit,
+    offset_fetch, offset_for_leader_epoch as ofle, produce, sync_group,
 };
 use crate::protocol::{supported_versions, Uuid};
 use crate::runtime::FileRegion;
@@ -72,6 +74,9 @@ pub const HANDLED_API_KEYS: &[i16] = &[
     crate::protocol::api::describe_acls::API_KEY,
     crate::protocol::api::create_acls::API_KEY,
     crate::protocol::api::delete_acls::API_KEY,
+    alter_partition_reassignments::API_KEY,
+    list_partition_reassignments::API_KEY,
+    elect_leaders::API_KEY,
 ];
 
 pub fn api_versions() -> ApiVersionsResponse {
@@ -118,6 +123,38 @@ fn metadata_topic(broker: &Broker, name: &str, error: ErrorCode) -> MetadataTopi
             })
             .unwrap_or_default(),
         topic_authorized_operations: i32::MIN,
+    }
+}
+
+/// Metadata from a cluster broker that has not read the cluster state yet (just started or
+/// joined): only itself, no controller, and every topic asked for LEADER_NOT_AVAILABLE (clients
+/// retry), rather than its local logs presented as single-node topics it would claim to lead.
+pub fn metadata_not_ready(req: &MetadataRequest, advertised: &Advertised, me: BrokerId) -> MetadataResponse {
+    let topics = req
+        .topics
+        .iter()
+        .flatten()
+        .map(|t| MetadataTopic {
+            error_code: ErrorCode::LeaderNotAvailable.code(),
+            name: t.name.clone(),
+            topic_id: t.topic_id,
+            is_internal: false,
+            partitions: vec![],
+            topic_authorized_operations: i32::MIN,
+        })
+        .collect();
+    MetadataResponse {
+        throttle_time_ms: 0,
+        brokers: vec![MetadataBroker {
+            node_id: me.0,
+            host: advertised.host.clone(),
+            port: advertised.port,
+            rack: None,
+        }],
+        cluster_id: Some(advertised.cluster_id.clone()),
+        controller_id: -1,
+        topics,
+        cluster_authorized_operations: i32::MIN,
     }
 }
 

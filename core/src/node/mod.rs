@@ -12,8 +12,8 @@
 //! purgatory) until [`watch`] wakes them: appends, follower fetches, replica fetch answers and
 //! cluster state changes poke the partitions they touched. They never poll on a short timer.
 
-mod auth;
 pub mod acl_sync;
+mod auth;
 pub mod authz;
 pub mod cluster;
 pub mod handlers;
@@ -269,6 +269,10 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
     let mut request = request;
     let body = match &mut request {
         Request::ApiVersions(_) => handlers::api_versions().encode(version),
+        Request::Metadata(req) if config.admin.is_some() && broker.borrow().cluster_view().is_none() => {
+            let me = broker.borrow().config().broker_id;
+            handlers::metadata_not_ready(req, &config.advertised, me).encode(version)
+        }
         Request::Metadata(req) => {
             let refused = gate.screen_metadata(req);
             let creating = config
@@ -621,6 +625,49 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
         }
         Request::DescribeConfigs(req) => {
             handlers::describe_configs::describe_configs(&broker.borrow(), req).encode(version)
+        }
+        // Kafka: moving partitions and electing leaders need Alter on the Cluster, listing moves
+        // Describe; a refused principal gets CLUSTER_AUTHORIZATION_FAILED and nothing changes.
+        Request::AlterPartitionReassignments(req) if !gate.may_cluster(Operation::Alter) => {
+            let mut resp = handlers::reassignments::alter_refused_single_node(req);
+            resp.error_code = ErrorCode::ClusterAuthorizationFailed.code();
+            resp.error_message = Some("Alter on the Cluster is required".into());
+            for p in resp.responses.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
+                p.error_code = ErrorCode::ClusterAuthorizationFailed.code();
+                p.error_message = None;
+            }
+            resp.encode(version)
+        }
+        Request::ElectLeaders(req) if !gate.may_cluster(Operation::Alter) => {
+            let mut resp = handlers::reassignments::elect_single_node(req);
+            resp.error_code = ErrorCode::ClusterAuthorizationFailed.code();
+            for p in resp
+                .replica_election_results
+                .iter_mut()
+                .flat_map(|t| t.partition_result.iter_mut())
+            {
+                p.error_code = ErrorCode::ClusterAuthorizationFailed.code();
+            }
+            resp.encode(version)
+        }
+        Request::ListPartitionReassignments(_) if !gate.may_cluster(Operation::Describe) => {
+            crate::protocol::api::list_partition_reassignments::ListPartitionReassignmentsResponse {
+                error_code: ErrorCode::ClusterAuthorizationFailed.code(),
+                error_message: Some("Describe on the Cluster is required".into()),
+                ..Default::default()
+            }
+            .encode(version)
+        }
+        Request::AlterPartitionReassignments(req) => match &config.admin {
+            Some(admin) => admin.alter_reassignments(rt, req).await.encode(version),
+            None => handlers::reassignments::alter_refused_single_node(req).encode(version),
+        },
+        Request::ElectLeaders(req) => match &config.admin {
+            Some(admin) => admin.elect_leaders(rt, broker, req).await.encode(version),
+            None => handlers::reassignments::elect_single_node(req).encode(version),
+        },
+        Request::ListPartitionReassignments(req) => {
+            handlers::reassignments::list_partition_reassignments(&broker.borrow(), req).encode(version)
         }
         // Every API the codec speaks is served today; the arm stays for the next one it learns.
         #[allow(unreachable_patterns)]

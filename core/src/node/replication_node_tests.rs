@@ -245,6 +245,7 @@ fn acks_all_is_answered_after_the_follower_fetched_and_a_late_follower_catches_u
     let record = TopicRecord {
         topic_id_hex: crate::broker::TopicId::from_random(3, 4).to_hex(),
         assignment: [(0, vec![BrokerId(0), BrokerId(1), BrokerId(2)])].into(),
+        reassigning: BTreeMap::new(),
         configs: [("min.insync.replicas".to_string(), "2".to_string())].into(),
     };
     let state = PartitionState {

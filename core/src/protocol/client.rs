@@ -172,6 +172,9 @@ pub(crate) mod tests {
             DescribeAcls(describe_acls),
             CreateAcls(create_acls),
             DeleteAcls(delete_acls),
+            ElectLeaders(elect_leaders),
+            AlterPartitionReassignments(alter_partition_reassignments),
+            ListPartitionReassignments(list_partition_reassignments),
         )
     }
 

@@ -36,6 +36,9 @@ fn corpus() -> Vec<Vec<u8>> {
     frames.extend(api::describe_acls::tests::sample_frames());
     frames.extend(api::create_acls::tests::sample_frames());
     frames.extend(api::delete_acls::tests::sample_frames());
+    frames.extend(api::elect_leaders::tests::sample_frames());
+    frames.extend(api::alter_partition_reassignments::tests::sample_frames());
+    frames.extend(api::list_partition_reassignments::tests::sample_frames());
     frames
 }
 

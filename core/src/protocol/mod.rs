@@ -109,6 +109,9 @@ const SUPPORTED: &[ApiSupport] = &[
     support!("DeleteAcls", delete_acls),
     support!("DescribeConfigs", describe_configs),
     support!("SaslAuthenticate", sasl_authenticate),
+    support!("ElectLeaders", elect_leaders),
+    support!("AlterPartitionReassignments", alter_partition_reassignments),
+    support!("ListPartitionReassignments", list_partition_reassignments),
 ];
 
 /// Every API Gregor decodes and encodes, in ascending key order: what ApiVersions advertises.
@@ -148,6 +151,9 @@ pub enum Request {
     DescribeAcls(describe_acls::DescribeAclsRequest),
     CreateAcls(create_acls::CreateAclsRequest),
     DeleteAcls(delete_acls::DeleteAclsRequest),
+    ElectLeaders(elect_leaders::ElectLeadersRequest),
+    AlterPartitionReassignments(alter_partition_reassignments::AlterPartitionReassignmentsRequest),
+    ListPartitionReassignments(list_partition_reassignments::ListPartitionReassignmentsRequest),
 }
 
 macro_rules! request_dispatch {
@@ -194,6 +200,9 @@ request_dispatch!(
     DescribeAcls(describe_acls),
     CreateAcls(create_acls),
     DeleteAcls(delete_acls),
+    ElectLeaders(elect_leaders),
+    AlterPartitionReassignments(alter_partition_reassignments),
+    ListPartitionReassignments(list_partition_reassignments),
 );
 
 /// Decodes one request frame (without its length prefix). Record sets are copied out of
@@ -264,6 +273,13 @@ fn decode_with(mut r: Reader<'_>) -> Result<(RequestHeader, Request), DecodeErro
         describe_acls::API_KEY => Request::DescribeAcls(describe_acls::DescribeAclsRequest::decode(v, r)?),
         create_acls::API_KEY => Request::CreateAcls(create_acls::CreateAclsRequest::decode(v, r)?),
         delete_acls::API_KEY => Request::DeleteAcls(delete_acls::DeleteAclsRequest::decode(v, r)?),
+        elect_leaders::API_KEY => Request::ElectLeaders(elect_leaders::ElectLeadersRequest::decode(v, r)?),
+        alter_partition_reassignments::API_KEY => Request::AlterPartitionReassignments(
+            alter_partition_reassignments::AlterPartitionReassignmentsRequest::decode(v, r)?,
+        ),
+        list_partition_reassignments::API_KEY => Request::ListPartitionReassignments(
+            list_partition_reassignments::ListPartitionReassignmentsRequest::decode(v, r)?,
+        ),
         // Unreachable while SUPPORTED and this match agree (the fuzz corpus test decodes every
         // advertised version); answered as unknown rather than panicking if they ever drift.
         _ => {
@@ -361,6 +377,9 @@ responses! {
     DescribeAcls(describe_acls::DescribeAclsResponse),
     CreateAcls(create_acls::CreateAclsResponse),
     DeleteAcls(delete_acls::DeleteAclsResponse),
+    ElectLeaders(elect_leaders::ElectLeadersResponse),
+    AlterPartitionReassignments(alter_partition_reassignments::AlterPartitionReassignmentsResponse),
+    ListPartitionReassignments(list_partition_reassignments::ListPartitionReassignmentsResponse),
 }
 
 /// The whole reply frame (header and body, no length prefix) to a decoded request.

@@ -4,10 +4,10 @@
 //! listeners give); SASL authentication replaces it with the authenticated user. Authorization
 //! (ACLs) reads it for every request.
 
+pub mod acl;
 pub mod sasl;
 pub mod sasl_client;
 pub mod scram;
-pub mod acl;
 
 use std::fmt;
 

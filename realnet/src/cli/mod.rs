@@ -10,6 +10,7 @@
 pub mod acls;
 pub mod consume;
 pub mod groups;
+pub mod partitions;
 pub mod perf;
 pub mod produce;
 pub mod topics;

@@ -66,6 +66,7 @@ fn clean() -> History {
         leaders: vec![],
         controllers: vec![],
         replicas: vec![],
+        balance: None,
     }
 }
 

@@ -116,6 +116,10 @@ async fn broker_main(rt: SimRuntime, s: Arc<Scenario>, index: usize) {
     }
     let mut cluster = ClusterConfig::new(coordinator_addrs(&s));
     cluster.detect_restarts = !s.broker.mutant_ignore_broker_restarts;
+    if let Some(e) = &s.elastic {
+        cluster.controller.auto_leader_rebalance = true;
+        cluster.controller.mutant_switch_before_isr = e.mutant_switch_before_isr;
+    }
     cluster.group_coordination = if s.broker.mutant_every_broker_coordinates {
         Coordination::Local
     } else {
@@ -133,7 +137,7 @@ async fn broker_main(rt: SimRuntime, s: Arc<Scenario>, index: usize) {
     }
 }
 
-fn live_brokers() -> Vec<(usize, Rc<RefCell<Broker>>)> {
+pub(super) fn live_brokers() -> Vec<(usize, Rc<RefCell<Broker>>)> {
     BROKERS.with(|b| {
         b.borrow()
             .iter()

@@ -3,6 +3,7 @@
 //! and encodes) and `FLEXIBLE_MIN` (the first version using compact encodings and tagged fields,
 //! as in Kafka's message JSON schemas).
 
+pub mod alter_partition_reassignments;
 pub mod api_versions;
 pub mod create_acls;
 pub mod create_topics;
@@ -11,6 +12,7 @@ pub mod delete_topics;
 pub mod describe_acls;
 pub mod describe_configs;
 pub mod describe_groups;
+pub mod elect_leaders;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod heartbeat;
@@ -19,6 +21,7 @@ pub mod join_group;
 pub mod leave_group;
 pub mod list_groups;
 pub mod list_offsets;
+pub mod list_partition_reassignments;
 pub mod metadata;
 pub mod offset_commit;
 pub mod offset_fetch;
