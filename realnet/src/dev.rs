@@ -316,6 +316,7 @@ async fn adopt_topics(rt: &RealRuntime, coordinator: &str, config: &NodeConfig) 
                 record: TopicRecord {
                     topic_id_hex: meta.id.to_hex(),
                     assignment: (0..meta.partitions).map(|p| (p, vec![me])).collect(),
+                    reassigning: Default::default(),
                     configs: meta.overrides.clone(),
                 },
                 epochs: (0..meta.partitions)
