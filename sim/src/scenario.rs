@@ -137,7 +137,7 @@ pub struct Scenario {
 /// Brokers joining and leaving during the run (see the module example). With it, the controller
 /// runs preferred leader elections (`auto.leader.rebalance.enable`) and the checker compares
 /// the final replica and leader counts of the target brokers (`unbalanced`).
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Elastic {
     pub initial_brokers: u32,
