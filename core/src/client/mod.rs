@@ -23,7 +23,7 @@ pub mod producer;
 use std::collections::BTreeMap;
 
 use crate::protocol::api::create_topics::{CreatableTopic, CreateTopicsRequest, TopicConfig};
-use crate::protocol::api::metadata::{MetadataRequest, MetadataRequestTopic};
+use crate::protocol::api::metadata::{MetadataRequest, MetadataRequestTopic, MetadataTopic};
 use crate::protocol::{Request, Response, Uuid};
 use crate::runtime::Runtime;
 use crate::ErrorCode;
@@ -81,6 +81,13 @@ pub struct Cluster<R: Runtime> {
     bootstrap: Vec<String>,
     brokers: BTreeMap<i32, String>,
     topics: BTreeMap<String, TopicLayout>,
+    /// The newest leader epoch seen per partition, with the topic id it was seen under. It
+    /// survives [`Cluster::invalidate`], so that a Metadata answer from a broker that has not yet
+    /// heard of a newer leader (one just back from a partition, still leading in its own view)
+    /// cannot send the client back to the old leader: the Java client keeps the same guard
+    /// (KIP-320). Without it a consumer fetched from the stale leader, whose log ended below its
+    /// position, got OFFSET_OUT_OF_RANGE and reset to the log start (a nonmonotonic poll).
+    epochs: BTreeMap<(String, i32), (Uuid, i32)>,
     conns: BTreeMap<String, KafkaConn<R>>,
     next_bootstrap: usize,
 }
@@ -94,6 +101,7 @@ impl<R: Runtime> Cluster<R> {
             bootstrap,
             brokers: BTreeMap::new(),
             topics: BTreeMap::new(),
+            epochs: BTreeMap::new(),
             conns: BTreeMap::new(),
             next_bootstrap: 0,
         }
@@ -167,13 +175,7 @@ impl<R: Runtime> Cluster<R> {
         if t.error_code != 0 {
             return Err(ClientError::Broker(code(t.error_code)));
         }
-        let layout = TopicLayout {
-            leaders: t
-                .partitions
-                .iter()
-                .map(|p| (p.partition_index, (p.leader_id, p.leader_epoch)))
-                .collect(),
-        };
+        let layout = layout_guarded(&mut self.epochs, topic, t);
         self.topics.insert(topic.to_string(), layout);
         Ok(self.topics.get(topic).expect("inserted above"))
     }
@@ -244,9 +246,88 @@ impl<R: Runtime> Cluster<R> {
     }
 }
 
+/// The layout a Metadata answer gives `topic`, except that a partition whose leader epoch is older
+/// than the newest seen for it (same topic id) is offline (leader -1) rather than sent back to an
+/// old leader; `epochs` keeps the newest epoch per partition.
+fn layout_guarded(epochs: &mut BTreeMap<(String, i32), (Uuid, i32)>, topic: &str, t: &MetadataTopic) -> TopicLayout {
+    let mut leaders = BTreeMap::new();
+    for p in &t.partitions {
+        let key = (topic.to_string(), p.partition_index);
+        let stale = match epochs.get(&key) {
+            // A recreated topic (another id) starts its epochs again.
+            Some(&(id, newest)) => id == t.topic_id && p.leader_epoch < newest,
+            None => false,
+        };
+        if stale {
+            // Offline until a broker that knows the newer leader answers (the next refresh asks
+            // another broker first).
+            tracing::debug!(
+                topic,
+                partition = p.partition_index,
+                epoch = p.leader_epoch,
+                "stale metadata: an older leader epoch than already seen"
+            );
+            leaders.insert(p.partition_index, (-1, p.leader_epoch));
+            continue;
+        }
+        if p.leader_epoch >= 0 {
+            epochs.insert(key, (t.topic_id, p.leader_epoch));
+        }
+        leaders.insert(p.partition_index, (p.leader_id, p.leader_epoch));
+    }
+    TopicLayout { leaders }
+}
+
 /// An error code off the wire as [`ErrorCode`] (unknown codes become UNKNOWN_SERVER_ERROR).
 pub fn code(raw: i16) -> ErrorCode {
     ErrorCode::from_code(raw).unwrap_or(ErrorCode::UnknownServerError)
+}
+
+#[cfg(test)]
+mod metadata_guard_tests {
+    use super::*;
+    use crate::protocol::api::metadata::MetadataPartition;
+
+    fn topic(id: u8, partitions: &[(i32, i32, i32)]) -> MetadataTopic {
+        MetadataTopic {
+            name: Some("t".into()),
+            topic_id: Uuid([id; 16]),
+            partitions: partitions
+                .iter()
+                .map(|&(partition_index, leader_id, leader_epoch)| MetadataPartition {
+                    partition_index,
+                    leader_id,
+                    leader_epoch,
+                    ..MetadataPartition::default()
+                })
+                .collect(),
+            ..MetadataTopic::default()
+        }
+    }
+
+    #[test]
+    fn an_older_leader_epoch_never_takes_a_client_back_to_an_old_leader() {
+        let mut epochs = BTreeMap::new();
+        let first = layout_guarded(&mut epochs, "t", &topic(1, &[(0, 1, 3), (1, 2, 0)]));
+        assert_eq!(first.leaders, BTreeMap::from([(0, (1, 3)), (1, (2, 0))]));
+        // Broker 0 comes back from a partition still believing it leads partition 0 at epoch 2.
+        let stale = layout_guarded(&mut epochs, "t", &topic(1, &[(0, 0, 2), (1, 2, 0)]));
+        println!("stale answer gives {:?}", stale.leaders);
+        assert_eq!(stale.leaders.get(&0), Some(&(-1, 2)), "the stale leader is not used");
+        assert_eq!(
+            stale.leaders.get(&1),
+            Some(&(2, 0)),
+            "partitions without news are unaffected"
+        );
+        // A newer (or the same) epoch is taken.
+        let newer = layout_guarded(&mut epochs, "t", &topic(1, &[(0, 2, 4)]));
+        assert_eq!(newer.leaders.get(&0), Some(&(2, 4)));
+        let same = layout_guarded(&mut epochs, "t", &topic(1, &[(0, 2, 4)]));
+        assert_eq!(same.leaders.get(&0), Some(&(2, 4)));
+        // The topic deleted and created again (another id) starts from epoch 0.
+        let recreated = layout_guarded(&mut epochs, "t", &topic(2, &[(0, 0, 0)]));
+        assert_eq!(recreated.leaders.get(&0), Some(&(0, 0)));
+    }
 }
 
 #[cfg(test)]
