@@ -97,9 +97,17 @@ mod tests {
         };
         append(&path, &entry(7)).expect("append");
         append(&path, &entry(9)).expect("append");
-        assert_eq!(load(&path).expect("loads"), vec![entry(7), entry(9)]);
+        append(&path, &entry(i64::MAX as u64)).expect("the largest derived seed appends");
+        assert!(
+            append(&path, &entry(u64::MAX)).is_err(),
+            "TOML has no unsigned 64-bit integers"
+        );
+        assert_eq!(
+            load(&path).expect("loads"),
+            vec![entry(7), entry(9), entry(i64::MAX as u64)]
+        );
         assert_eq!(pick(&path, 1).expect("entry 1").seed, 9);
-        assert!(pick(&path, 2).expect_err("no entry 2").contains("holds 2"));
+        assert!(pick(&path, 3).expect_err("no entry 3").contains("holds 3"));
         assert_eq!(commit_warning(&entry(7), "abc1234"), None);
         let w = commit_warning(&entry(7), "def5678").expect("another commit warns");
         assert!(w.contains("abc1234") && w.contains("def5678"), "{w}");

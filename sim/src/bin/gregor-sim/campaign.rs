@@ -131,7 +131,7 @@ pub fn run(args: CampaignArgs) -> anyhow::Result<ExitCode> {
         println!("campaign passed: no failing seed");
         return Ok(ExitCode::SUCCESS);
     }
-    let first = corpus::load(&args.corpus).map_or(0, |all| all.len() - failures.len());
+    let first = corpus::load(&args.corpus).map_or(0, |all| all.len().saturating_sub(failures.len()));
     for (i, f) in failures.iter().enumerate() {
         println!("{}: seed {}: {}", f.scenario, f.seed, f.why);
         println!(
