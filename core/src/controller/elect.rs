@@ -17,6 +17,8 @@
 //!   have lost unsynced writes. Once the state is rewritten, it is live again and rejoins the
 //!   ISR through the leader when it has caught up; if it was the last ISR member the partition
 //!   goes offline and, in the next pass, it is elected again (with a new epoch), as Kafka does.
+//!   While other members remain in the ISR it leaves the ISR even when none of them is live, so
+//!   it cannot lead again once the partition is offline: the partition waits for one of them.
 
 use std::collections::BTreeMap;
 
@@ -137,7 +139,19 @@ impl Restarts<'_> {
             // best there is, and leads again (as in Kafka).
             let has_leader = state.value.leader.is_some();
             let live_here = |b: BrokerId| live(b) && !(has_leader && bounced(b) && state.value.isr.contains(&b));
-            let Some((after, unclean)) = next_state(&state.value, replicas, &live_here, unclean_allowed, this.epoch)
+            // A restarted ISR member also leaves the ISR itself when others remain in it, even if
+            // none of them is live now: kept there, it would lead again as "the best there is"
+            // once the partition went offline, and that write would hide its restart. Found by a
+            // swarm campaign (a restarted leader whose followers looked dead to a new controller
+            // led again with a log missing an acknowledged record).
+            let mut electing = state.value.clone();
+            if has_leader {
+                let kept: Vec<BrokerId> = electing.isr.iter().copied().filter(|&b| !bounced(b)).collect();
+                if !kept.is_empty() {
+                    electing.isr = kept;
+                }
+            }
+            let Some((after, unclean)) = next_state(&electing, replicas, &live_here, unclean_allowed, this.epoch)
             else {
                 continue;
             };

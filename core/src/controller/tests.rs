@@ -311,6 +311,49 @@ fn delete_topic_removes_children_first_and_preferred_election_moves_back() {
 }
 
 #[test]
+fn a_restarted_leader_leaves_the_isr_even_when_its_followers_look_dead() {
+    // The swarm campaign's finding: leader 0 lost an unsynced record in a power loss and came
+    // back (registered after the state was written) while brokers 1 and 2, in the ISR with the
+    // record, looked dead to a new controller. The partition goes offline without 0 in the ISR,
+    // so the next pass does not make 0 leader again; 1 or 2 lead when they are live.
+    let mut v = one_partition(&[0], &[0, 1, 2], Some(0), &[0, 1, 2], false);
+    v.registered_at.insert(BrokerId(0), 20);
+    v.state_written_at.insert(("t".to_string(), 0), 10);
+    let first = controller().reconcile(&v);
+    println!(
+        "restarted leader, followers dead: {:?}",
+        first.iter().map(|c| &c.after).collect::<Vec<_>>()
+    );
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].after.leader, None);
+    assert_eq!(first[0].after.isr, b(&[1, 2]), "the restarted broker left the ISR");
+    // The next pass sees the rewritten state (newer than the registration): 0 is not eligible.
+    let p0 = &mut v
+        .topics
+        .get_mut("t")
+        .expect("topic")
+        .partitions
+        .get_mut(&0)
+        .expect("partition")
+        .value;
+    *p0 = first[0].after.clone();
+    v.state_written_at.insert(("t".to_string(), 0), 30);
+    assert!(controller().reconcile(&v).is_empty(), "nobody eligible: stays offline");
+    v.live_brokers.insert(BrokerId(2));
+    let back = controller().reconcile(&v);
+    assert_eq!(back.len(), 1);
+    assert_eq!(back[0].after.leader, Some(BrokerId(2)));
+    assert!(!back[0].unclean);
+    // The last ISR member restarting still leads again (nobody has more): Kafka's behaviour.
+    let mut alone = one_partition(&[0], &[0, 1, 2], Some(0), &[0], false);
+    alone.registered_at.insert(BrokerId(0), 20);
+    alone.state_written_at.insert(("t".to_string(), 0), 10);
+    let offline = controller().reconcile(&alone);
+    assert_eq!(offline.len(), 1);
+    assert_eq!((offline[0].after.leader, offline[0].after.isr.clone()), (None, b(&[0])));
+}
+
+#[test]
 fn election_protocol_claims_bumps_and_fences() {
     let claim = election::claim(BrokerId(3));
     assert_eq!(
