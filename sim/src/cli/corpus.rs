@@ -37,6 +37,12 @@ const HEADER: &str = "# gregor-sim campaign corpus: failing seeds, one [[failure
 
 /// Appends `entry` to the corpus at `path` (created if missing).
 pub fn append(path: &Path, entry: &Entry) -> std::io::Result<()> {
+    if i64::try_from(entry.seed).is_err() {
+        return Err(std::io::Error::other(format!(
+            "seed {} is past i64::MAX, which a TOML integer cannot hold",
+            entry.seed
+        )));
+    }
     let new = std::fs::metadata(path).map_or(true, |m| m.len() == 0);
     let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
     let body = toml::to_string(&File {
@@ -100,6 +106,9 @@ mod tests {
         assert_eq!(load(&path).expect("loads"), vec![entry(7), entry(9)]);
         assert_eq!(pick(&path, 1).expect("entry 1").seed, 9);
         assert!(pick(&path, 2).expect_err("no entry 2").contains("holds 2"));
+        let too_big = append(&path, &entry(u64::MAX)).expect_err("a seed past i64::MAX is refused");
+        assert!(too_big.to_string().contains("past i64::MAX"), "{too_big}");
+        assert_eq!(load(&path).expect("still loads").len(), 2, "nothing half-written");
         assert_eq!(commit_warning(&entry(7), "abc1234"), None);
         let w = commit_warning(&entry(7), "def5678").expect("another commit warns");
         assert!(w.contains("abc1234") && w.contains("def5678"), "{w}");
