@@ -1,14 +1,16 @@
-//! `gregor-sim campaign`: the safe scenarios (`outcome = "no-anomalies"`, no pinned seed) with
-//! fresh seeds until the budget is spent; failing seeds go to the corpus file.
+//! `gregor-sim campaign`: the safe scenarios (`outcome = "no-anomalies"`, no pinned seed, no
+//! `known_failing`) with fresh seeds until the budget is spent; failing seeds go to the corpus
+//! file. It prints seeds run, simulated hours, seeds/s, failures and the coverage table merged
+//! over every seed (and writes them as Markdown with `--report FILE`).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use gregor_sim::cli::campaign::{parse_budget, run_campaign};
+use gregor_sim::cli::campaign::{excluded_because, parse_budget, run_campaign, scenario_files, CampaignReport};
 use gregor_sim::cli::corpus::{self, Entry};
+use gregor_sim::cli::replay_line;
 use gregor_sim::cli::verdict::{seed_status, SeedStatus};
-use gregor_sim::scenario::{Outcome, Scenario};
 
 #[derive(clap::Args, Debug)]
 pub struct CampaignArgs {
@@ -27,22 +29,10 @@ pub struct CampaignArgs {
     /// The campaign seed every run's seed derives from (default: from the clock, printed).
     #[arg(long)]
     pub seed: Option<u64>,
-}
-
-/// Every *.toml under `dir`, sorted, at most 4 directories deep.
-fn scenario_files(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<Result<_, _>>()?;
-    entries.sort();
-    for path in entries {
-        if path.is_dir() && depth < 4 {
-            scenario_files(&path, depth + 1, out)?;
-        } else if path.extension().is_some_and(|e| e == "toml") {
-            out.push(path);
-        }
-    }
-    Ok(())
+    /// Also writes the report (command, commit, seeds, simulated hours, seeds/s, failures, the
+    /// per-scenario and coverage tables) to this file, as Markdown.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
 }
 
 pub fn run(args: CampaignArgs) -> anyhow::Result<ExitCode> {
@@ -55,14 +45,21 @@ pub fn run(args: CampaignArgs) -> anyhow::Result<ExitCode> {
         Ok(s) => s,
         Err(code) => return Ok(code),
     };
-    let (safe, paths): (Vec<Scenario>, Vec<PathBuf>) = all
-        .into_iter()
-        .zip(files)
-        .filter(|(s, _)| s.expect.get_ref().outcome == Outcome::NoAnomalies && s.seed.is_none())
-        .unzip();
+    let mut safe = Vec::new();
+    let mut paths = Vec::new();
+    let mut skipped = Vec::new();
+    for (scenario, path) in all.into_iter().zip(files) {
+        match excluded_because(&scenario) {
+            None => {
+                safe.push(scenario);
+                paths.push(path);
+            }
+            Some(why) => skipped.push((path.display().to_string(), why)),
+        }
+    }
     anyhow::ensure!(
         !safe.is_empty(),
-        "no safe scenario (outcome = \"no-anomalies\") under {}",
+        "no safe scenario (outcome = \"no-anomalies\", no pinned seed, no known failing seeds) under {}",
         args.scenarios.display()
     );
     let campaign_seed = args.seed.unwrap_or_else(|| {
@@ -78,67 +75,93 @@ pub fn run(args: CampaignArgs) -> anyhow::Result<ExitCode> {
         budget.as_secs(),
         args.corpus.display()
     );
+    let known_failing = skipped
+        .iter()
+        .filter(|(_, why)| why.starts_with("known failing"))
+        .count();
+    println!(
+        "left out: {} negative control(s) or pinned case(s), {known_failing} scenario(s) with known failing seeds",
+        skipped.len() - known_failing
+    );
+    for (path, why) in skipped.iter().filter(|(_, why)| why.starts_with("known failing")) {
+        println!("  {path}: {why}");
+    }
     let bar = super::progress(budget.as_secs() as usize, "s");
-    let mut per_scenario = vec![(0usize, 0u64, 0usize); safe.len()];
-    let mut failures = Vec::new();
+    let mut report = CampaignReport::new(&safe);
+    let mut corpus_index = corpus::load(&args.corpus).map_or(0, |all| all.len());
+    let mut replay_lines = Vec::new();
     let started = std::time::Instant::now();
-    let (runs, wall) = run_campaign(
+    let (_, wall) = run_campaign(
         &safe,
         campaign_seed,
         budget,
         jobs,
         super::runner(),
         &mut |run, result| {
-            let row = &mut per_scenario[run.scenario];
-            row.0 += 1;
-            row.1 += result.simulated_ms;
-            if let SeedStatus::Fail(why) = seed_status(safe[run.scenario].expect.get_ref(), result) {
-                row.2 += 1;
+            let fail = match seed_status(safe[run.scenario].expect.get_ref(), result) {
+                SeedStatus::Fail(why) => Some(why),
+                SeedStatus::Pass | SeedStatus::Missed => None,
+            };
+            if let Some(why) = &fail {
                 let entry = Entry {
                     scenario: paths[run.scenario].display().to_string(),
                     seed: run.seed,
                     commit: commit.clone(),
-                    why,
+                    why: why.clone(),
                 };
-                if let Err(e) = corpus::append(&args.corpus, &entry) {
-                    eprintln!("cannot append to {}: {e}", args.corpus.display());
+                match corpus::append(&args.corpus, &entry) {
+                    Ok(()) => {
+                        replay_lines.push(format!(
+                            "{}: seed {}: {why}\n  gregor-sim replay --from-corpus {} --index {corpus_index}  # commit {commit}",
+                            entry.scenario,
+                            entry.seed,
+                            args.corpus.display()
+                        ));
+                        corpus_index += 1;
+                    }
+                    Err(e) => {
+                        eprintln!("cannot append to {}: {e}", args.corpus.display());
+                        replay_lines.push(format!(
+                            "{}: seed {}: {why}\n  {}",
+                            entry.scenario,
+                            entry.seed,
+                            replay_line(&entry.scenario, entry.seed, &commit)
+                        ));
+                    }
                 }
-                failures.push(entry);
-                bar.set_message(format!("({} failing)", failures.len()));
+                bar.set_message(format!("({} failing)", replay_lines.len()));
             }
+            report.add(run, result, fail);
             bar.set_position(started.elapsed().as_secs().min(budget.as_secs()));
         },
     );
     bar.finish_and_clear();
-    let simulated_ms: u64 = per_scenario.iter().map(|r| r.1).sum();
-    println!("\n{:<80} {:>6} {:>8} {:>8}", "scenario", "seeds", "sim h", "failing");
-    for ((scenario, (n, ms, failing)), _) in safe.iter().zip(&per_scenario).zip(&paths) {
-        println!("{:<80} {n:>6} {:>8.2} {failing:>8}", scenario.name, *ms as f64 / 3.6e6);
+    report.wall = wall;
+    print!("{}", report.text());
+    if let Some(file) = &args.report {
+        let command: Vec<String> = std::env::args().collect();
+        let header = [
+            ("command", format!("`{}`", command.join(" "))),
+            ("commit", commit.clone()),
+            ("campaign seed", campaign_seed.to_string()),
+            ("budget", format!("{} s, {jobs} job(s)", budget.as_secs())),
+            ("safe scenarios run", safe.len().to_string()),
+        ];
+        std::fs::write(file, report.markdown(&header, &skipped))
+            .with_context(|| format!("cannot write {}", file.display()))?;
+        println!("report written to {}", file.display());
     }
-    println!(
-        "\n{runs} seeds in {:.1} wall s: {:.2} seeds/s, {:.2} simulated hours ({:.0} simulated s per wall s), {} failing",
-        wall.as_secs_f64(),
-        runs as f64 / wall.as_secs_f64().max(1e-3),
-        simulated_ms as f64 / 3.6e6,
-        simulated_ms as f64 / 1000.0 / wall.as_secs_f64().max(1e-3),
-        failures.len()
-    );
-    if runs == 0 {
-        println!("no seed ran: nothing was checked");
-        return Ok(ExitCode::from(1));
+    for line in &replay_lines {
+        println!("{line}");
     }
-    if failures.is_empty() {
-        println!("campaign passed: no failing seed");
-        return Ok(ExitCode::SUCCESS);
+    match report.verdict() {
+        Ok(()) => {
+            println!("campaign passed: no failing seed");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(why) => {
+            println!("campaign failed: {why}");
+            Ok(ExitCode::from(1))
+        }
     }
-    let first = corpus::load(&args.corpus).map_or(0, |all| all.len().saturating_sub(failures.len()));
-    for (i, f) in failures.iter().enumerate() {
-        println!("{}: seed {}: {}", f.scenario, f.seed, f.why);
-        println!(
-            "  gregor-sim replay --from-corpus {} --index {}  # commit {commit}",
-            args.corpus.display(),
-            first + i
-        );
-    }
-    Ok(ExitCode::from(1))
 }
