@@ -161,10 +161,10 @@ mod tests {
         let junk = dir.path().join("junk.pem");
         std::fs::write(&junk, "not a certificate\n").expect("write");
         for (cert, key) in [(&missing, &junk), (&junk, &junk)] {
-            let error = format!("{:#}", server_config(cert, key, None, false).err().expect("refused"));
+            let error = format!("{:#}", server_config(cert, key, None, false).expect_err("refused"));
             assert!(error.contains(&cert.display().to_string()), "{error}");
         }
-        let error = format!("{:#}", client_config(&junk, None).err().expect("refused"));
+        let error = format!("{:#}", client_config(&junk, None).expect_err("refused"));
         assert!(
             error.contains("junk.pem") && error.contains("ssl.ca.location"),
             "{error}"
@@ -172,16 +172,12 @@ mod tests {
         let pki = test_certs::make(dir.path());
         let error = format!(
             "{:#}",
-            server_config(&pki.server_cert, &pki.client_key, None, false)
-                .err()
-                .expect("mismatch")
+            server_config(&pki.server_cert, &pki.client_key, None, false).expect_err("mismatch")
         );
         assert!(error.contains("does not match"), "{error}");
         let error = format!(
             "{:#}",
-            server_config(&pki.server_cert, &pki.server_key, None, true)
-                .err()
-                .expect("no CA")
+            server_config(&pki.server_cert, &pki.server_key, None, true).expect_err("no CA")
         );
         assert!(error.contains("ssl.ca.location"), "{error}");
         assert!(server_config(&pki.server_cert, &pki.server_key, Some(&pki.ca), true).is_ok());
