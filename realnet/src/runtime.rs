@@ -241,36 +241,49 @@ impl Runtime for RealRuntime {
 
     fn send_parts(&self, conn: &mut RealConn, parts: Vec<FramePart>) -> impl Future<Output = Result<(), NetError>> {
         // TLS: the bytes must pass through rustls, so the regions are read and copied.
-        let copied = conn.tls.is_some().then(|| {
-            gregor_core::runtime::flatten_parts(&*self.disk.borrow(), parts.clone())
-                .map_err(|e| NetError::Io(format!("reading a file region to send: {e}")))
-        });
-        let pieces: Result<Vec<Piece>, NetError> = parts
-            .into_iter()
-            .map(|part| match part {
-                FramePart::Bytes(b) => Ok(Piece::Bytes(b)),
-                FramePart::File(r) => self
-                    .disk
-                    .borrow()
-                    .region_file(&r.path, r.position, r.len)
-                    .map(|file| Piece::File {
-                        file,
-                        position: r.position,
-                        len: r.len,
-                    })
-                    .map_err(|e| NetError::Io(format!("opening a file region to send: {e}"))),
-            })
-            .collect();
-        async move {
-            match copied {
-                Some(frame) => conn.send(frame?).await,
-                None => conn.send_pieces(pieces?).await,
-            }
+        if conn.tls.is_some() {
+            let frame = gregor_core::runtime::flatten_parts(&*self.disk.borrow(), parts)
+                .map_err(|e| NetError::Io(format!("reading a file region to send: {e}")));
+            return SendParts::Copied(frame).send(conn);
         }
+        SendParts::Pieces(
+            parts
+                .into_iter()
+                .map(|part| match part {
+                    FramePart::Bytes(b) => Ok(Piece::Bytes(b)),
+                    FramePart::File(r) => self
+                        .disk
+                        .borrow()
+                        .region_file(&r.path, r.position, r.len)
+                        .map(|file| Piece::File {
+                            file,
+                            position: r.position,
+                            len: r.len,
+                        })
+                        .map_err(|e| NetError::Io(format!("opening a file region to send: {e}"))),
+                })
+                .collect(),
+        )
+        .send(conn)
     }
 
     fn random_u64(&self) -> u64 {
         self.rng.borrow_mut().next_u64()
+    }
+}
+
+/// What `send_parts` sends: one copied frame (TLS) or pieces with file regions (sendfile).
+enum SendParts {
+    Copied(Result<Bytes, NetError>),
+    Pieces(Result<Vec<Piece>, NetError>),
+}
+
+impl SendParts {
+    async fn send(self, conn: &mut RealConn) -> Result<(), NetError> {
+        match self {
+            SendParts::Copied(frame) => conn.send(frame?).await,
+            SendParts::Pieces(pieces) => conn.send_pieces(pieces?).await,
+        }
     }
 }
 
