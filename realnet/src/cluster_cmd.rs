@@ -33,7 +33,7 @@ use gregor_core::BrokerId;
 use crate::data_dir::DataDirLock;
 use crate::runtime::{self, RealRuntime};
 use crate::server_config::{
-    inter_broker_credentials, listener, sasl_config, ServerConfig, BROKER_KEYS, COORDINATOR_KEYS,
+    inter_broker_credentials, listener, sasl_config, tls_settings, ServerConfig, BROKER_KEYS, COORDINATOR_KEYS,
 };
 use crate::FsDisk;
 use gregor_core::security::SecurityProtocol;
@@ -270,8 +270,13 @@ pub fn broker(args: BrokerArgs) -> anyhow::Result<ExitCode> {
         Some(ms) => ms,
         None => file.number("zookeeper.session.timeout.ms")?.unwrap_or(6_000),
     };
+    // Before the data directory is touched: a bad certificate or key fails startup at once.
+    let tls = tls_settings(&file, protocol, &coordinators)?;
     let (rt, lock) = open(&data_dir)?;
-    let rt = rt.with_frame_bytes_max(config.limits.request_bytes_max as u64);
+    let mut rt = rt.with_frame_bytes_max(config.limits.request_bytes_max as u64);
+    if let Some(tls) = tls {
+        rt = rt.with_tls(tls);
+    }
     let mut cluster = ClusterConfig::new(coordinators);
     cluster.session_timeout_ms = session_timeout_ms;
     cluster.inter_broker_sasl = inter_broker_credentials(&file);

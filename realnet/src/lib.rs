@@ -12,6 +12,7 @@ pub mod dev;
 pub mod disk;
 pub mod runtime;
 pub mod server_config;
+pub mod tls;
 
 pub use disk::FsDisk;
 pub use runtime::RealRuntime;

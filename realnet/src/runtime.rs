@@ -45,11 +45,26 @@
 //! already on the wire. `GREGOR_FETCH_ZERO_COPY=0` in the environment turns zero-copy fetch off
 //! in `gregor dev` and `gregor broker` ([`fetch_zero_copy_from_env`]): batches are then read and
 //! copied into the response, as the simulator always does, for comparing the two.
+//!
+//! # TLS
+//!
+//! A runtime given [`TlsSettings`] ([`RealRuntime::with_tls`]) wraps accepted connections in a
+//! rustls server session (SSL and SASL_SSL listeners) and outgoing ones in a client session
+//! (except to its plaintext addresses). The record layer is rustls' `read_tls`/`write_tls`
+//! over the same io_uring reads and writes: ciphertext is read a chunk at a time, decrypted
+//! into the frame buffer, and frames are parsed from the plaintext exactly as above (same
+//! length checks, same `frame_bytes_max`). A server handshake runs inside the connection's first
+//! `recv`, so a slow or silent client holds only its own task, never the accept loop; a client
+//! handshake completes inside `connect`. A TLS connection cannot use `sendfile`: the kernel
+//! would send the file's plaintext, so `send_parts` reads the regions and sends the copied
+//! bytes through rustls. Garbage or plaintext Kafka on a TLS port fails that connection's
+//! `recv` (rustls rejects the record) and the node drops it; other connections are untouched.
 
 use std::cell::RefCell;
 use std::future::Future;
 use std::io;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -61,6 +76,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
 use crate::disk::FsDisk;
+use crate::tls::TlsSettings;
 
 /// Kafka's `socket.request.max.bytes` default: 100 MiB.
 pub const FRAME_BYTES_MAX_DEFAULT: u64 = gregor_core::protocol::REQUEST_BYTES_MAX as u64;
@@ -103,6 +119,7 @@ pub struct RealRuntime {
     rng: Rc<RefCell<ChaCha8Rng>>,
     started: Instant,
     frame_bytes_max: u64,
+    tls: Rc<TlsSettings>,
 }
 
 impl RealRuntime {
@@ -113,12 +130,19 @@ impl RealRuntime {
             rng: Rc::new(RefCell::new(ChaCha8Rng::seed_from_u64(seed))),
             started: Instant::now(),
             frame_bytes_max: FRAME_BYTES_MAX_DEFAULT,
+            tls: Rc::new(TlsSettings::default()),
         }
     }
 
     /// Sets the largest frame a connection accepts (at least 1 byte).
     pub fn with_frame_bytes_max(mut self, frame_bytes_max: u64) -> RealRuntime {
         self.frame_bytes_max = frame_bytes_max.max(1);
+        self
+    }
+
+    /// Speaks TLS on the connections `tls` says (see the module docs).
+    pub fn with_tls(mut self, tls: TlsSettings) -> RealRuntime {
+        self.tls = Rc::new(tls);
         self
     }
 
@@ -156,12 +180,22 @@ impl Runtime for RealRuntime {
     fn connect(&self, addr: &str) -> impl Future<Output = Result<RealConn, NetError>> {
         let addr = addr.to_string();
         let frame_bytes_max = self.frame_bytes_max;
+        let tls = self.tls.client_for(&addr);
         async move {
             let stream = TcpStream::connect(addr.as_str()).await.map_err(|e| match e.kind() {
                 io::ErrorKind::ConnectionRefused => NetError::Refused(addr.clone()),
                 _ => NetError::Io(format!("connect to {addr}: {e}")),
             })?;
-            RealConn::new(stream, frame_bytes_max)
+            let mut conn = RealConn::new(stream, frame_bytes_max)?;
+            if let Some(config) = tls {
+                let name = crate::tls::server_name(&addr)
+                    .ok_or_else(|| NetError::Io(format!("{addr}: no host name to check a TLS certificate against")))?;
+                let session = rustls::ClientConnection::new(config, name)
+                    .map_err(|e| NetError::Io(format!("TLS to {addr}: {e}")))?;
+                conn.tls = Some(Box::new(session.into()));
+                conn.handshake().await?;
+            }
+            Ok(conn)
         }
     }
 
@@ -171,6 +205,7 @@ impl Runtime for RealRuntime {
         // restarted broker can bind while old connections sit in TIME_WAIT.
         let opts = ListenerOpts::new().reuse_port(false).reuse_addr(true);
         let (addr, frame_bytes_max) = (addr.to_string(), self.frame_bytes_max);
+        let tls = self.tls.server.clone();
         async move {
             // A broker that died a moment ago may still hold its port: the kernel tears an
             // io_uring down after the process is gone, and a pending accept keeps the listening
@@ -183,6 +218,7 @@ impl Runtime for RealRuntime {
                         return Ok(RealListener {
                             listener,
                             frame_bytes_max,
+                            tls,
                         })
                     }
                     Err(e) if e.kind() == io::ErrorKind::AddrInUse && Instant::now() < deadline => {
@@ -204,27 +240,50 @@ impl Runtime for RealRuntime {
     }
 
     fn send_parts(&self, conn: &mut RealConn, parts: Vec<FramePart>) -> impl Future<Output = Result<(), NetError>> {
-        let pieces: Result<Vec<Piece>, NetError> = parts
-            .into_iter()
-            .map(|part| match part {
-                FramePart::Bytes(b) => Ok(Piece::Bytes(b)),
-                FramePart::File(r) => self
-                    .disk
-                    .borrow()
-                    .region_file(&r.path, r.position, r.len)
-                    .map(|file| Piece::File {
-                        file,
-                        position: r.position,
-                        len: r.len,
-                    })
-                    .map_err(|e| NetError::Io(format!("opening a file region to send: {e}"))),
-            })
-            .collect();
-        async move { conn.send_pieces(pieces?).await }
+        // TLS: the bytes must pass through rustls, so the regions are read and copied.
+        if conn.tls.is_some() {
+            let frame = gregor_core::runtime::flatten_parts(&*self.disk.borrow(), parts)
+                .map_err(|e| NetError::Io(format!("reading a file region to send: {e}")));
+            return SendParts::Copied(frame).send(conn);
+        }
+        SendParts::Pieces(
+            parts
+                .into_iter()
+                .map(|part| match part {
+                    FramePart::Bytes(b) => Ok(Piece::Bytes(b)),
+                    FramePart::File(r) => self
+                        .disk
+                        .borrow()
+                        .region_file(&r.path, r.position, r.len)
+                        .map(|file| Piece::File {
+                            file,
+                            position: r.position,
+                            len: r.len,
+                        })
+                        .map_err(|e| NetError::Io(format!("opening a file region to send: {e}"))),
+                })
+                .collect(),
+        )
+        .send(conn)
     }
 
     fn random_u64(&self) -> u64 {
         self.rng.borrow_mut().next_u64()
+    }
+}
+
+/// What `send_parts` sends: one copied frame (TLS) or pieces with file regions (sendfile).
+enum SendParts {
+    Copied(Result<Bytes, NetError>),
+    Pieces(Result<Vec<Piece>, NetError>),
+}
+
+impl SendParts {
+    async fn send(self, conn: &mut RealConn) -> Result<(), NetError> {
+        match self {
+            SendParts::Copied(frame) => conn.send(frame?).await,
+            SendParts::Pieces(pieces) => conn.send_pieces(pieces?).await,
+        }
     }
 }
 
@@ -235,6 +294,7 @@ const BIND_RETRY_MS: u64 = 3_000;
 pub struct RealListener {
     listener: TcpListener,
     frame_bytes_max: u64,
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl RealListener {
@@ -253,7 +313,14 @@ impl Listener for RealListener {
             .accept()
             .await
             .map_err(|e| NetError::Io(format!("accept: {e}")))?;
-        RealConn::new(stream, self.frame_bytes_max)
+        let mut conn = RealConn::new(stream, self.frame_bytes_max)?;
+        if let Some(config) = &self.tls {
+            // The handshake itself runs in the connection's first recv (module docs).
+            let session = rustls::ServerConnection::new(config.clone())
+                .map_err(|e| NetError::Io(format!("TLS session for {}: {e}", conn.peer)))?;
+            conn.tls = Some(Box::new(session.into()));
+        }
+        Ok(conn)
     }
 }
 
@@ -267,6 +334,8 @@ pub struct RealConn {
     writing: bool,
     peer: String,
     frame_bytes_max: u64,
+    /// The TLS session on a TLS connection; `read_buf` then holds decrypted bytes.
+    tls: Option<Box<rustls::Connection>>,
 }
 
 /// `sendfile` on the socket must not block the ring's thread: with O_NONBLOCK it returns
@@ -309,6 +378,7 @@ impl RealConn {
             writing: false,
             peer,
             frame_bytes_max,
+            tls: None,
         })
     }
 
@@ -430,8 +500,160 @@ impl RealConn {
     }
 }
 
+/// Plaintext bytes handed to rustls per write, so one large frame is encrypted and sent in
+/// pieces rather than buffered whole a second time.
+const TLS_WRITE_CHUNK_BYTES: usize = 64 * 1024;
+/// Round trips a TLS handshake may take before the connection is given up (TLS 1.2 needs two).
+const TLS_HANDSHAKE_READS_MAX: usize = 64;
+
+/// TLS connections (see the module docs): rustls between the frames and the socket.
+impl RealConn {
+    fn tls_session(&mut self) -> &mut rustls::Connection {
+        self.tls.as_mut().expect("called on TLS connections only")
+    }
+
+    /// Sends whatever rustls has queued (handshake messages, alerts, encrypted records).
+    async fn flush_tls(&mut self) -> Result<(), NetError> {
+        while self.tls_session().wants_write() {
+            let mut out = Vec::with_capacity(TLS_WRITE_CHUNK_BYTES);
+            self.tls_session()
+                .write_tls(&mut out)
+                .map_err(|e| io_error("TLS encrypt", e))?;
+            let (result, _) = self.stream.write_all(out).await;
+            result.map_err(|e| io_error("send", e))?;
+        }
+        Ok(())
+    }
+
+    /// Reads one chunk of ciphertext, hands it to rustls, and appends what it decrypts to `buf`.
+    /// `Ok(false)` when the peer closed the TCP connection.
+    async fn read_tls_chunk(&mut self, buf: &mut BytesMut) -> Result<bool, NetError> {
+        let (result, cipher) = self.stream.read(Vec::with_capacity(READ_CHUNK_BYTES)).await;
+        if result.map_err(|e| io_error("receive", e))? == 0 {
+            return Ok(false);
+        }
+        let peer = self.peer.clone();
+        let tls = self.tls_session();
+        let mut rest: &[u8] = &cipher;
+        while !rest.is_empty() {
+            tls.read_tls(&mut rest).map_err(|e| io_error("TLS receive", e))?;
+            let state = tls
+                .process_new_packets()
+                .map_err(|e| NetError::Io(format!("TLS from {peer}: {e}")))?;
+            let ready = state.plaintext_bytes_to_read();
+            if ready > 0 {
+                let start = buf.len();
+                buf.resize(start + ready, 0);
+                io::Read::read_exact(&mut tls.reader(), &mut buf[start..]).map_err(|e| io_error("TLS decrypt", e))?;
+            }
+        }
+        Ok(true)
+    }
+
+    /// Completes a client handshake (the server's runs inside its first `recv`).
+    async fn handshake(&mut self) -> Result<(), NetError> {
+        let mut buf = self.read_buf.take().expect("a fresh connection holds its buffer");
+        for _ in 0..TLS_HANDSHAKE_READS_MAX {
+            self.flush_tls().await?;
+            if !self.tls_session().is_handshaking() {
+                self.read_buf = Some(buf);
+                return Ok(());
+            }
+            if !self.read_tls_chunk(&mut buf).await? {
+                return Err(NetError::Io(format!(
+                    "{} closed the connection during the TLS handshake",
+                    self.peer
+                )));
+            }
+        }
+        Err(NetError::Io(format!("TLS handshake with {} did not finish", self.peer)))
+    }
+
+    async fn send_tls(&mut self, frame: Bytes) -> Result<(), NetError> {
+        if self.writing {
+            return Err(NetError::Io(format!(
+                "an earlier send to {} stopped part-way; the stream is unusable",
+                self.peer
+            )));
+        }
+        let len = i32::try_from(frame.len())
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| NetError::Io(format!("cannot frame {} bytes: must be 1..=i32::MAX", frame.len())))?;
+        self.writing = true;
+        let prefix = len.to_be_bytes();
+        for piece in [&prefix[..], &frame[..]] {
+            for chunk in piece.chunks(TLS_WRITE_CHUNK_BYTES) {
+                let mut rest = chunk;
+                while !rest.is_empty() {
+                    let n = io::Write::write(&mut self.tls_session().writer(), rest)
+                        .map_err(|e| io_error("TLS encrypt", e))?;
+                    if n == 0 && !self.tls_session().wants_write() {
+                        return Err(NetError::Io(format!(
+                            "TLS session with {} takes no more data",
+                            self.peer
+                        )));
+                    }
+                    rest = &rest[n..];
+                    self.flush_tls().await?;
+                }
+            }
+        }
+        self.flush_tls().await?;
+        self.writing = false;
+        Ok(())
+    }
+
+    async fn recv_tls(&mut self) -> Result<Option<Bytes>, NetError> {
+        let mut buf = self.read_buf.take().ok_or_else(|| {
+            NetError::Io(format!(
+                "an earlier receive from {} stopped part-way; the stream is unusable",
+                self.peer
+            ))
+        })?;
+        loop {
+            match self.frame_len(&buf)? {
+                Some(len) if buf.len() >= 4 + len => {
+                    buf.advance(4);
+                    let frame = buf.split_to(len).freeze();
+                    self.read_buf = Some(buf);
+                    return Ok(Some(frame));
+                }
+                Some(len) => buf.reserve(4 + len - buf.len()),
+                None => {}
+            }
+            // Handshake replies (a server's first recv) go out before we wait for more.
+            if self.tls_session().wants_write() {
+                if self.writing {
+                    return Err(NetError::Io(format!(
+                        "an earlier send to {} stopped part-way; the stream is unusable",
+                        self.peer
+                    )));
+                }
+                self.writing = true;
+                self.flush_tls().await?;
+                self.writing = false;
+            }
+            if !self.read_tls_chunk(&mut buf).await? {
+                // TCP closed (with or without close_notify): clean only between frames.
+                if buf.is_empty() {
+                    return Ok(None);
+                }
+                return Err(NetError::Io(format!(
+                    "{} closed the connection inside a frame ({} bytes unread)",
+                    self.peer,
+                    buf.len()
+                )));
+            }
+        }
+    }
+}
+
 impl Connection for RealConn {
     async fn send(&mut self, frame: Bytes) -> Result<(), NetError> {
+        if self.tls.is_some() {
+            return self.send_tls(frame).await;
+        }
         if self.writing {
             return Err(NetError::Io(format!(
                 "an earlier send to {} stopped part-way; the stream is unusable",
@@ -460,6 +682,9 @@ impl Connection for RealConn {
     }
 
     async fn recv(&mut self) -> Result<Option<Bytes>, NetError> {
+        if self.tls.is_some() {
+            return self.recv_tls().await;
+        }
         let mut buf = self.read_buf.take().ok_or_else(|| {
             NetError::Io(format!(
                 "an earlier receive from {} stopped part-way; the stream is unusable",
@@ -657,6 +882,127 @@ mod tests {
             }
         })
         .expect("runtime");
+    }
+
+    /// A runtime whose listener and client speak TLS with a fresh test PKI.
+    fn tls_runtimes(
+        client_auth: bool,
+        client_identity: bool,
+        client_ca_is_other: bool,
+    ) -> (tempfile::TempDir, RealRuntime, RealRuntime) {
+        let (dir, rt) = runtime();
+        let pki = crate::tls::test_certs::make(dir.path());
+        let server = crate::tls::server_config(&pki.server_cert, &pki.server_key, Some(&pki.ca), client_auth)
+            .expect("server config");
+        let ca = if client_ca_is_other { &pki.other_ca } else { &pki.ca };
+        let identity = client_identity.then_some((pki.client_cert.as_path(), pki.client_key.as_path()));
+        let client = crate::tls::client_config(ca, identity).expect("client config");
+        let server_rt = rt.clone().with_tls(TlsSettings {
+            server: Some(server),
+            ..TlsSettings::default()
+        });
+        let client_rt = rt.with_tls(TlsSettings {
+            client: Some(client),
+            ..TlsSettings::default()
+        });
+        (dir, server_rt, client_rt)
+    }
+
+    #[test]
+    fn tls_frames_round_trip_both_ways_whatever_their_size() {
+        let (_dir, server_rt, client_rt) = tls_runtimes(false, false, false);
+        block_on(async move {
+            let mut listener = server_rt.listen("127.0.0.1:0").await.expect("listen");
+            let addr = listener.local_addr().expect("addr").to_string();
+            let sizes = [1usize, 5, 1000, TLS_WRITE_CHUNK_BYTES + 1, 3 * READ_CHUNK_BYTES + 7];
+            let frames: Vec<Bytes> = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| Bytes::from((0..n).map(|b| (b * 31 + i) as u8).collect::<Vec<u8>>()))
+                .collect();
+            let sent = frames.clone();
+            let client = monoio::spawn(async move {
+                let mut conn = client_rt.connect(&addr).await.expect("TLS connect");
+                for f in sent {
+                    conn.send(f.clone()).await.expect("send");
+                    assert_eq!(conn.recv().await.expect("echo"), Some(f));
+                }
+            });
+            let mut server = listener.accept().await.expect("accept");
+            for f in &frames {
+                let got = server.recv().await.expect("recv").expect("a frame");
+                assert_eq!(&got, f);
+                server.send(got).await.expect("echo");
+            }
+            client.await;
+            assert_eq!(server.recv().await.expect("clean close"), None);
+            println!("{} frames round-tripped over TLS, sizes {sizes:?}", frames.len());
+        })
+        .expect("runtime");
+    }
+
+    #[test]
+    fn garbage_and_plaintext_on_a_tls_port_fail_only_that_connection() {
+        let (_dir, server_rt, client_rt) = tls_runtimes(false, false, false);
+        block_on(async move {
+            let mut listener = server_rt.listen("127.0.0.1:0").await.expect("listen");
+            let addr = listener.local_addr().expect("addr").to_string();
+            let good_addr = addr.clone();
+            let good = monoio::spawn(async move {
+                let mut conn = client_rt.connect(&good_addr).await.expect("TLS connect");
+                conn.send(Bytes::from_static(b"first")).await.expect("send");
+                conn.recv().await.expect("recv")
+            });
+            let mut tls_server = listener.accept().await.expect("accept");
+            // A plaintext Kafka frame (ApiVersions v0 header) and random garbage.
+            let plaintext = vec![0, 0, 0, 10, 0, 18, 0, 0, 0, 0, 0, 1, 0xff, 0xff];
+            let garbage: Vec<u8> = (0..300u32).map(|i| (i * 7919 % 251) as u8).collect();
+            for bad in [plaintext, garbage] {
+                let mut raw = TcpStream::connect(addr.as_str()).await.expect("connect");
+                write_raw(&mut raw, bad).await;
+                let mut bad_server = listener.accept().await.expect("accept");
+                let result = bad_server.recv().await;
+                assert!(result.is_err(), "a TLS port took non-TLS bytes: {result:?}");
+            }
+            let frame = tls_server.recv().await.expect("the TLS client still works");
+            assert_eq!(frame, Some(Bytes::from_static(b"first")));
+            tls_server.send(Bytes::from_static(b"reply")).await.expect("send");
+            assert_eq!(good.await, Some(Bytes::from_static(b"reply")));
+        })
+        .expect("runtime");
+    }
+
+    #[test]
+    fn tls_clients_check_the_server_and_mutual_tls_checks_the_client() {
+        for (client_auth, identity, other_ca, ok) in [
+            (false, false, true, false),
+            (true, false, false, false),
+            (true, true, false, true),
+        ] {
+            let (_dir, server_rt, client_rt) = tls_runtimes(client_auth, identity, other_ca);
+            block_on(async move {
+                let mut listener = server_rt.listen("127.0.0.1:0").await.expect("listen");
+                let addr = listener.local_addr().expect("addr").to_string();
+                let server = monoio::spawn(async move {
+                    let mut conn = listener.accept().await.expect("accept");
+                    let frame = conn.recv().await;
+                    if let Ok(Some(f)) = &frame {
+                        conn.send(f.clone()).await.expect("echo");
+                    }
+                    frame
+                });
+                let client = async {
+                    let mut conn = client_rt.connect(&addr).await?;
+                    conn.send(Bytes::from_static(b"hi")).await?;
+                    conn.recv().await
+                };
+                let client = client.await;
+                let server = server.await;
+                println!("client auth {client_auth}, identity {identity}, other CA {other_ca}: client {client:?}, server {server:?}");
+                assert_eq!(client.is_ok() && server.is_ok(), ok);
+            })
+            .expect("runtime");
+        }
     }
 
     #[test]

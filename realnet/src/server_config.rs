@@ -5,8 +5,9 @@
 //! silently ignored by a server that then runs with a default.
 //!
 //! Broker keys: `broker.id`, `listeners` (`host:port`, `PROTOCOL://host:port` or `NAME://host:port`
-//! with `listener.security.protocol.map` = `NAME:PROTOCOL`; one listener; PLAINTEXT or
-//! SASL_PLAINTEXT), the SASL keys `sasl.enabled.mechanisms`, `sasl.plain.users`,
+//! with `listener.security.protocol.map` = `NAME:PROTOCOL`; one listener; PLAINTEXT, SSL,
+//! SASL_PLAINTEXT or SASL_SSL), the TLS keys `ssl.certificate.location`, `ssl.key.location`,
+//! `ssl.ca.location`, `ssl.client.auth` (see [`tls_settings`]), the SASL keys `sasl.enabled.mechanisms`, `sasl.plain.users`,
 //! `sasl.inter.broker.username`, `sasl.inter.broker.password`,
 //! `connection.failed.authentication.delay.ms` (see [`sasl_config`]),
 //! `advertised.host.name`, `log.dirs` (one directory), `zookeeper.connect` (the coordinators,
@@ -112,7 +113,7 @@ pub fn listener_address(listeners: &str) -> anyhow::Result<String> {
 
 /// One listener: `host:port` (PLAINTEXT), `PROTOCOL://host:port`, or `NAME://host:port` with
 /// `NAME:PROTOCOL` in `listener.security.protocol.map` (`map`), as Kafka spells them. Gives the
-/// address and its security protocol; SSL and SASL_SSL are refused until TLS exists.
+/// address and its security protocol.
 pub fn listener(listeners: &str, map: Option<&str>) -> anyhow::Result<(String, SecurityProtocol)> {
     let one = listeners.trim();
     if one.contains(',') {
@@ -132,13 +133,72 @@ pub fn listener(listeners: &str, map: Option<&str>) -> anyhow::Result<(String, S
             format!("listeners: {name:?} is neither a security protocol nor in listener.security.protocol.map")
         })?,
     };
-    if protocol.uses_tls() {
-        bail!(
-            "listeners: {} is not supported yet; use PLAINTEXT or SASL_PLAINTEXT",
-            protocol.name()
-        );
-    }
     Ok((addr.to_string(), protocol))
+}
+
+/// The TLS side of a broker whose listener is SSL or SASL_SSL (`None` otherwise): the listener
+/// serves `ssl.certificate.location` + `ssl.key.location` (PEM), and asks clients for a
+/// certificate chaining to `ssl.ca.location` when `ssl.client.auth = required` (default `none`).
+/// Its replica fetchers reach the other brokers' listeners over TLS too, trusting
+/// `ssl.ca.location` and presenting the broker's own certificate; the coordinators
+/// (`coordinators`) listen in plaintext and are reached without TLS. Any unreadable or
+/// mismatched file fails startup with its name.
+pub fn tls_settings(
+    file: &ServerConfig,
+    protocol: SecurityProtocol,
+    coordinators: &[String],
+) -> anyhow::Result<Option<crate::tls::TlsSettings>> {
+    let path = |k: &str| file.text(k).map(|v| Path::new(v.trim()).to_path_buf());
+    if !protocol.uses_tls() {
+        if let Some(k) = ["ssl.certificate.location", "ssl.key.location", "ssl.client.auth"]
+            .into_iter()
+            .find(|k| file.text(k).is_some())
+        {
+            tracing::warn!(
+                "{}: {k} is set but the listener is {}: ignored",
+                file.file,
+                protocol.name()
+            );
+        }
+        return Ok(None);
+    }
+    let cert = path("ssl.certificate.location").with_context(|| {
+        format!(
+            "{}: a {} listener needs ssl.certificate.location",
+            file.file,
+            protocol.name()
+        )
+    })?;
+    let key = path("ssl.key.location")
+        .with_context(|| format!("{}: a {} listener needs ssl.key.location", file.file, protocol.name()))?;
+    let ca = path("ssl.ca.location");
+    let client_auth = match file.text("ssl.client.auth").map(str::trim) {
+        None | Some("none") => false,
+        Some("required") => true,
+        Some(other) => bail!(
+            "{}: ssl.client.auth must be required or none, not {other:?} (requested is not supported)",
+            file.file
+        ),
+    };
+    let server = crate::tls::server_config(&cert, &key, ca.as_deref(), client_auth)
+        .with_context(|| format!("{}: the TLS listener", file.file))?;
+    let client = match &ca {
+        Some(ca) => Some(
+            crate::tls::client_config(ca, Some((&cert, &key)))
+                .with_context(|| format!("{}: the inter-broker TLS client", file.file))?,
+        ),
+        None => {
+            tracing::warn!(
+                "TLS listener without ssl.ca.location: replica fetchers cannot verify the other brokers and will not connect"
+            );
+            None
+        }
+    };
+    Ok(Some(crate::tls::TlsSettings {
+        server: Some(server),
+        client,
+        plaintext_addrs: coordinators.iter().cloned().collect(),
+    }))
 }
 
 /// The SASL settings of a SASL listener: `sasl.enabled.mechanisms` (default PLAIN),
@@ -228,6 +288,10 @@ pub const BROKER_KEYS: &[&str] = &[
     "super.users",
     "allow.everyone.if.no.acl.found",
     "auto.leader.rebalance.enable",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.ca.location",
+    "ssl.client.auth",
 ];
 
 pub const COORDINATOR_KEYS: &[&str] = &["node.id", "controller.quorum.voters", "log.dirs"];
@@ -263,7 +327,10 @@ mod tests {
             .number::<i32>("broker.id")
             .expect_err("not a number");
         assert!(e.to_string().contains("broker.id"), "{e}");
-        assert!(listener_address("SASL_SSL://h:1").is_err());
+        assert_eq!(
+            listener("SASL_SSL://h:1", None).expect("sasl_ssl"),
+            ("h:1".to_string(), SecurityProtocol::SaslSsl)
+        );
         assert_eq!(
             listener("SASL_PLAINTEXT://h:1", None).expect("sasl"),
             ("h:1".to_string(), SecurityProtocol::SaslPlaintext)

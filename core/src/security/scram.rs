@@ -202,7 +202,11 @@ pub fn server_final(m: Mechanism, state: &ServerFirst, cred: &ScramCredential, t
     if !header.starts_with(b"n,") && !header.starts_with(b"y,") {
         return Err("channel binding is not supported".into());
     }
-    if nonce != state.nonce {
+    // Kafka's ScramSaslServer checks that the client's nonce *ends with* the server's, and
+    // librdkafka up to 2.0 relies on it: it sends its own nonce in front of the combined one
+    // (kcat on Debian 12 does). The server's random part still has to come back, so a replayed
+    // exchange is refused as before; the proof covers the message as the client sent it.
+    if !nonce.ends_with(state.nonce.as_str()) {
         return Err("nonce differs from the server's".into());
     }
     let proof = B64.decode(proof).map_err(|_| "proof is not base64")?;
@@ -317,6 +321,29 @@ mod tests {
         let fin = server_final(Mechanism::ScramSha256, &state, &cred, CLIENT_FINAL.as_bytes()).expect("proof accepted");
         assert_eq!(fin, SERVER_FINAL);
         println!("RFC 7677 server side: server-first and server-final match the RFC byte for byte");
+    }
+
+    #[test]
+    fn a_client_nonce_repeated_in_front_is_accepted_as_kafka_does_and_a_foreign_one_is_not() {
+        let cred = rfc_credential();
+        let (user, bare, cnonce) = client_first_user(CLIENT_FIRST.as_bytes()).expect("valid client-first");
+        let state = server_first(user, bare, &cnonce, SERVER_NONCE, &cred);
+        let proof_for = |without_proof: &str| {
+            let auth = format!("{},{},{without_proof}", state.client_first_bare, state.server_first);
+            let salted = hi(Mechanism::ScramSha256, b"pencil", &cred.salt, cred.iterations);
+            let client_key = hmac(Mechanism::ScramSha256, &salted, b"Client Key");
+            let signature = hmac(Mechanism::ScramSha256, &cred.stored_key, auth.as_bytes());
+            format!("{without_proof},p={}", B64.encode(xor(&client_key, &signature)))
+        };
+        // librdkafka 2.0: c=biws,r=<client nonce><client nonce + server nonce>.
+        let doubled = proof_for(&format!("c=biws,r={cnonce}{}", state.nonce));
+        assert!(server_final(Mechanism::ScramSha256, &state, &cred, doubled.as_bytes()).is_ok());
+        let foreign = proof_for(&format!("c=biws,r={cnonce}somethingelse"));
+        assert_eq!(
+            server_final(Mechanism::ScramSha256, &state, &cred, foreign.as_bytes()),
+            Err("nonce differs from the server's".to_string())
+        );
+        println!("doubled client nonce accepted, foreign nonce refused");
     }
 
     #[test]

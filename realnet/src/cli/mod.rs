@@ -23,9 +23,10 @@ use anyhow::{bail, Context};
 use gregor_core::client::{ClientConfig, Cluster, METADATA_VERSION};
 use gregor_core::protocol::api::metadata::{MetadataRequest, MetadataRequestTopic, MetadataResponse};
 use gregor_core::protocol::{Request, Response, Uuid};
-use gregor_core::security::{Mechanism, SaslCredentials};
+use gregor_core::security::{Mechanism, SaslCredentials, SecurityProtocol};
 
 use crate::runtime::{self, RealRuntime};
+use crate::tls::TlsSettings;
 use crate::FsDisk;
 
 /// Where the broker is and how long to wait for it; shared by every client subcommand.
@@ -48,7 +49,10 @@ pub struct ConnectArgs {
     #[arg(long)]
     pub sasl_mechanism: Option<String>,
     /// A client properties file (`key=value` lines, `#` comments), as Kafka's tools take:
-    /// `security.protocol`, `sasl.mechanism`, `sasl.username`, `sasl.password`. Flags win.
+    /// `security.protocol` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL), `sasl.mechanism`,
+    /// `sasl.username`, `sasl.password`, and for TLS `ssl.ca.location` (PEM CAs to trust,
+    /// required) with optional `ssl.certificate.location` + `ssl.key.location` (mutual TLS).
+    /// Flags win.
     #[arg(long)]
     pub command_config: Option<std::path::PathBuf>,
 }
@@ -73,22 +77,48 @@ impl ConnectArgs {
         Ok(addrs)
     }
 
-    /// The SASL login the flags and `--command-config` ask for; `None` for PLAINTEXT.
-    pub fn sasl(&self) -> anyhow::Result<Option<SaslCredentials>> {
-        let props = match &self.command_config {
+    fn properties(&self) -> anyhow::Result<BTreeMap<String, String>> {
+        Ok(match &self.command_config {
             Some(path) => {
                 let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
                 client_properties(&text)
             }
             None => BTreeMap::new(),
+        })
+    }
+
+    /// The TLS client `--command-config` asks for (`security.protocol` SSL or SASL_SSL);
+    /// `None` otherwise.
+    pub fn tls(&self) -> anyhow::Result<Option<TlsSettings>> {
+        let props = self.properties()?;
+        let protocol = props.get("security.protocol").map(|p| p.to_ascii_uppercase());
+        if !matches!(protocol.as_deref(), Some("SSL" | "SASL_SSL")) {
+            return Ok(None);
+        }
+        let path = |k: &str| props.get(k).map(std::path::PathBuf::from);
+        let ca = path("ssl.ca.location").context("security.protocol SSL/SASL_SSL needs ssl.ca.location")?;
+        let identity = match (path("ssl.certificate.location"), path("ssl.key.location")) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            _ => bail!("ssl.certificate.location and ssl.key.location go together"),
         };
+        let client = crate::tls::client_config(&ca, identity.as_ref().map(|(c, k)| (c.as_path(), k.as_path())))?;
+        Ok(Some(TlsSettings {
+            client: Some(client),
+            ..TlsSettings::default()
+        }))
+    }
+
+    /// The SASL login the flags and `--command-config` ask for; `None` for PLAINTEXT.
+    pub fn sasl(&self) -> anyhow::Result<Option<SaslCredentials>> {
+        let props = self.properties()?;
         let prop = |k: &str| props.get(k).cloned();
         let user = self.sasl_user.clone().or_else(|| prop("sasl.username"));
         let password = self.sasl_password.clone().or_else(|| prop("sasl.password"));
         let mechanism = self.sasl_mechanism.clone().or_else(|| prop("sasl.mechanism"));
         let protocol = prop("security.protocol").unwrap_or_default().to_ascii_uppercase();
-        if protocol.contains("SSL") {
-            bail!("security.protocol {protocol}: TLS is not supported by the gregor client yet");
+        if !protocol.is_empty() && SecurityProtocol::parse(&protocol).is_none() {
+            bail!("security.protocol {protocol}: not PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL");
         }
         let wants_sasl = user.is_some() || password.is_some() || protocol.starts_with("SASL");
         if !wants_sasl {
@@ -106,15 +136,20 @@ impl ConnectArgs {
         }))
     }
 
-    /// A client on a fresh runtime (the caller runs it inside [`run`]).
+    /// A client on a fresh runtime (the caller runs it inside [`run`]), over TLS when
+    /// `--command-config` asks for it.
     pub fn cluster(&self, rt: &RealRuntime) -> anyhow::Result<Cluster<RealRuntime>> {
+        let rt = match self.tls()? {
+            Some(tls) => rt.clone().with_tls(tls),
+            None => rt.clone(),
+        };
         let config = ClientConfig {
             client_id: "gregor-cli".into(),
             request_timeout_ms: self.request_timeout_ms.max(1),
             sasl: self.sasl()?,
             ..ClientConfig::default()
         };
-        Ok(Cluster::new(rt.clone(), self.bootstrap()?, config))
+        Ok(Cluster::new(rt, self.bootstrap()?, config))
     }
 }
 

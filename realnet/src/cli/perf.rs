@@ -37,6 +37,10 @@ pub struct PerfArgs {
     /// The broker to load; without it a `gregor dev` is started on a free loopback port.
     #[arg(long)]
     pub bootstrap_server: Option<String>,
+    /// Client properties for `--bootstrap-server` (`security.protocol=SSL`, `ssl.ca.location`,
+    /// SASL keys), as the other client commands take.
+    #[arg(long)]
+    pub command_config: Option<PathBuf>,
     #[arg(long, default_value = "gregor-perf")]
     pub topic: String,
     /// Partitions of the topic if it has to be created.
@@ -135,7 +139,7 @@ pub fn run(command: PerfCommand) -> anyhow::Result<()> {
         sasl_user: None,
         sasl_password: None,
         sasl_mechanism: None,
-        command_config: None,
+        command_config: args.command_config.clone(),
     };
     let result = if consume {
         consume_runs(&connect, &args)

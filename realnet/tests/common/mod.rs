@@ -4,6 +4,8 @@
 
 #![allow(dead_code)] // each test binary uses its own part of this module
 
+pub mod certs;
+
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;

@@ -1,9 +1,10 @@
 """confluent-kafka (librdkafka) over SASL: as an allowed user, create a topic, produce N messages
 with acks=all and read them back (group-less, assign from the beginning), comparing byte for
 byte; with a wrong password, the login must be refused with an authentication error and nothing
-else must work.
+else must work: a message produced then is not delivered.
 
-usage: confluent_sasl.py BOOTSTRAP PROTOCOL MECHANISM USER PASSWORD ok|refused TOPIC N TIMEOUT_SECONDS
+usage: confluent_sasl.py BOOTSTRAP PROTOCOL MECHANISM USER PASSWORD ok|refused TOPIC N TIMEOUT_SECONDS [CA_PEM]
+(CA_PEM: the CA to trust over SSL / SASL_SSL)
 """
 
 import sys
@@ -27,6 +28,8 @@ def main():
         "sasl.password": password,
         "error_cb": lambda err: errors.append(err),
     }
+    if len(sys.argv) > 10:
+        security["ssl.ca.location"] = sys.argv[10]
     if mode == "refused":
         # A producer, whose poll() serves error_cb (an AdminClient's calls do not).
         producer = Producer(security)
@@ -40,6 +43,12 @@ def main():
         auth = [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
         if not auth:
             fail("no authentication error reported; errors: %s" % [str(e) for e in errors])
+        reports = []
+        bounded = Producer(dict(security, **{"message.timeout.ms": 3000}))
+        bounded.produce(topic, value=b"must not land", on_delivery=lambda err, msg: reports.append(err))
+        bounded.flush(min(10, max(1, deadline.left())))
+        if not reports or reports[0] is None:
+            fail("a produce with a wrong password was delivered (reports %s)" % reports)
         print("refused: %s" % auth[0].str(), flush=True)
         return
 
