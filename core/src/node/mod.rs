@@ -708,3 +708,6 @@ mod authz_node_tests;
 
 #[cfg(test)]
 mod replication_node_tests;
+
+#[cfg(test)]
+mod users_node_tests;
