@@ -34,10 +34,12 @@ const USER_JOB_TIMEOUT_MS: u64 = 30_000;
 
 /// One user's changes.
 type Job = Vec<(String, Vec<Change>)>;
+/// One result per user of a job.
+type Answer = Vec<Result<(), Failure>>;
 
 struct Queued {
     job: Job,
-    reply: Rc<RefCell<Option<Vec<Result<(), Failure>>>>>,
+    reply: Rc<RefCell<Option<Answer>>>,
 }
 
 /// User writes handed from connections to the sync task. Clones share the queue.
