@@ -59,11 +59,14 @@ pub enum ErrorCode {
     ElectionNotNeeded = 84,
     NoReassignmentInProgress = 85,
     InvalidRecord = 87,
+    ResourceNotFound = 91,
+    DuplicateResource = 92,
+    UnacceptableCredential = 93,
     UnknownTopicId = 100,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 55] = [
+    pub const ALL: [ErrorCode; 58] = [
         ErrorCode::UnknownServerError,
         ErrorCode::None,
         ErrorCode::OffsetOutOfRange,
@@ -118,6 +121,9 @@ impl ErrorCode {
         ErrorCode::ElectionNotNeeded,
         ErrorCode::NoReassignmentInProgress,
         ErrorCode::InvalidRecord,
+        ErrorCode::ResourceNotFound,
+        ErrorCode::DuplicateResource,
+        ErrorCode::UnacceptableCredential,
         ErrorCode::UnknownTopicId,
     ];
 

@@ -38,6 +38,13 @@ enum Command {
         #[command(subcommand)]
         command: cli::acls::AclsCommand,
     },
+    /// Adds, deletes and lists SCRAM users (stored in the coordinator).
+    Users {
+        #[command(flatten)]
+        connect: cli::ConnectArgs,
+        #[command(subcommand)]
+        command: cli::users::UsersCommand,
+    },
     /// Produces one record per line of standard input.
     Produce {
         #[command(flatten)]
@@ -99,6 +106,7 @@ fn main() -> ExitCode {
         Command::Broker(args) => gregor_realnet::cluster_cmd::broker(args),
         Command::Topics { connect, command } => cli::topics::run(&connect, command).map(|()| ExitCode::SUCCESS),
         Command::Acls { connect, command } => cli::acls::run(&connect, command).map(|()| ExitCode::SUCCESS),
+        Command::Users { connect, command } => cli::users::run(&connect, command).map(|()| ExitCode::SUCCESS),
         Command::Produce { connect, args } => cli::produce::run(&connect, args).map(|()| ExitCode::SUCCESS),
         Command::Consume { connect, args } => cli::consume::run(&connect, args).map(|()| ExitCode::SUCCESS),
         Command::Groups { connect, command } => cli::groups::run(&connect, command).map(|()| ExitCode::SUCCESS),

@@ -670,3 +670,286 @@ fn replica_fetches_between_two_ssl_brokers_run_over_tls_and_fill_the_isr() {
         thread::sleep(Duration::from_millis(300));
     }
 }
+
+/// A coordinator and a broker with SASL_PLAINTEXT/SCRAM and the authorizer on; `admin` (a
+/// config-file SCRAM user, the bootstrap) is the super user. Every other user is made with
+/// `gregor users add`, so its credential lives in the coordinator.
+fn start_secured_cluster() -> SaslCluster {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let coord_port = free_port();
+    let coord = Proc::start(
+        &[
+            "coordinator".into(),
+            "--id".into(),
+            "1".into(),
+            "--peers".into(),
+            format!("1=127.0.0.1:{coord_port}"),
+            "--data-dir".into(),
+            dir.path().join("c").display().to_string(),
+        ],
+        dir.path().join("c.log"),
+    );
+    let port = free_port();
+    let config = dir.path().join("broker.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "\"broker.id\" = 0\n\
+             \"listeners\" = \"CLIENT://127.0.0.1:{port}\"\n\
+             \"listener.security.protocol.map\" = \"CLIENT:SASL_PLAINTEXT\"\n\
+             \"sasl.enabled.mechanisms\" = \"PLAIN,SCRAM-SHA-256,SCRAM-SHA-512\"\n\
+             \"sasl.plain.users\" = \"admin:admin-secret\"\n\
+             \"sasl.scram.users\" = \"admin:admin-secret\"\n\
+             \"sasl.inter.broker.username\" = \"admin\"\n\
+             \"sasl.inter.broker.password\" = \"admin-secret\"\n\
+             \"authorizer.class.name\" = \"gregor\"\n\
+             \"super.users\" = \"User:admin\"\n\
+             \"zookeeper.connect\" = \"127.0.0.1:{coord_port}\"\n\
+             \"log.dirs\" = \"{}\"\n\
+             \"offsets.topic.num.partitions\" = 2\n\
+             \"offsets.topic.replication.factor\" = 1\n",
+            dir.path().join("b").display()
+        ),
+    )
+    .expect("write broker config");
+    let broker = Proc::start(
+        &["broker".into(), "--config".into(), config.display().to_string()],
+        dir.path().join("b.log"),
+    );
+    SaslCluster {
+        dir,
+        _coord: coord,
+        broker,
+        bootstrap: format!("127.0.0.1:{port}"),
+    }
+}
+
+/// `gregor ARGS` as the super user over SCRAM-SHA-256; panics with its output on failure.
+fn as_admin(c: &SaslCluster, args: &[&str]) -> String {
+    let mut all = vec![
+        args[0],
+        "--bootstrap-server",
+        &c.bootstrap,
+        "--sasl-mechanism",
+        "SCRAM-SHA-256",
+        "--sasl-user",
+        "admin",
+        "--sasl-password",
+        "admin-secret",
+    ];
+    all.extend_from_slice(&args[1..]);
+    let (ok, out, err) = gregor(&all, "");
+    assert!(
+        ok,
+        "gregor {args:?} failed: {out}{err}\nbroker log:\n{}",
+        c.broker.log_text()
+    );
+    out
+}
+
+/// Runs one confluent_acl.py step as `user`; its stdout, or a panic with everything it said.
+fn acl_step(python: &str, c: &SaslCluster, user: &str, password: &str, mode: &str, topic: &str, n: usize) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/confluent_acl.py");
+    let mut child = Command::new(python)
+        .arg(script)
+        .args([
+            &c.bootstrap,
+            "SCRAM-SHA-256",
+            user,
+            password,
+            mode,
+            topic,
+            &n.to_string(),
+            "40",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start python");
+    let status = wait_bounded(&mut child, Duration::from_secs(60));
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let (mut out, mut err) = (String::new(), String::new());
+    if let Some(mut s) = child.stdout.take() {
+        let _ = std::io::Read::read_to_string(&mut s, &mut out);
+    }
+    if let Some(mut s) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut s, &mut err);
+    }
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "confluent_acl.py {mode} {topic} as {user} failed ({status:?}):\n{out}{err}\nbroker log:\n{}",
+        c.broker.log_text()
+    );
+    print!("{user} {mode} {topic}: {out}");
+    out
+}
+
+fn end_offset(python: &str, c: &SaslCluster, topic: &str) -> u64 {
+    let out = acl_step(python, c, "admin", "admin-secret", "end-offset", topic, 0);
+    out.trim()
+        .strip_prefix("end-offset ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no end offset in {out:?}"))
+}
+
+#[test]
+fn scram_users_made_with_gregor_users_are_held_to_their_acls_by_confluent_kafka() {
+    let Some(python) = python_with_confluent() else {
+        return;
+    };
+    let c = start_secured_cluster();
+    for t in ["t", "orders-eu", "payments"] {
+        as_admin(&c, &["topics", "create", t, "--partitions", "1"]);
+    }
+    for (user, pw) in [("alice", "alice-pw"), ("bob", "bob-pw"), ("carol", "carol-pw")] {
+        let out = as_admin(
+            &c,
+            &["users", "add", user, "--mechanism", "SCRAM-SHA-256", "--password", pw],
+        );
+        assert!(out.contains("Added SCRAM user"), "{out}");
+    }
+    let listed = as_admin(&c, &["users", "list"]);
+    for user in ["admin", "alice", "bob", "carol"] {
+        assert!(
+            listed.contains(&format!("{user}\tSCRAM-SHA-256\titerations=4096")),
+            "{listed}"
+        );
+    }
+    assert!(!listed.contains("pw"), "users list shows a secret: {listed}");
+    // alice: Read, Write, Describe on t; bob: Describe only on t; carol: Read on the prefix
+    // `orders-`. Each may use its own consumer group prefix `g-`.
+    let acl = |args: &[&str]| as_admin(&c, &[&["acls", "add"][..], args].concat());
+    acl(&[
+        "--allow-principal",
+        "User:alice",
+        "--operation",
+        "Read",
+        "--operation",
+        "Write",
+        "--operation",
+        "Describe",
+        "--topic",
+        "t",
+    ]);
+    acl(&[
+        "--allow-principal",
+        "User:bob",
+        "--operation",
+        "Describe",
+        "--topic",
+        "t",
+    ]);
+    acl(&[
+        "--allow-principal",
+        "User:carol",
+        "--operation",
+        "Read",
+        "--topic",
+        "orders-",
+        "--resource-pattern-type",
+        "prefixed",
+    ]);
+    acl(&[
+        "--allow-principal",
+        "User:alice",
+        "--allow-principal",
+        "User:bob",
+        "--allow-principal",
+        "User:carol",
+        "--operation",
+        "Read",
+        "--group",
+        "g-",
+        "--resource-pattern-type",
+        "prefixed",
+    ]);
+
+    // An allowed user produces and consumes; a wrong password is refused.
+    let out = acl_step(&python, &c, "alice", "alice-pw", "roundtrip", "t", 50);
+    assert!(out.contains("compared 50 messages"), "{out}");
+    let out = acl_step(&python, &c, "alice", "not-alice-pw", "refused", "t", 0);
+    assert!(out.starts_with("refused: "), "{out}");
+
+    // Without Write: TOPIC_AUTHORIZATION_FAILED, and the log end does not move.
+    let before = end_offset(&python, &c, "t");
+    let out = acl_step(&python, &c, "bob", "bob-pw", "denied-produce", "t", 0);
+    assert!(out.contains("denied-produce"), "{out}");
+    let after = end_offset(&python, &c, "t");
+    println!("t's log end offset: {before} before bob's refused produce, {after} after");
+    assert_eq!(before, 50, "alice's 50 records");
+    assert_eq!(after, before, "a refused produce appended");
+
+    // Prefixed Read: orders-eu yes, payments no.
+    acl_step(&python, &c, "admin", "admin-secret", "produce", "orders-eu", 5);
+    acl_step(&python, &c, "admin", "admin-secret", "produce", "payments", 5);
+    let out = acl_step(&python, &c, "carol", "carol-pw", "consume", "orders-eu", 5);
+    assert!(out.contains("consumed 5"), "{out}");
+    let out = acl_step(&python, &c, "carol", "carol-pw", "denied-consume", "payments", 0);
+    assert!(out.contains("denied-consume"), "{out}");
+
+    // Metadata for all topics lists only what each user may Describe (Read and Write imply
+    // it). Asked with `gregor topics list` (an all-topics Metadata): librdkafka 2.16's
+    // all-topics Metadata v12 is refused by the Metadata decoder today (3 bytes left over;
+    // a bug outside this test, reported). Named topics through librdkafka: refused above.
+    let visible = |user: &str, pw: &str| {
+        let (ok, out, err) = gregor(
+            &[
+                "topics",
+                "--bootstrap-server",
+                &c.bootstrap,
+                "--sasl-mechanism",
+                "SCRAM-SHA-256",
+                "--sasl-user",
+                user,
+                "--sasl-password",
+                pw,
+                "list",
+            ],
+            "",
+        );
+        assert!(ok, "topics list as {user}: {out}{err}");
+        let mut topics: Vec<String> = out
+            .lines()
+            .filter(|l| !l.starts_with("__"))
+            .map(str::to_string)
+            .collect();
+        topics.sort();
+        println!("{user} sees {topics:?}");
+        topics
+    };
+    assert_eq!(visible("carol", "carol-pw"), ["orders-eu"]);
+    assert_eq!(visible("alice", "alice-pw"), ["t"]);
+    assert_eq!(visible("admin", "admin-secret"), ["orders-eu", "payments", "t"]);
+
+    // A deleted user can no longer log in.
+    let out = as_admin(&c, &["users", "delete", "alice", "--mechanism", "SCRAM-SHA-256"]);
+    assert!(out.contains("Deleted"), "{out}");
+    let out = acl_step(&python, &c, "alice", "alice-pw", "refused", "t", 0);
+    assert!(out.starts_with("refused: "), "{out}");
+    // Deleting again: RESOURCE_NOT_FOUND.
+    let (ok, out, err) = gregor(
+        &[
+            "users",
+            "--bootstrap-server",
+            &c.bootstrap,
+            "--sasl-mechanism",
+            "SCRAM-SHA-256",
+            "--sasl-user",
+            "admin",
+            "--sasl-password",
+            "admin-secret",
+            "delete",
+            "alice",
+        ],
+        "",
+    );
+    assert!(!ok && err.contains("ResourceNotFound"), "{out}{err}");
+    let log = c.broker.log_text();
+    for secret in ["alice-pw", "bob-pw", "carol-pw"] {
+        assert!(!log.contains(secret), "a password is in the broker log");
+    }
+    println!("checked: roundtrip, wrong password, denied produce with unchanged log end, prefixed read, metadata filtering for 3 users, deleted user refused");
+}

@@ -722,3 +722,141 @@ fn acl_grants_and_revocations_reach_every_broker_cache_within_the_bound_through_
         assert!(compared > 0, "compared nothing");
     });
 }
+
+/// SCRAM users stored with AlterUserScramCredentials on one broker reach the other broker's
+/// credential cache (what logins are checked against), and deleted ones leave it, while the
+/// coordinators crash in turn (leader failovers included). The checker: after each write is
+/// answered, both caches show it within the propagation bound.
+#[test]
+fn scram_users_added_and_deleted_reach_every_broker_cache_through_coordinator_crashes() {
+    use std::collections::VecDeque;
+    use std::rc::Rc;
+
+    use gregor_core::node::scram_sync::{run_user_sync, UserAdmin};
+    use gregor_core::security::scram::ScramCredential;
+    use gregor_core::security::users::Change;
+    use gregor_core::security::{Mechanism, SaslConfig};
+
+    const REFRESH_MS: u64 = 300;
+    const BOUND_MS: u64 = REFRESH_MS + 1_200;
+    enum UserCommand {
+        Add(String),
+        Delete(String),
+    }
+    run_seed(23, |world| async move {
+        let addrs = add_coordinators(&world, 3);
+        madsim::time::sleep(Duration::from_millis(2000)).await;
+        type Snapshot = Arc<Mutex<Vec<String>>>;
+        type Commands = Arc<Mutex<VecDeque<UserCommand>>>;
+        type Answers = Arc<Mutex<Vec<bool>>>;
+        let mut brokers: Vec<(Snapshot, Commands, Answers)> = Vec::new();
+        for b in 0..2 {
+            let node = idle_node(&world, &format!("broker-{b}"));
+            let (snapshot, commands, answers): (Snapshot, Commands, Answers) = Default::default();
+            brokers.push((snapshot.clone(), commands.clone(), answers.clone()));
+            let config = client_config(&addrs, 6_000);
+            let _task = world.spawn_on(node, move |rt| async move {
+                let sasl = Rc::new(SaslConfig::default());
+                let admin = UserAdmin::default();
+                rt.spawn(run_user_sync(
+                    rt.clone(),
+                    config,
+                    REFRESH_MS,
+                    sasl.clone(),
+                    admin.clone(),
+                ));
+                let m = Mechanism::ScramSha256;
+                for _ in 0..200_000 {
+                    // Only users a login would find count: the lookup logins use.
+                    *snapshot.lock().expect("snapshot") = sasl
+                        .scram_users()
+                        .into_iter()
+                        .filter(|(u, _, _)| sasl.scram_credential(u, m).is_some())
+                        .map(|(u, _, _)| u)
+                        .collect();
+                    let command = commands.lock().expect("commands").pop_front();
+                    let job = match command {
+                        Some(UserCommand::Add(u)) => vec![(
+                            u,
+                            vec![Change {
+                                mechanism: m,
+                                credential: Some(ScramCredential::from_password(m, "pw", b"salt", 4096)),
+                            }],
+                        )],
+                        Some(UserCommand::Delete(u)) => vec![(
+                            u,
+                            vec![Change {
+                                mechanism: m,
+                                credential: None,
+                            }],
+                        )],
+                        None => {
+                            rt.sleep(Duration::from_millis(5)).await;
+                            continue;
+                        }
+                    };
+                    let ok = admin.alter(&rt, job).await.iter().all(|r| r.is_ok());
+                    answers.lock().expect("answers").push(ok);
+                }
+            });
+        }
+        let answered = |b: usize, n: usize| {
+            let answers = brokers[b].2.clone();
+            async move {
+                for _ in 0..3_000 {
+                    if let Some(ok) = answers.lock().expect("answers").get(n).copied() {
+                        return ok;
+                    }
+                    madsim::time::sleep(Duration::from_millis(10)).await;
+                }
+                panic!("broker {b} never answered command {n}");
+            }
+        };
+        let mut compared = 0;
+        let mut sent = [0usize; 2];
+        for round in 0..6usize {
+            let victim = NodeIndex(round % 3);
+            if round % 2 == 1 {
+                world.kill(victim);
+            }
+            let user = format!("u{round}");
+            let (adder, deleter) = (round % 2, (round + 1) % 2);
+            brokers[adder]
+                .1
+                .lock()
+                .expect("commands")
+                .push_back(UserCommand::Add(user.clone()));
+            assert!(answered(adder, sent[adder]).await, "round {round}: add failed");
+            sent[adder] += 1;
+            madsim::time::sleep(Duration::from_millis(BOUND_MS)).await;
+            for (b, (snapshot, _, _)) in brokers.iter().enumerate() {
+                compared += 1;
+                assert!(
+                    snapshot.lock().expect("snapshot").contains(&user),
+                    "round {round}: broker {b} cannot log {user} in {BOUND_MS} ms after it was added"
+                );
+            }
+            brokers[deleter]
+                .1
+                .lock()
+                .expect("commands")
+                .push_back(UserCommand::Delete(user.clone()));
+            assert!(answered(deleter, sent[deleter]).await, "round {round}: delete failed");
+            sent[deleter] += 1;
+            madsim::time::sleep(Duration::from_millis(BOUND_MS)).await;
+            for (b, (snapshot, _, _)) in brokers.iter().enumerate() {
+                compared += 1;
+                assert!(
+                    !snapshot.lock().expect("snapshot").contains(&user),
+                    "round {round}: broker {b} still logs {user} in {BOUND_MS} ms after it was deleted"
+                );
+            }
+            if round % 2 == 1 {
+                world.restart(victim);
+                madsim::time::sleep(Duration::from_millis(2500)).await;
+            }
+        }
+        println!("scram user propagation: {compared} cache checks against the {BOUND_MS} ms bound, 6 adds and 6 deletes, 3 coordinator crashes");
+        assert!(compared > 0, "compared nothing");
+    });
+}

@@ -578,8 +578,25 @@ pub async fn start_cluster_broker<R: Runtime>(
         acls.admin = Some(admin.clone());
         (acls.clone(), admin)
     });
+    // With SASL, the SCRAM users live in the coordinator and the listener's cache follows them.
+    let user_sync = config.sasl.clone().map(|sasl| {
+        let admin = super::scram_sync::UserAdmin::default();
+        config.users = Some(admin.clone());
+        (sasl, admin)
+    });
     let watch = config.watch.clone();
     let (broker, accept_loop) = start_broker(rt.clone(), config).await?;
+    if let Some((sasl, admin)) = user_sync {
+        let mut client_config = CoordClientConfig::new(cluster.coordinators.clone());
+        client_config.session_timeout_ms = cluster.session_timeout_ms;
+        rt.spawn(super::scram_sync::run_user_sync(
+            rt.clone(),
+            client_config,
+            cluster.refresh_ms,
+            sasl,
+            admin,
+        ));
+    }
     if let Some((acls, admin)) = acl_sync {
         let mut client_config = CoordClientConfig::new(cluster.coordinators.clone());
         client_config.session_timeout_ms = cluster.session_timeout_ms;

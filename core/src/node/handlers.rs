@@ -8,6 +8,7 @@ pub mod describe_configs;
 pub mod describe_groups;
 pub mod groups;
 pub mod reassignments;
+pub mod users;
 
 use crate::broker::{AckWait, ClusterView};
 use crate::broker::{Broker, TopicId};

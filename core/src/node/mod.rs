@@ -18,6 +18,7 @@ pub mod authz;
 pub mod cluster;
 pub mod handlers;
 pub mod replica_fetcher;
+pub mod scram_sync;
 pub mod watch;
 
 use std::cell::RefCell;
@@ -70,6 +71,9 @@ pub struct NodeConfig {
     /// `authorizer.class.name` set: every request is checked against these ACLs ([`authz`]);
     /// `None` checks nothing.
     pub acls: Option<authz::NodeAcls>,
+    /// Cluster mode with SASL: where AlterUserScramCredentials goes (the coordinator holds the
+    /// SCRAM users, [`scram_sync`]); `None` on a single node, whose `sasl` is the store.
+    pub users: Option<scram_sync::UserAdmin>,
 }
 
 impl NodeConfig {
@@ -91,6 +95,7 @@ impl NodeConfig {
             admin: None,
             sasl: None,
             acls: None,
+            users: None,
         }
     }
 }
@@ -623,6 +628,22 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
             let mut acls = config.acls.as_ref().map(|a| a.acls.borrow_mut());
             handlers::acls::delete_acls(acls.as_deref_mut().unwrap_or(&mut scratch), req, admitted).encode(version)
         }
+        Request::DescribeUserScramCredentials(req) => {
+            handlers::users::describe(config.sasl.as_deref(), req, gate.may_cluster(Operation::Describe))
+                .encode(version)
+        }
+        Request::AlterUserScramCredentials(req) => {
+            let checked = handlers::users::check_alter(req, gate.may_cluster(Operation::Alter), config.sasl.is_some());
+            let job = handlers::users::to_store(&checked);
+            let stored = match (&config.users, config.sasl.as_deref()) {
+                _ if job.is_empty() => Vec::new(),
+                (Some(admin), _) => admin.alter(rt, job).await,
+                (None, Some(sasl)) => handlers::users::alter_single_node(sasl, job),
+                // check_alter refused every user already.
+                (None, None) => Vec::new(),
+            };
+            handlers::users::alter_response(checked, stored).encode(version)
+        }
         Request::DescribeConfigs(req) => {
             handlers::describe_configs::describe_configs(&broker.borrow(), req).encode(version)
         }
@@ -687,3 +708,6 @@ mod authz_node_tests;
 
 #[cfg(test)]
 mod replication_node_tests;
+
+#[cfg(test)]
+mod users_node_tests;

@@ -175,6 +175,8 @@ pub(crate) mod tests {
             ElectLeaders(elect_leaders),
             AlterPartitionReassignments(alter_partition_reassignments),
             ListPartitionReassignments(list_partition_reassignments),
+            DescribeUserScramCredentials(describe_user_scram_credentials),
+            AlterUserScramCredentials(alter_user_scram_credentials),
         )
     }
 

@@ -39,6 +39,8 @@ fn corpus() -> Vec<Vec<u8>> {
     frames.extend(api::elect_leaders::tests::sample_frames());
     frames.extend(api::alter_partition_reassignments::tests::sample_frames());
     frames.extend(api::list_partition_reassignments::tests::sample_frames());
+    frames.extend(api::describe_user_scram_credentials::tests::sample_frames());
+    frames.extend(api::alter_user_scram_credentials::tests::sample_frames());
     frames
 }
 

@@ -112,6 +112,8 @@ const SUPPORTED: &[ApiSupport] = &[
     support!("ElectLeaders", elect_leaders),
     support!("AlterPartitionReassignments", alter_partition_reassignments),
     support!("ListPartitionReassignments", list_partition_reassignments),
+    support!("DescribeUserScramCredentials", describe_user_scram_credentials),
+    support!("AlterUserScramCredentials", alter_user_scram_credentials),
 ];
 
 /// Every API Gregor decodes and encodes, in ascending key order: what ApiVersions advertises.
@@ -154,6 +156,8 @@ pub enum Request {
     ElectLeaders(elect_leaders::ElectLeadersRequest),
     AlterPartitionReassignments(alter_partition_reassignments::AlterPartitionReassignmentsRequest),
     ListPartitionReassignments(list_partition_reassignments::ListPartitionReassignmentsRequest),
+    DescribeUserScramCredentials(describe_user_scram_credentials::DescribeUserScramCredentialsRequest),
+    AlterUserScramCredentials(alter_user_scram_credentials::AlterUserScramCredentialsRequest),
 }
 
 macro_rules! request_dispatch {
@@ -203,6 +207,8 @@ request_dispatch!(
     ElectLeaders(elect_leaders),
     AlterPartitionReassignments(alter_partition_reassignments),
     ListPartitionReassignments(list_partition_reassignments),
+    DescribeUserScramCredentials(describe_user_scram_credentials),
+    AlterUserScramCredentials(alter_user_scram_credentials),
 );
 
 /// Decodes one request frame (without its length prefix). Record sets are copied out of
@@ -279,6 +285,12 @@ fn decode_with(mut r: Reader<'_>) -> Result<(RequestHeader, Request), DecodeErro
         ),
         list_partition_reassignments::API_KEY => Request::ListPartitionReassignments(
             list_partition_reassignments::ListPartitionReassignmentsRequest::decode(v, r)?,
+        ),
+        describe_user_scram_credentials::API_KEY => Request::DescribeUserScramCredentials(
+            describe_user_scram_credentials::DescribeUserScramCredentialsRequest::decode(v, r)?,
+        ),
+        alter_user_scram_credentials::API_KEY => Request::AlterUserScramCredentials(
+            alter_user_scram_credentials::AlterUserScramCredentialsRequest::decode(v, r)?,
         ),
         // Unreachable while SUPPORTED and this match agree (the fuzz corpus test decodes every
         // advertised version); answered as unknown rather than panicking if they ever drift.
@@ -380,6 +392,8 @@ responses! {
     ElectLeaders(elect_leaders::ElectLeadersResponse),
     AlterPartitionReassignments(alter_partition_reassignments::AlterPartitionReassignmentsResponse),
     ListPartitionReassignments(list_partition_reassignments::ListPartitionReassignmentsResponse),
+    DescribeUserScramCredentials(describe_user_scram_credentials::DescribeUserScramCredentialsResponse),
+    AlterUserScramCredentials(alter_user_scram_credentials::AlterUserScramCredentialsResponse),
 }
 
 /// The whole reply frame (header and body, no length prefix) to a decoded request.

@@ -8,6 +8,7 @@ pub mod acl;
 pub mod sasl;
 pub mod sasl_client;
 pub mod scram;
+pub mod users;
 
 use std::fmt;
 

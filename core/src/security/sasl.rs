@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use super::scram::{self, ScramCredential, ServerFirst};
+use super::users::{apply, Change, Failure as UserFailure, StoredUsers};
 use super::Principal;
 
 /// Kafka's `security.protocol` of a listener.
@@ -110,9 +111,13 @@ pub struct SaslConfig {
     pub failed_authentication_delay_ms: u64,
     /// Consecutive failures per user name (the rate limiter's memory).
     failures: RefCell<BTreeMap<String, u32>>,
-    /// SCRAM credentials by (user, mechanism): derived keys only, never passwords. Replaced as
-    /// the credential source changes ([`SaslConfig::set_scram`]).
+    /// SCRAM credentials by (user, mechanism) from the config file (`sasl.scram.users`, the
+    /// bootstrap users such as the inter-broker one): derived keys only, never passwords.
     scram: RefCell<BTreeMap<(String, Mechanism), ScramCredential>>,
+    /// SCRAM users stored with AlterUserScramCredentials: the coordinator's, as the broker's
+    /// watch last read them (cluster mode), or the node's own store (single node). Looked up
+    /// before the config file's.
+    stored: RefCell<StoredUsers>,
 }
 
 impl SaslConfig {
@@ -123,6 +128,7 @@ impl SaslConfig {
             failed_authentication_delay_ms: 100,
             failures: RefCell::default(),
             scram: RefCell::default(),
+            stored: RefCell::default(),
         }
     }
 
@@ -137,13 +143,55 @@ impl SaslConfig {
         };
     }
 
-    /// The SCRAM users and their mechanisms and iteration counts (what DescribeUserScramCredentials lists).
+    /// The SCRAM users and their mechanisms and iteration counts, stored ones and the config
+    /// file's (what DescribeUserScramCredentials lists); a stored credential hides the file's.
     pub fn scram_users(&self) -> Vec<(String, Mechanism, u32)> {
-        self.scram
+        let mut all: BTreeMap<(String, Mechanism), u32> = self
+            .scram
             .borrow()
             .iter()
-            .map(|((u, m), c)| (u.clone(), *m, c.iterations))
-            .collect()
+            .map(|((u, m), c)| ((u.clone(), *m), c.iterations))
+            .collect();
+        for (u, creds) in self.stored.borrow().iter() {
+            for (m, c) in creds {
+                all.insert((u.clone(), *m), c.iterations);
+            }
+        }
+        all.into_iter().map(|((u, m), i)| (u, m, i)).collect()
+    }
+
+    /// The credential a login of `user` with `mechanism` is checked against: the stored one,
+    /// else the config file's.
+    pub fn scram_credential(&self, user: &str, mechanism: Mechanism) -> Option<ScramCredential> {
+        let stored = self.stored.borrow().get(user).and_then(|c| c.get(&mechanism)).cloned();
+        stored.or_else(|| self.scram.borrow().get(&(user.to_string(), mechanism)).cloned())
+    }
+
+    /// The stored users (cluster mode: as last read from the coordinator).
+    pub fn stored_users(&self) -> StoredUsers {
+        self.stored.borrow().clone()
+    }
+
+    /// Replaces the stored users (the sync task, after reading the coordinator). Returns whether
+    /// anything changed.
+    pub fn replace_stored_users(&self, users: StoredUsers) -> bool {
+        let mut stored = self.stored.borrow_mut();
+        let changed = *stored != users;
+        *stored = users;
+        changed
+    }
+
+    /// Single node: applies one user's changes to the node's own store.
+    pub fn apply_stored(&self, user: &str, changes: &[Change]) -> Result<(), UserFailure> {
+        let mut stored = self.stored.borrow_mut();
+        let mut creds = stored.get(user).cloned().unwrap_or_default();
+        apply(&mut creds, changes)?;
+        if creds.is_empty() {
+            stored.remove(user);
+        } else {
+            stored.insert(user.to_string(), creds);
+        }
+        Ok(())
     }
 
     /// Records a failed login of `user` and returns how long to wait before answering it.
@@ -287,7 +335,7 @@ impl SaslState {
                 Err(step) => step,
             },
             SaslState::ScramFirstSent { mechanism, first, .. } => {
-                let credential = config.scram.borrow().get(&(first.user.clone(), mechanism)).cloned();
+                let credential = config.scram_credential(&first.user, mechanism);
                 let checked = credential
                     .ok_or_else(|| "credential removed during login".to_string())
                     .and_then(|c| scram::server_final(mechanism, &first, &c, token));
@@ -326,7 +374,7 @@ fn scram_first(
         reason: format!("malformed SCRAM client-first message: {why}"),
         user: None,
     })?;
-    let Some(credential) = config.scram.borrow().get(&(user.clone(), mechanism)).cloned() else {
+    let Some(credential) = config.scram_credential(&user, mechanism) else {
         return Err(AuthStep::Failed {
             reason: format!("Authentication failed: Invalid user credentials (user {user:?})"),
             user: Some(user),

@@ -14,6 +14,7 @@ pub mod partitions;
 pub mod perf;
 pub mod produce;
 pub mod topics;
+pub mod users;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;

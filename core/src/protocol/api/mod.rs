@@ -4,6 +4,7 @@
 //! as in Kafka's message JSON schemas).
 
 pub mod alter_partition_reassignments;
+pub mod alter_user_scram_credentials;
 pub mod api_versions;
 pub mod create_acls;
 pub mod create_topics;
@@ -12,6 +13,7 @@ pub mod delete_topics;
 pub mod describe_acls;
 pub mod describe_configs;
 pub mod describe_groups;
+pub mod describe_user_scram_credentials;
 pub mod elect_leaders;
 pub mod fetch;
 pub mod find_coordinator;
