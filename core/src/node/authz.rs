@@ -45,6 +45,9 @@ pub struct NodeAcls {
     /// Cluster mode: where CreateAcls / DeleteAcls go (the coordinator holds the ACLs and the
     /// cache follows it); `None` on a single node, whose cache is the store.
     pub admin: Option<super::acl_sync::AclAdmin>,
+    /// Simulator-only negative control: the cache takes grants from the coordinator but never
+    /// drops a binding (a broker that ignores revocations). Never set outside the simulator.
+    pub mutant_ignore_revocations: bool,
 }
 
 impl NodeAcls {
@@ -53,6 +56,7 @@ impl NodeAcls {
             authorizer,
             acls: Rc::default(),
             admin: None,
+            mutant_ignore_revocations: false,
         }
     }
 }
