@@ -20,6 +20,7 @@
 //! | `two-controllers-one-epoch` | two brokers acted as controller in one controller epoch ([`leaders`]) |
 //! | `replica-divergence` | two replicas hold different batches at an offset below both their high watermarks ([`replicas`]) |
 //! | `unbalanced` | elastic scenarios: afterwards the target brokers' replica or leader counts differ by more than one, or replicas remain outside the target ([`balance`]) |
+//! | `revoked-write` | `[acl]` scenarios: a record its principal created after a revocation was answered plus the propagation bound is in a replica's log ([`acl`]) |
 //! | `nonlinearizable` | no order of the coordinator's client-visible ops explains what clients saw ([`linearizable`]) |
 //!
 //! Processing duplicates (a value processed more than once) are counted, not reported: at-least-
@@ -33,6 +34,7 @@ use std::fmt;
 
 use crate::history::{History, Partition, SendOutcome, Value};
 
+pub mod acl;
 pub mod balance;
 pub mod leaders;
 pub mod linearizable;
@@ -56,10 +58,11 @@ pub enum AnomalyKind {
     Nonlinearizable,
     TwoOwnersOneGeneration,
     Unbalanced,
+    RevokedWrite,
 }
 
 impl AnomalyKind {
-    pub const ALL: [AnomalyKind; 16] = [
+    pub const ALL: [AnomalyKind; 17] = [
         AnomalyKind::LostWrite,
         AnomalyKind::Unseen,
         AnomalyKind::InconsistentOffsets,
@@ -76,6 +79,7 @@ impl AnomalyKind {
         AnomalyKind::Nonlinearizable,
         AnomalyKind::TwoOwnersOneGeneration,
         AnomalyKind::Unbalanced,
+        AnomalyKind::RevokedWrite,
     ];
 
     pub fn name(self) -> &'static str {
@@ -96,6 +100,7 @@ impl AnomalyKind {
             AnomalyKind::Nonlinearizable => "nonlinearizable",
             AnomalyKind::TwoOwnersOneGeneration => "two-owners-one-generation",
             AnomalyKind::Unbalanced => "unbalanced",
+            AnomalyKind::RevokedWrite => "revoked-write",
         }
     }
 
@@ -140,6 +145,8 @@ pub struct Compared {
     pub replica_offsets: usize,
     /// Elastic scenarios: brokers whose final replica and leader counts were compared.
     pub balance_brokers: usize,
+    /// `[acl]` scenarios: revocation windows, values created inside them, replica records judged.
+    pub acl: Option<acl::AclCompared>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -152,7 +159,12 @@ impl Report {
     /// A run whose checker had no acknowledged write to check against a final read proves
     /// nothing, and fails.
     pub fn compared_nothing(&self) -> bool {
-        self.compared.acked_checked == 0 || self.compared.partitions_read == 0
+        self.compared.acked_checked == 0
+            || self.compared.partitions_read == 0
+            || self
+                .compared
+                .acl
+                .is_some_and(|a| a.windows == 0 || a.created_in_windows == 0 || a.records_checked == 0)
     }
 
     pub fn counts(&self) -> BTreeMap<AnomalyKind, usize> {
@@ -189,6 +201,15 @@ impl Report {
         if c.balance_brokers > 0 {
             out.push_str(&format!(", replica and leader counts of {} brokers", c.balance_brokers));
         }
+        if let Some(a) = c.acl {
+            out.push_str(&format!(
+                ", {} revocation windows ({} values created inside them), {} replica records of toggled principals judged (latest write after an answered revocation: {})",
+                a.windows,
+                a.created_in_windows,
+                a.records_checked,
+                a.lag_ms_max.map_or("none".to_string(), |ms| format!("{ms} ms after"))
+            ));
+        }
         if c.assignments > 0 || c.processed_duplicates > 0 {
             out.push_str(&format!(
                 "; {} group assignments, {} duplicate processings",
@@ -224,6 +245,11 @@ pub fn check(h: &History) -> Report {
     if let Some(o) = &h.balance {
         let (brokers, findings) = balance::check(o);
         report.compared.balance_brokers = brokers;
+        report.findings.extend(findings);
+    }
+    if let Some(o) = &h.acl {
+        let (compared, findings) = acl::check(o);
+        report.compared.acl = Some(compared);
         report.findings.extend(findings);
     }
     let c = &mut report.compared;

@@ -136,4 +136,6 @@ pub struct History {
     pub replicas: Vec<crate::checker::replicas::PartitionReplicas>,
     /// Elastic scenarios: the final placement of the topic over the target brokers.
     pub balance: Option<crate::checker::balance::BalanceObservation>,
+    /// `[acl]` scenarios: revocation windows and every replica's records.
+    pub acl: Option<crate::checker::acl::AclObservation>,
 }

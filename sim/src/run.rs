@@ -40,6 +40,7 @@ use crate::runtime::SimRuntime;
 use crate::scenario::{CommitPolicy, Scenario, ScheduledFault, SendMode};
 use crate::world::{node_ip, run_seed_with, NodeIndex, World, WorldConfig};
 
+mod acl;
 pub mod cluster;
 mod elastic;
 
@@ -174,10 +175,10 @@ pub(crate) async fn broker_main(rt: SimRuntime, index: usize) {
 
 pub(crate) fn client(rt: &SimRuntime, name: String, brokers: usize) -> Cluster<SimRuntime> {
     let config = ClientConfig {
+        sasl: acl::client_login(&name),
         client_id: name,
         request_timeout_ms: 5_000,
         retry_backoff_ms: 100,
-        sasl: None,
     };
     Cluster::new(rt.clone(), (0..brokers).map(broker_addr).collect(), config)
 }
@@ -189,6 +190,8 @@ struct Workload {
     /// Values handed to a producer, with their partition and whether `send()` had already
     /// returned to the application (async), until an outcome is recorded.
     pending: Shared<BTreeMap<Value, (i32, bool)>>,
+    /// `[acl]`: when each toggled producer's value was created (virtual ms since start).
+    created: Shared<BTreeMap<Value, u64>>,
     /// Virtual ms (since the run started) when producers stop and consumers must have drained.
     produce_until_ms: u64,
     consume_until_ms: u64,
@@ -216,6 +219,9 @@ async fn producer_main(rt: SimRuntime, w: Arc<Workload>, p: u32, next_seq: Arc<A
         let value = Value::new(p, seq);
         let partition = (seq % partitions) as i32;
         lock(&w.pending).insert(value, (partition, false));
+        if w.scenario.acl.as_ref().is_some_and(|a| p < a.toggled_producers) {
+            lock(&w.created).insert(value, rt.monotonic_ms());
+        }
         (value, partition)
     };
     match spec.mode {
@@ -617,9 +623,11 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
         brokers: brokers.len(),
         history: Arc::new(Mutex::new(History::default())),
         pending: Arc::new(Mutex::new(BTreeMap::new())),
+        created: Arc::default(),
         produce_until_ms: setup_ms + s.duration_s * 1_000,
         consume_until_ms: setup_ms + (s.duration_s + s.heal_s) * 1_000,
     });
+    acl::set_secured(s.acl.is_some());
     // A node lives while its main runs: the admin node only hosts tasks spawned on it.
     let admin = world.add_node("admin", |_rt| std::future::pending::<()>());
     {
@@ -628,6 +636,13 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
             .spawn_on(admin, move |rt| setup(rt, w))
             .await
             .expect("the admin node is never killed");
+        if s.acl.is_some() {
+            let (s, brokers) = (s.clone(), brokers.len());
+            world
+                .spawn_on(admin, move |rt| acl::grant_all(rt, s, brokers))
+                .await
+                .expect("the admin node is never killed");
+        }
     }
     madsim::time::sleep(Duration::from_millis(setup_ms.saturating_sub(monotonic_ms()))).await;
     let leaders: Shared<Vec<crate::checker::leaders::LeaderObservation>> = Arc::default();
@@ -675,6 +690,10 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
         }
     };
     let mut nemesis = Nemesis::new(s, world.seed());
+    let acl_windows = s.acl.as_ref().map(|_| {
+        let (s, brokers, start_ms, until_ms) = (s.clone(), w.brokers, monotonic_ms(), w.produce_until_ms);
+        world.spawn_on(admin, move |rt| acl::drive(rt, s, brokers, start_ms, until_ms))
+    });
     match &s.elastic {
         Some(e) => {
             let start_ms = monotonic_ms();
@@ -686,6 +705,10 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
         None => nemesis.play(&world, &resolve).await,
     }
     nemesis.heal(&world);
+    let acl_windows = match acl_windows {
+        Some(driver) => Some(driver.await.expect("the admin node is never killed")),
+        None => None,
+    };
     let faults = nemesis.events().to_vec();
     let played = nemesis.played().to_vec();
 
@@ -725,6 +748,12 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
             .elastic
             .as_ref()
             .and_then(|e| elastic::observe_balance(&t.name, e.target_brokers));
+        history.acl = s.acl.as_ref().map(|a| crate::checker::acl::AclObservation {
+            bound_ms: a.bound_ms,
+            windows: acl_windows.clone().unwrap_or_default(),
+            created_ms: std::mem::take(&mut *lock(&w.created)),
+            replica_records: acl::collect_records(&world, &t.name, t.partitions),
+        });
     }
     history.tracks_processing = s.consumer.is_some();
     history.consumers_drained = s.consumer.is_some();

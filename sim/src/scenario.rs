@@ -87,6 +87,15 @@
 //!                          # brokers past the target are stopped once no replica is left on them
 //! "mutant.switch.before.isr" = false  # negative control: moves complete before the new replicas catch up
 //!
+//! [acl]                   # optional (clusters only): SASL PLAIN and an authorizer on every broker
+//! toggled_producers = 1    # producers 0..N (User:producer-N) lose and regain Write on the topic;
+//!                          # the others keep it; brokers and the harness log in as User:admin (super user)
+//! granted_s = 4            # an ACL driver revokes after this long granted,
+//! revoked_s = 4            # and grants again after this long revoked (answered DeleteAcls / CreateAcls)
+//! bound_ms = 2500          # the propagation bound (README): after an answered revocation + this,
+//!                          # no record its principal creates may appear in any replica's log
+//! "mutant.ignore.revocations" = false  # negative control: broker caches never drop a binding
+//!
 //! [expect]
 //! outcome = "no-anomalies" # or "anomaly", with:
 //! anomaly = "lost-write"   # the anomaly a negative control must produce
@@ -131,7 +140,26 @@ pub struct Scenario {
     pub faults: Faults,
     #[serde(default)]
     pub elastic: Option<Elastic>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acl: Option<Acl>,
     pub expect: Spanned<Expect>,
+}
+
+/// Authentication and ACLs racing the workload (see the module example): producers log in with
+/// SASL PLAIN as `User:producer-N`, and a driver revokes and grants Write for the toggled ones
+/// while the nemesis runs. The checker's `revoked-write` ([`crate::checker::acl`]) compares every
+/// replica's log against the revocations the driver saw answered.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Acl {
+    #[serde(default = "defaults::one")]
+    pub toggled_producers: u32,
+    pub granted_s: f64,
+    pub revoked_s: f64,
+    pub bound_ms: u64,
+    /// Simulator-only mutant (a negative control): brokers' ACL caches ignore revocations.
+    #[serde(rename = "mutant.ignore.revocations", default)]
+    pub mutant_ignore_revocations: bool,
 }
 
 /// Brokers joining and leaving during the run (see the module example). With it, the controller
@@ -769,6 +797,21 @@ impl Scenario {
                         "initial_brokers and target_brokers must be from the replication factor {rf} to the {} brokers, and 0 <= join_at_s <= rebalance_at_s < duration_s",
                         c.brokers
                     ),
+                );
+            }
+        }
+        if let Some(a) = &scenario.acl {
+            let ok = c.brokers > 1
+                && a.toggled_producers <= scenario.producer.count
+                && a.granted_s >= 0.5
+                && a.revoked_s >= 0.5
+                && a.granted_s + a.revoked_s < scenario.duration_s as f64
+                && a.bound_ms > 0;
+            if !ok {
+                return bad(
+                    key_at("acl", "toggled_producers"),
+                    "acl",
+                    "needs a cluster (brokers > 1), toggled_producers <= producer.count, granted_s and revoked_s >= 0.5 with one grant and revocation inside duration_s, and bound_ms > 0".into(),
                 );
             }
         }

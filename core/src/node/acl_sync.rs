@@ -175,7 +175,12 @@ impl<R: Runtime> Session<R> {
         loop {
             let servers = self.client.server_changes();
             match self.scan(true).await {
-                Ok(set) => {
+                Ok(mut set) => {
+                    if self.acls.mutant_ignore_revocations {
+                        for kept in self.acls.acls.borrow().bindings() {
+                            set.add(kept);
+                        }
+                    }
                     let changed = *self.acls.acls.borrow() != set;
                     if changed {
                         tracing::info!(target: "acl", acls = set.len(), "ACL cache updated from the coordinator");

@@ -45,6 +45,9 @@ pub struct NodeAcls {
     /// Cluster mode: where CreateAcls / DeleteAcls go (the coordinator holds the ACLs and the
     /// cache follows it); `None` on a single node, whose cache is the store.
     pub admin: Option<super::acl_sync::AclAdmin>,
+    /// Simulator-only negative control: the cache takes grants from the coordinator but never
+    /// drops a binding (a broker that ignores revocations). Never set outside the simulator.
+    pub mutant_ignore_revocations: bool,
 }
 
 impl NodeAcls {
@@ -53,6 +56,7 @@ impl NodeAcls {
             authorizer,
             acls: Rc::default(),
             admin: None,
+            mutant_ignore_revocations: false,
         }
     }
 }
@@ -135,14 +139,22 @@ impl<'a> Gate<'a> {
             .collect()
     }
 
-    /// Fetch: a follower needs ClusterAction on the Cluster (else every partition answers
-    /// CLUSTER_AUTHORIZATION_FAILED); a consumer needs Read on each topic. Topics named by an id
+    /// Fetch: a follower needs ClusterAction on the Cluster and nothing more, as in Kafka (else
+    /// every partition answers CLUSTER_AUTHORIZATION_FAILED, and no fetch offset is recorded, so
+    /// the asker never joins an ISR); a consumer needs Read on each topic. Topics named by an id
     /// the broker does not know are left for the handler to answer UNKNOWN_TOPIC_ID.
     pub fn split_fetch(&self, broker: &Broker, req: &mut FetchRequest, version: i16) -> Vec<FetchTopicResponse> {
         if !self.enabled() {
             return Vec::new();
         }
-        let follower_refused = req.replica_id >= 0 && !self.may_cluster(Operation::ClusterAction);
+        if req.replica_id >= 0 {
+            // A replica's rights are the cluster's, not a topic's: Read on a topic makes a
+            // consumer, never a follower, and ClusterAction alone lets a broker replicate.
+            if self.may_cluster(Operation::ClusterAction) {
+                return Vec::new();
+            }
+        }
+        let follower_refused = req.replica_id >= 0;
         let (allowed, refused): (Vec<_>, Vec<_>) = std::mem::take(&mut req.topics).into_iter().partition(|t| {
             let name = if version >= TOPIC_ID_MIN {
                 match broker.topic_by_id(TopicId(t.topic_id.0)) {

@@ -476,3 +476,118 @@ fn allow_everyone_if_no_acl_found_opens_only_resources_without_acls() {
     assert_eq!(node.produce("anyone", "orders"), DENIED);
     assert_eq!(node.produce("anyone", "pay.eu"), 0);
 }
+
+/// Inter-broker authorization (issue #7 item 4): a replica Fetch (replica_id >= 0) and a
+/// follower's OffsetForLeaderEpoch need ClusterAction on the Cluster, as in Kafka. A principal
+/// without it, even one allowed to Read the topic, gets CLUSTER_AUTHORIZATION_FAILED, its fetch
+/// offset is never recorded, and the leader proposes no ISR expansion for it; the broker's
+/// inter-broker principal (a super user, or one granted ClusterAction) is served and joins.
+#[test]
+fn a_replica_fetch_needs_cluster_action_and_a_refused_one_never_joins_the_isr() {
+    use crate::cluster::{PartitionState, TopicRecord};
+    use crate::ids::{BrokerId, LeaderEpoch};
+    use crate::protocol::api::offset_for_leader_epoch::{
+        OffsetForLeaderEpochRequest, OffsetForLeaderPartition, OffsetForLeaderTopic,
+    };
+
+    const CLUSTER_ACTION: i8 = 9;
+    const REFUSED: i16 = 31;
+    let node = Node::new(Some(secured()));
+    let me = node.broker.borrow().config().broker_id;
+    let follower = BrokerId(me.0 + 2);
+    let record = TopicRecord {
+        topic_id_hex: TopicId::from_random(9, 9).to_hex(),
+        assignment: [(0, vec![me, follower])].into(),
+        reassigning: Default::default(),
+        configs: Default::default(),
+    };
+    let state = PartitionState {
+        leader: Some(me),
+        leader_epoch: LeaderEpoch(1),
+        isr: vec![me],
+        controller_epoch: 1,
+    };
+    node.rt.with_disk(|d| {
+        node.broker
+            .borrow_mut()
+            .apply_partition_state(d, "repl", &record, 0, &state, 0, 1)
+            .expect("apply")
+    });
+    assert_eq!(node.produce("admin", "repl"), 0);
+    assert_eq!(node.log_end("repl"), 1);
+
+    let replica_fetch = |user: &str| -> i16 {
+        let resp = node.call(
+            user,
+            Request::Fetch(FetchRequest {
+                replica_id: follower.0,
+                max_wait_ms: 0,
+                min_bytes: 0,
+                max_bytes: 1 << 20,
+                topics: vec![FetchTopic {
+                    topic: "repl".into(),
+                    topic_id: Uuid::ZERO,
+                    partitions: vec![FetchPartition {
+                        partition: 0,
+                        current_leader_epoch: 1,
+                        fetch_offset: 1,
+                        last_fetched_epoch: 1,
+                        log_start_offset: 0,
+                        partition_max_bytes: 1 << 20,
+                    }],
+                }],
+                ..FetchRequest::default()
+            }),
+            11,
+        );
+        let Response::Fetch(resp) = resp else {
+            panic!("{resp:?}")
+        };
+        resp.topics[0].partitions[0].error_code
+    };
+    let follower_epoch_query = |user: &str| -> i16 {
+        let resp = node.call(
+            user,
+            Request::OffsetForLeaderEpoch(OffsetForLeaderEpochRequest {
+                replica_id: follower.0,
+                topics: vec![OffsetForLeaderTopic {
+                    topic: "repl".into(),
+                    partitions: vec![OffsetForLeaderPartition {
+                        partition: 0,
+                        current_leader_epoch: 1,
+                        leader_epoch: 1,
+                    }],
+                }],
+            }),
+            4,
+        );
+        let Response::OffsetForLeaderEpoch(resp) = resp else {
+            panic!("{resp:?}")
+        };
+        resp.topics[0].partitions[0].error_code
+    };
+    let proposals = |now: i64| node.broker.borrow_mut().poll_isr_proposals(now);
+
+    // Not a cluster member: refused, even with Read on the topic, and nothing joins the ISR.
+    assert_eq!(replica_fetch("mallory"), REFUSED);
+    assert_eq!(follower_epoch_query("mallory"), REFUSED);
+    node.grant("mallory", TOPIC, "repl", LITERAL, READ);
+    assert_eq!(
+        replica_fetch("mallory"),
+        REFUSED,
+        "Read on the topic is a consumer's right, not a replica's"
+    );
+    assert_eq!(node.fetch("mallory", "repl"), 0, "as a consumer mallory may read");
+    let refused = proposals(2);
+    println!("after refused replica fetches: {refused:?}");
+    assert!(refused.is_empty(), "a refused replica fetch moved the ISR: {refused:?}");
+
+    // The inter-broker principal, granted ClusterAction on the Cluster: served, and it joins.
+    node.grant("broker-2", CLUSTER, "kafka-cluster", LITERAL, CLUSTER_ACTION);
+    assert_eq!(follower_epoch_query("broker-2"), 0);
+    assert_eq!(replica_fetch("broker-2"), 0);
+    let joined = proposals(3);
+    println!("after broker-2's replica fetch: {joined:?}");
+    assert_eq!(joined.len(), 1, "{joined:?}");
+    assert_eq!(joined[0].new_state.isr, vec![me, follower]);
+}

@@ -67,6 +67,7 @@ fn clean() -> History {
         controllers: vec![],
         replicas: vec![],
         balance: None,
+        acl: None,
     }
 }
 
@@ -247,4 +248,16 @@ fn an_acks0_send_missing_from_the_log_is_lost_and_one_present_is_not() {
     println!("{}", report.summary());
     assert_eq!(kinds(&missing), vec![AnomalyKind::LostWrite]);
     assert!(report.summary().contains("acks=0"), "{}", report.summary());
+}
+
+#[test]
+fn an_acl_run_without_revocation_windows_or_judged_records_compared_nothing() {
+    let mut h = clean();
+    h.acl = Some(super::acl::AclObservation::default());
+    let report = check(&h);
+    println!("{}", report.summary());
+    assert!(
+        report.compared_nothing(),
+        "no window, no record: nothing about revocations was compared"
+    );
 }

@@ -128,6 +128,12 @@ async fn broker_main(rt: SimRuntime, s: Arc<Scenario>, index: usize) {
             replication_factor: i16::try_from(s.broker.offsets_topic_replication_factor).expect("validated: 1..=16"),
         }
     };
+    if let Some(a) = &s.acl {
+        let (sasl, acls, login) = super::acl::broker_security(&s, a);
+        config.sasl = Some(sasl);
+        config.acls = Some(acls);
+        cluster.inter_broker_sasl = Some(login);
+    }
     match start_cluster_broker(rt, config, cluster).await {
         Ok((broker, accept_loop)) => {
             BROKERS.with(|b| b.borrow_mut().insert(index, Rc::downgrade(&broker)));
