@@ -18,6 +18,7 @@ pub mod authz;
 pub mod cluster;
 pub mod handlers;
 pub mod replica_fetcher;
+pub mod throttle;
 pub mod watch;
 
 use std::cell::RefCell;
