@@ -87,6 +87,11 @@ pub struct BrokerArgs {
     /// `replica.lag.time.max.ms` (default 30000).
     #[arg(long)]
     pub replica_lag_time_max_ms: Option<i64>,
+    /// `follower.replication.throttled.rate`: bytes per second this broker fetches for the
+    /// partitions a reassignment is adding it to (unset: unthrottled; the server.properties key
+    /// of the same name also sets it).
+    #[arg(long)]
+    pub follower_replication_throttled_rate: Option<u64>,
     /// On SIGTERM, how long to wait for the leadership hand-off before flushing and exiting
     /// anyway (0: exit without handing off).
     #[arg(long, default_value_t = 10_000)]
@@ -280,6 +285,11 @@ pub fn broker(args: BrokerArgs) -> anyhow::Result<ExitCode> {
     let mut cluster = ClusterConfig::new(coordinators);
     cluster.session_timeout_ms = session_timeout_ms;
     cluster.inter_broker_sasl = inter_broker_credentials(&file);
+    cluster.follower_throttled_rate_bytes_per_s = match args.follower_replication_throttled_rate {
+        Some(rate) => Some(rate),
+        None => file.number("follower.replication.throttled.rate")?,
+    }
+    .filter(|&rate| rate > 0);
     if protocol.uses_sasl() && cluster.inter_broker_sasl.is_none() {
         tracing::warn!("SASL listener without sasl.inter.broker.username/password: followers cannot fetch from this broker's peers");
     }

@@ -268,6 +268,7 @@ pub const BROKER_KEYS: &[&str] = &[
     "zookeeper.connect",
     "zookeeper.session.timeout.ms",
     "replica.lag.time.max.ms",
+    "follower.replication.throttled.rate",
     "min.insync.replicas",
     "num.partitions",
     "log.retention.ms",

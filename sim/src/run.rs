@@ -694,13 +694,22 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
         let (s, brokers, start_ms, until_ms) = (s.clone(), w.brokers, monotonic_ms(), w.produce_until_ms);
         world.spawn_on(admin, move |rt| acl::drive(rt, s, brokers, start_ms, until_ms))
     });
+    let mut moves = None;
     match &s.elastic {
         Some(e) => {
             let start_ms = monotonic_ms();
-            tokio::join!(
+            let ((), window) = tokio::join!(
                 nemesis.play(&world, &resolve),
                 elastic::drive(&world, &brokers, admin, e, start_ms, w.produce_until_ms)
             );
+            // Before anything changes: until brokers join, or (shrinking) until the moves start.
+            let changes_at_s = if e.join_at_s > 0.0 {
+                e.join_at_s
+            } else {
+                e.rebalance_at_s
+            };
+            let join_ms = start_ms + (changes_at_s * 1_000.0) as u64;
+            moves = Some((join_ms, window));
         }
         None => nemesis.play(&world, &resolve).await,
     }
@@ -754,6 +763,19 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
             created_ms: std::mem::take(&mut *lock(&w.created)),
             replica_records: acl::collect_records(&world, &t.name, t.partitions),
         });
+    }
+    if let Some((join_ms, window)) = moves {
+        let acked: Vec<u64> = history
+            .sends
+            .iter()
+            .filter(|s| matches!(s.outcome, SendOutcome::Acked { .. }))
+            .map(|s| s.at_ms)
+            .collect();
+        if let Some((before, during)) = elastic::producer_rates(&acked, join_ms, window) {
+            tracing::info!(target: "elastic", before = format!("{before:.1}"), during = format!("{during:.1}"),
+                ratio = format!("{:.2}", during / before), moves_ms = window.1 - window.0,
+                "producer acks per virtual second before the join and while moving");
+        }
     }
     history.tracks_processing = s.consumer.is_some();
     history.consumers_drained = s.consumer.is_some();

@@ -315,6 +315,10 @@ pub struct Broker {
     /// operating system's writeback on internal topics such as `__consumer_offsets`.
     #[serde(rename = "log.flush.interval.ms", default)]
     pub log_flush_interval_ms: Option<i64>,
+    /// `follower.replication.throttled.rate`: bytes per second each broker fetches for the
+    /// partitions a reassignment is adding it to (unset: unthrottled).
+    #[serde(rename = "follower.replication.throttled.rate", default)]
+    pub follower_replication_throttled_rate: Option<u64>,
 }
 
 impl Default for Broker {
@@ -328,6 +332,7 @@ impl Default for Broker {
             mutant_every_broker_coordinates: false,
             min_insync_replicas: 1,
             log_flush_interval_ms: None,
+            follower_replication_throttled_rate: None,
         }
     }
 }

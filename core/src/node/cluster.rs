@@ -97,6 +97,9 @@ pub struct ClusterConfig {
     pub shutdown: ControlledShutdown,
     /// How this broker's replica fetchers log in to the other brokers' SASL listeners.
     pub inter_broker_sasl: Option<crate::security::SaslCredentials>,
+    /// `follower.replication.throttled.rate`: bytes per second this broker fetches, over all
+    /// partitions it is being added to by a reassignment (catch-up); `None`: unthrottled.
+    pub follower_throttled_rate_bytes_per_s: Option<u64>,
 }
 
 /// Kafka's controlled shutdown, shared by the process (which asks) and the cluster task (which
@@ -209,6 +212,7 @@ impl ClusterConfig {
             group_coordination: Coordination::partitioned_default(),
             shutdown: ControlledShutdown::default(),
             inter_broker_sasl: None,
+            follower_throttled_rate_bytes_per_s: None,
         }
     }
 }
@@ -614,6 +618,9 @@ pub async fn start_cluster_broker<R: Runtime>(
         ReplicaFetcherConfig {
             watch: watch.clone(),
             sasl: cluster.inter_broker_sasl.clone(),
+            throttle: cluster
+                .follower_throttled_rate_bytes_per_s
+                .map(|rate| Rc::new(RefCell::new(super::throttle::Throttle::new(rate)))),
             ..ReplicaFetcherConfig::default()
         },
     ));

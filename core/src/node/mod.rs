@@ -19,6 +19,7 @@ pub mod cluster;
 pub mod handlers;
 pub mod replica_fetcher;
 pub mod scram_sync;
+pub mod throttle;
 pub mod watch;
 
 use std::cell::RefCell;

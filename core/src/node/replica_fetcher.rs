@@ -27,6 +27,7 @@ use crate::protocol::api::offset_for_leader_epoch::{
 use crate::protocol::{Request, Response};
 use crate::runtime::Runtime;
 
+use super::throttle::Throttle;
 use super::watch::PartitionWatch;
 use super::SharedBroker;
 
@@ -46,6 +47,9 @@ pub struct ReplicaFetcherConfig {
     pub watch: PartitionWatch,
     /// The login on a leader's SASL listener (inter-broker credentials).
     pub sasl: Option<crate::security::SaslCredentials>,
+    /// `follower.replication.throttled.rate`, shared by every task of this broker: caps the
+    /// fetches of partitions a reassignment is adding this broker to (and only those).
+    pub throttle: Option<Rc<RefCell<Throttle>>>,
 }
 
 impl Default for ReplicaFetcherConfig {
@@ -60,6 +64,7 @@ impl Default for ReplicaFetcherConfig {
             request_timeout_ms: 10_000,
             watch: PartitionWatch::default(),
             sasl: None,
+            throttle: None,
         }
     }
 }
@@ -134,14 +139,29 @@ async fn step<R: Runtime>(
     conns: &mut BTreeMap<BrokerId, KafkaConn<R>>,
     task: &FollowerTask,
 ) -> Result<(), String> {
-    let (me, addr) = {
+    let (me, addr, adding) = {
         let b = broker.borrow();
-        let addr = b
-            .cluster_view()
+        let view = b.cluster_view();
+        let addr = view
             .and_then(|v| v.brokers.iter().find(|r| r.id == task.leader))
             .map(|r| format!("{}:{}", r.host, r.port));
-        (b.config().broker_id, addr)
+        let me = b.config().broker_id;
+        // Kafka throttles the replicas a reassignment adds; the others carry the ISR.
+        let adding = view
+            .and_then(|v| v.topics.get(&task.topic))
+            .and_then(|(record, _)| record.reassigning.get(&task.partition))
+            .is_some_and(|r| r.adding.contains(&me));
+        (me, addr, adding)
     };
+    let throttle = config.throttle.as_ref().filter(|_| adding);
+    let mut fetch_bytes_max = config.fetch_max_bytes;
+    if let (Some(throttle), FollowerAction::Fetch { .. }) = (throttle, task.action) {
+        let wait_ms = throttle.borrow_mut().wait_ms(rt.monotonic_ms());
+        if wait_ms > 0 {
+            rt.sleep(Duration::from_millis(wait_ms)).await;
+        }
+        fetch_bytes_max = fetch_bytes_max.min(throttle.borrow_mut().fetch_bytes_max(rt.monotonic_ms()));
+    }
     let addr = addr.ok_or_else(|| format!("leader {} is not in the cluster view", task.leader.0))?;
     if conns.get(&task.leader).is_none_or(|c| c.addr != addr) {
         let mut conn = KafkaConn::connect(rt, &addr, &config.client_id, config.request_timeout_ms)
@@ -171,7 +191,7 @@ async fn step<R: Runtime>(
             replica_id: me.0,
             max_wait_ms: config.fetch_wait_max_ms,
             min_bytes: 1,
-            max_bytes: config.fetch_max_bytes,
+            max_bytes: fetch_bytes_max,
             isolation_level: 0,
             session_id: 0,
             session_epoch: -1,
@@ -184,7 +204,7 @@ async fn step<R: Runtime>(
                     fetch_offset: offset.0,
                     last_fetched_epoch: -1,
                     log_start_offset: -1,
-                    partition_max_bytes: config.fetch_max_bytes,
+                    partition_max_bytes: fetch_bytes_max,
                 }],
             }],
             forgotten_topics: vec![],
@@ -204,6 +224,7 @@ async fn step<R: Runtime>(
     };
     let now = rt.now_ms();
     let mut code_seen = ErrorCode::None;
+    let mut throttle_wait_ms = 0;
     let applied = match (task.action, response) {
         (FollowerAction::Truncate { epoch }, Response::OffsetForLeaderEpoch(resp)) => {
             let p = resp
@@ -237,6 +258,10 @@ async fn step<R: Runtime>(
                 .find(|p| p.partition_index == task.partition)
                 .ok_or("the leader's answer lacks the partition")?;
             let empty = bytes::Bytes::new();
+            if let Some(throttle) = throttle {
+                let bytes = p.records.as_ref().map_or(0, |r| r.len() as u64);
+                throttle_wait_ms = throttle.borrow_mut().fetched(rt.monotonic_ms(), bytes);
+            }
             let result = if p.error_code != 0 {
                 code_seen = code(p.error_code);
                 Err(code_seen)
@@ -265,6 +290,9 @@ async fn step<R: Runtime>(
     applied.map_err(|e| format!("applying the leader's answer: {e}"))?;
     if code_seen != ErrorCode::None {
         return Err(format!("leader answered {code_seen:?}"));
+    }
+    if throttle_wait_ms > 0 {
+        rt.sleep(Duration::from_millis(throttle_wait_ms)).await;
     }
     Ok(())
 }

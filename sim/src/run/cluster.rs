@@ -116,6 +116,7 @@ async fn broker_main(rt: SimRuntime, s: Arc<Scenario>, index: usize) {
     }
     let mut cluster = ClusterConfig::new(coordinator_addrs(&s));
     cluster.detect_restarts = !s.broker.mutant_ignore_broker_restarts;
+    cluster.follower_throttled_rate_bytes_per_s = s.broker.follower_replication_throttled_rate.filter(|&r| r > 0);
     if let Some(e) = &s.elastic {
         cluster.controller.auto_leader_rebalance = true;
         cluster.controller.mutant_switch_before_isr = e.mutant_switch_before_isr;

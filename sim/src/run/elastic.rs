@@ -44,7 +44,16 @@ pub fn hold_back(world: &World, brokers: &[NodeIndex], e: &Elastic) {
 }
 
 /// The driver, run beside the nemesis; times are from `start_ms` (when the nemesis starts).
-pub async fn drive(world: &World, brokers: &[NodeIndex], admin: NodeIndex, e: &Elastic, start_ms: u64, until_ms: u64) {
+/// Returns when the moves ran: (virtual ms the first plan was made, ms they were seen done, or
+/// `until_ms` if never).
+pub async fn drive(
+    world: &World,
+    brokers: &[NodeIndex],
+    admin: NodeIndex,
+    e: &Elastic,
+    start_ms: u64,
+    until_ms: u64,
+) -> (u64, u64) {
     let at = |s: f64| start_ms + (s * 1_000.0) as u64;
     madsim::time::sleep(Duration::from_millis(at(e.join_at_s).saturating_sub(monotonic_ms()))).await;
     for &b in brokers.iter().skip(e.initial_brokers as usize) {
@@ -56,10 +65,12 @@ pub async fn drive(world: &World, brokers: &[NodeIndex], admin: NodeIndex, e: &E
     ))
     .await;
     let (count, target) = (brokers.len(), e.target_brokers as usize);
+    let moves_from_ms = monotonic_ms();
     let done = world
         .spawn_on(admin, move |rt| rebalance(rt, count, target, until_ms))
         .await
         .expect("the admin node is never killed");
+    let moves_until_ms = monotonic_ms();
     tracing::info!(target: "elastic", done, "rebalance finished");
     if done {
         for &b in brokers.iter().skip(target) {
@@ -67,6 +78,19 @@ pub async fn drive(world: &World, brokers: &[NodeIndex], admin: NodeIndex, e: &E
             world.kill(b);
         }
     }
+    (moves_from_ms, moves_until_ms)
+}
+
+/// Producer acknowledgements per virtual second before the brokers join (from the first
+/// acknowledgement) and while the moves run: what a replication throttle must not starve.
+/// `None` when either window is empty.
+pub fn producer_rates(acked_at_ms: &[u64], join_ms: u64, moves: (u64, u64)) -> Option<(f64, f64)> {
+    let first = acked_at_ms.iter().copied().min()?;
+    let rate = |from: u64, to: u64| {
+        let n = acked_at_ms.iter().filter(|&&t| (from..to).contains(&t)).count();
+        (to > from && n > 0).then(|| n as f64 * 1_000.0 / (to - from) as f64)
+    };
+    Some((rate(first, join_ms)?, rate(moves.0, moves.1)?))
 }
 
 /// Plans and submits moves until the placement over brokers `0..target` is balanced and no move
