@@ -560,12 +560,13 @@ mod tests {
                 .all(|p| !p.starts_with("storm/") && !p.starts_with("shrunk/") && !p.starts_with("findings/")),
             "storm/, shrunk/ and findings/ hold negative controls and pinned cases only"
         );
-        for known in ["elastic/grow_three_to_five", "elastic/shrink_five_to_three"] {
-            let (_, why) = left_out
-                .iter()
-                .find(|(p, _)| p.starts_with(known))
-                .unwrap_or_else(|| panic!("{known}* is left out"));
-            assert!(why.starts_with("known failing"), "{known}: {why}");
+        // The elastic scenarios fsync every batch since their failing seeds were traced to the
+        // no-fsync window (scenarios/findings/): campaigns run them again.
+        for elastic in ["elastic/grow_three_to_five_under", "elastic/shrink_five_to_three"] {
+            assert!(
+                run.iter().any(|p| p.starts_with(elastic)),
+                "{elastic}* runs in campaigns"
+            );
         }
     }
 
