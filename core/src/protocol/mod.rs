@@ -301,7 +301,10 @@ fn decode_with(mut r: Reader<'_>) -> Result<(RequestHeader, Request), DecodeErro
             })
         }
     };
-    r.finish()?;
+    // Bytes after the body are ignored, as Kafka's broker ignores them: librdkafka 2.x sends a
+    // Metadata v12 "all topics" request with 3 stray bytes after the null topic array (left from
+    // the space it reserves for the array count), and refusing it closed the connection behind
+    // confluent-kafka's `list_topics()`. Every field was still read with its bounds checked.
     Ok((header, request))
 }
 
