@@ -122,6 +122,16 @@ fn start_cluster(tls: Option<fn(&Path) -> common::certs::TestPki>) -> SaslCluste
             )
         }
     };
+    let users = format!(
+        "\"sasl.plain.users\" = \"alice:{PASSWORD},admin:admin-secret\"\n\"sasl.scram.users\" = \"alice:{PASSWORD}\"\n"
+    );
+    launch(dir, protocol, &format!("{users}{ssl}"))
+}
+
+/// Starts a coordinator and a broker in `dir` whose one listener speaks `protocol` with every SASL
+/// mechanism and `admin` as the inter-broker user; `extra` adds server.properties lines (users, TLS,
+/// the authorizer).
+fn launch(dir: tempfile::TempDir, protocol: &str, extra: &str) -> SaslCluster {
     let coord_port = free_port();
     let coord = Proc::start(
         &[
@@ -144,14 +154,12 @@ fn start_cluster(tls: Option<fn(&Path) -> common::certs::TestPki>) -> SaslCluste
              \"listeners\" = \"CLIENT://127.0.0.1:{port}\"\n\
              \"listener.security.protocol.map\" = \"CLIENT:{protocol}\"\n\
              \"sasl.enabled.mechanisms\" = \"PLAIN,SCRAM-SHA-256,SCRAM-SHA-512\"\n\
-             \"sasl.plain.users\" = \"alice:{PASSWORD},admin:admin-secret\"\n\
-             \"sasl.scram.users\" = \"alice:{PASSWORD}\"\n\
              \"sasl.inter.broker.username\" = \"admin\"\n\
              \"sasl.inter.broker.password\" = \"admin-secret\"\n\
              \"zookeeper.connect\" = \"127.0.0.1:{coord_port}\"\n\
              \"log.dirs\" = \"{}\"\n\
              \"offsets.topic.num.partitions\" = 2\n\
-             \"offsets.topic.replication.factor\" = 1\n{ssl}",
+             \"offsets.topic.replication.factor\" = 1\n{extra}",
             dir.path().join("b").display()
         ),
     )
@@ -676,52 +684,14 @@ fn replica_fetches_between_two_ssl_brokers_run_over_tls_and_fill_the_isr() {
 /// `gregor users add`, so its credential lives in the coordinator.
 fn start_secured_cluster() -> SaslCluster {
     let dir = tempfile::tempdir().expect("temp dir");
-    let coord_port = free_port();
-    let coord = Proc::start(
-        &[
-            "coordinator".into(),
-            "--id".into(),
-            "1".into(),
-            "--peers".into(),
-            format!("1=127.0.0.1:{coord_port}"),
-            "--data-dir".into(),
-            dir.path().join("c").display().to_string(),
-        ],
-        dir.path().join("c.log"),
-    );
-    let port = free_port();
-    let config = dir.path().join("broker.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "\"broker.id\" = 0\n\
-             \"listeners\" = \"CLIENT://127.0.0.1:{port}\"\n\
-             \"listener.security.protocol.map\" = \"CLIENT:SASL_PLAINTEXT\"\n\
-             \"sasl.enabled.mechanisms\" = \"PLAIN,SCRAM-SHA-256,SCRAM-SHA-512\"\n\
-             \"sasl.plain.users\" = \"admin:admin-secret\"\n\
-             \"sasl.scram.users\" = \"admin:admin-secret\"\n\
-             \"sasl.inter.broker.username\" = \"admin\"\n\
-             \"sasl.inter.broker.password\" = \"admin-secret\"\n\
-             \"authorizer.class.name\" = \"gregor\"\n\
-             \"super.users\" = \"User:admin\"\n\
-             \"zookeeper.connect\" = \"127.0.0.1:{coord_port}\"\n\
-             \"log.dirs\" = \"{}\"\n\
-             \"offsets.topic.num.partitions\" = 2\n\
-             \"offsets.topic.replication.factor\" = 1\n",
-            dir.path().join("b").display()
-        ),
-    )
-    .expect("write broker config");
-    let broker = Proc::start(
-        &["broker".into(), "--config".into(), config.display().to_string()],
-        dir.path().join("b.log"),
-    );
-    SaslCluster {
+    launch(
         dir,
-        _coord: coord,
-        broker,
-        bootstrap: format!("127.0.0.1:{port}"),
-    }
+        "SASL_PLAINTEXT",
+        "\"sasl.plain.users\" = \"admin:admin-secret\"\n\
+         \"sasl.scram.users\" = \"admin:admin-secret\"\n\
+         \"authorizer.class.name\" = \"gregor\"\n\
+         \"super.users\" = \"User:admin\"\n",
+    )
 }
 
 /// `gregor ARGS` as the super user over SCRAM-SHA-256; panics with its output on failure.
