@@ -349,7 +349,7 @@ impl Broker {
     }
 
     /// The effective log config and min ISR of a topic with these overrides.
-    fn topic_config(&self, overrides: &BTreeMap<String, String>) -> Result<(LogConfig, i32), String> {
+    pub(crate) fn topic_config(&self, overrides: &BTreeMap<String, String>) -> Result<(LogConfig, i32), String> {
         let mut log = self.config.log.clone();
         let mut min_isr = self.config.min_insync_replicas;
         for (k, v) in overrides {

@@ -144,26 +144,46 @@ fn wanted(res: &DescribeConfigsResource, name: &str) -> bool {
 type Entries = Result<Vec<DescribeConfigsEntry>, (ErrorCode, String)>;
 
 fn topic_entries(broker: &Broker, res: &DescribeConfigsResource, include_synonyms: bool) -> Entries {
-    let meta = broker.topic(&res.resource_name).ok_or_else(|| {
+    let unknown = || {
         (
             ErrorCode::UnknownTopicOrPartition,
             format!("no topic {}", res.resource_name),
         )
-    })?;
+    };
+    let (log_config, min_insync_replicas, overrides) = match broker.topic(&res.resource_name) {
+        Some(meta) => (
+            meta.log_config.clone(),
+            meta.min_insync_replicas,
+            meta.overrides.clone(),
+        ),
+        // Cluster mode, no replica here (never had one, or a move took it away): the coordinator's
+        // topic record says, as Kafka answers from metadata on any broker. Before, `gregor topics
+        // describe` failed through such a broker.
+        None => {
+            let (record, _) = broker
+                .cluster_view()
+                .and_then(|v| v.topics.get(&res.resource_name))
+                .ok_or_else(unknown)?;
+            let (log_config, min) = broker
+                .topic_config(&record.configs)
+                .map_err(|why| (ErrorCode::InvalidConfig, why))?;
+            (log_config, min, record.configs.clone())
+        }
+    };
     let ours = broker.config();
     let defaults = BrokerConfig::default();
     Ok(TOPIC_KEYS
         .iter()
         .filter(|k| wanted(res, k.name))
         .map(|k| {
-            let value = (k.value)(&meta.log_config, meta.min_insync_replicas);
+            let value = (k.value)(&log_config, min_insync_replicas);
             let broker_value = (k.value)(&ours.log, ours.min_insync_replicas);
             let broker_source = if broker_value == (k.value)(&defaults.log, defaults.min_insync_replicas) {
                 SOURCE_DEFAULT_CONFIG
             } else {
                 SOURCE_STATIC_BROKER_CONFIG
             };
-            let overridden = meta.overrides.contains_key(k.name);
+            let overridden = overrides.contains_key(k.name);
             let mut synonyms = vec![];
             if include_synonyms {
                 if overridden {
@@ -364,6 +384,36 @@ mod tests {
         for v in 1..=4 {
             assert!(!resp.encode(v).is_empty());
         }
+    }
+
+    #[test]
+    fn a_broker_without_a_replica_answers_from_the_cluster_view() {
+        use crate::broker::replica::ClusterView;
+        use crate::cluster::TopicRecord;
+        let mut disk = MemDisk::new();
+        let mut broker = Broker::open(&mut disk, BrokerConfig::default(), 0).expect("open");
+        let req = DescribeConfigsRequest {
+            resources: vec![resource(RESOURCE_TYPE_TOPIC, "moved", None)],
+            include_synonyms: false,
+            include_documentation: false,
+        };
+        let before = describe_configs(&broker, &req);
+        assert_eq!(before.results[0].error_code, ErrorCode::UnknownTopicOrPartition.code());
+        let record = TopicRecord {
+            topic_id_hex: TopicId::from_random(1, 2).to_hex(),
+            assignment: [(0, vec![crate::ids::BrokerId(1)])].into(),
+            reassigning: Default::default(),
+            configs: [("retention.ms".to_string(), "1000".to_string())].into(),
+        };
+        let mut view = ClusterView::default();
+        view.topics.insert("moved".to_string(), (record, Default::default()));
+        broker.set_cluster_view(view);
+        let after = describe_configs(&broker, &req);
+        println!("answered from the cluster view: {:?}", after.results[0].error_code);
+        assert_eq!(after.results[0].error_code, 0);
+        let retention = entry(&after.results[0], "retention.ms");
+        assert_eq!(retention.value.as_deref(), Some("1000"));
+        assert_eq!(retention.config_source, SOURCE_DYNAMIC_TOPIC_CONFIG);
     }
 
     #[test]
