@@ -65,6 +65,23 @@ impl Drop for Proc {
     }
 }
 
+/// Waits for `child` at most `limit` (killing it after), then reads its stdout and stderr.
+fn finish(child: &mut std::process::Child, limit: Duration) -> (Option<std::process::ExitStatus>, String, String) {
+    let status = wait_bounded(child, limit);
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let (mut out, mut err) = (String::new(), String::new());
+    if let Some(mut s) = child.stdout.take() {
+        let _ = std::io::Read::read_to_string(&mut s, &mut out);
+    }
+    if let Some(mut s) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut s, &mut err);
+    }
+    (status, out, err)
+}
+
 /// Runs `gregor ARGS` with `stdin`; whether it succeeded, and its stdout and stderr.
 fn gregor(args: &[&str], stdin: &str) -> (bool, String, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_gregor"))
@@ -77,18 +94,7 @@ fn gregor(args: &[&str], stdin: &str) -> (bool, String, String) {
     let mut input = child.stdin.take().expect("stdin piped");
     input.write_all(stdin.as_bytes()).expect("write stdin");
     drop(input);
-    let status = wait_bounded(&mut child, Duration::from_secs(30));
-    if status.is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    let (mut out, mut err) = (String::new(), String::new());
-    if let Some(mut s) = child.stdout.take() {
-        let _ = std::io::Read::read_to_string(&mut s, &mut out);
-    }
-    if let Some(mut s) = child.stderr.take() {
-        let _ = std::io::Read::read_to_string(&mut s, &mut err);
-    }
+    let (status, out, err) = finish(&mut child, Duration::from_secs(30));
     (status.is_some_and(|s| s.success()), out, err)
 }
 
@@ -288,18 +294,7 @@ fn confluent(python: &str, c: &SaslCluster, mechanism: &str, password: &str, mod
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("start python");
-    let status = wait_bounded(&mut child, Duration::from_secs(90));
-    if status.is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    let (mut out, mut err) = (String::new(), String::new());
-    if let Some(mut s) = child.stdout.take() {
-        let _ = std::io::Read::read_to_string(&mut s, &mut out);
-    }
-    if let Some(mut s) = child.stderr.take() {
-        let _ = std::io::Read::read_to_string(&mut s, &mut err);
-    }
+    let (status, out, err) = finish(&mut child, Duration::from_secs(90));
     assert!(
         status.is_some_and(|s| s.success()),
         "confluent_sasl.py {mode} failed ({status:?}):\n{out}{err}\nbroker log:\n{}",
@@ -736,18 +731,7 @@ fn acl_step(python: &str, c: &SaslCluster, user: &str, password: &str, mode: &st
         .stderr(Stdio::piped())
         .spawn()
         .expect("start python");
-    let status = wait_bounded(&mut child, Duration::from_secs(60));
-    if status.is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    let (mut out, mut err) = (String::new(), String::new());
-    if let Some(mut s) = child.stdout.take() {
-        let _ = std::io::Read::read_to_string(&mut s, &mut out);
-    }
-    if let Some(mut s) = child.stderr.take() {
-        let _ = std::io::Read::read_to_string(&mut s, &mut err);
-    }
+    let (status, out, err) = finish(&mut child, Duration::from_secs(60));
     assert!(
         status.is_some_and(|s| s.success()),
         "confluent_acl.py {mode} {topic} as {user} failed ({status:?}):\n{out}{err}\nbroker log:\n{}",
