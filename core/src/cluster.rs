@@ -56,6 +56,14 @@ pub struct BrokerRegistration {
     pub host: String,
     pub port: i32,
     pub rack: Option<String>,
+    /// The creation index (czxid) of the first registration of the broker process whose log
+    /// this process still has intact: this process's own first registration when it started
+    /// after an unclean shutdown (or on an empty disk), else the value the previous process
+    /// left in its clean-shutdown marker. `None` until the broker has learnt it, and in
+    /// registrations written before this field existed: the controller then takes this
+    /// registration's own czxid, i.e. treats the broker as restarted (see
+    /// [`crate::controller::ClusterView::intact_since`]).
+    pub intact_since: Option<u64>,
 }
 
 /// A topic: its id, where each partition's replicas live (the first is the preferred leader),
@@ -146,6 +154,9 @@ impl BrokerRegistration {
         if let Some(rack) = &self.rack {
             let _ = writeln!(s, "rack={rack}");
         }
+        if let Some(czxid) = self.intact_since {
+            let _ = writeln!(s, "intact.since={czxid}");
+        }
         s.into_bytes()
     }
 
@@ -156,6 +167,10 @@ impl BrokerRegistration {
             host: m.get("host")?.to_string(),
             port: m.get("port")?.parse().ok()?,
             rack: m.get("rack").map(|r| r.to_string()),
+            intact_since: match m.get("intact.since") {
+                Some(v) => Some(v.parse().ok()?),
+                None => None,
+            },
         })
     }
 }
@@ -245,8 +260,23 @@ mod tests {
             host: "10.0.0.3".into(),
             port: 9092,
             rack: None,
+            intact_since: None,
         };
-        assert_eq!(BrokerRegistration::decode(&reg.encode()), Some(reg));
+        assert_eq!(BrokerRegistration::decode(&reg.encode()), Some(reg.clone()));
+        let intact = BrokerRegistration {
+            intact_since: Some(42),
+            ..reg.clone()
+        };
+        assert_eq!(BrokerRegistration::decode(&intact.encode()), Some(intact));
+        // A registration from before the field: decodes, with nothing known intact.
+        assert_eq!(
+            BrokerRegistration::decode(b"id=2\nhost=10.0.0.3\nport=9092\n"),
+            Some(reg)
+        );
+        assert_eq!(
+            BrokerRegistration::decode(b"id=2\nhost=h\nport=1\nintact.since=x\n"),
+            None
+        );
         let topic = TopicRecord {
             topic_id_hex: "00112233445566778899aabbccddeeff".into(),
             assignment: [

@@ -107,10 +107,30 @@ pub struct ClusterView {
     /// restarted (or lost its session) since that state was written — Kafka's broker epoch
     /// (KIP-380). Empty when unknown: no restart is then detected.
     pub registered_at: BTreeMap<BrokerId, u64>,
+    /// Each live broker's `intact_since` claim ([`crate::cluster::BrokerRegistration`]): the
+    /// creation index of the registration since which its log has lost nothing — a session that
+    /// expired while the process ran, or a clean restart, does not move it; a start without a
+    /// clean-shutdown marker does (Kafka's KIP-966 clean-shutdown report, reduced). Absent: the
+    /// registration's own index counts (every re-registration is a restart, as before).
+    pub intact_since: BTreeMap<BrokerId, u64>,
     /// When each partition's state was last written (the state znode's mzxid).
     pub state_written_at: BTreeMap<(String, i32), u64>,
     /// The children of `/admin/delete_topics`.
     pub delete_requests: BTreeSet<String>,
+}
+
+impl ClusterView {
+    /// Whether broker `b` may have lost writes since a state written at `written` (KIP-380's
+    /// broker epoch, narrowed by the clean-shutdown report): it registered after that state and
+    /// its log is not known intact from before it. The claim can only narrow, never widen, what
+    /// the registration's own index says.
+    pub fn restarted_since(&self, b: BrokerId, written: u64) -> bool {
+        let Some(&registered) = self.registered_at.get(&b) else {
+            return false;
+        };
+        let intact = self.intact_since.get(&b).map_or(registered, |&i| i.min(registered));
+        intact > written
+    }
 }
 
 /// A partition's state change the controller decided, with the write that makes it.
@@ -184,10 +204,7 @@ impl Controller {
         let Some(written) = view.state_written_at.get(&(topic.to_string(), partition)) else {
             return false;
         };
-        state
-            .isr
-            .iter()
-            .any(|b| view.registered_at.get(b).is_some_and(|r| r > written))
+        state.isr.iter().any(|&b| view.restarted_since(b, *written))
     }
 
     /// Whether unclean leader election is allowed for a topic: its config, else the default.

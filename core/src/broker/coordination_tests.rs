@@ -335,6 +335,7 @@ fn find_coordinator_names_the_leader_of_the_groups_partition_and_asks_for_the_to
         host: format!("broker-{id}"),
         port: 9092,
         rack: None,
+        intact_since: None,
     };
     let mut view = ClusterView {
         brokers: vec![registration(0), registration(1)],

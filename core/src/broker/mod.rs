@@ -25,6 +25,7 @@
 //! [`Broker::apply_partition_state`]; [`replica`] owns everything about those (followers, HW,
 //! ISR proposals, truncation, fencing).
 
+pub mod clean_shutdown;
 pub mod coordination;
 pub mod producer_ids;
 pub mod producer_state;
@@ -179,6 +180,9 @@ pub struct Broker {
     offsets_topic_wanted: bool,
     /// Things found at startup that an operator should hear about.
     pub startup_warnings: Vec<String>,
+    /// Since which registration this process's log is intact (see [`clean_shutdown`]): from the
+    /// marker after a clean shutdown, else learnt from this process's first registration.
+    intact_since: Option<u64>,
 }
 
 fn metadata_bytes(meta: &TopicMeta) -> Vec<u8> {
@@ -210,6 +214,8 @@ fn log_error_code(e: &LogError) -> ErrorCode {
 impl Broker {
     /// Opens every partition found in the data directory, recovering each log.
     pub fn open<D: Disk>(disk: &mut D, config: BrokerConfig, now_ms: i64) -> Result<Broker, BrokerError> {
+        // First, before any write: a crash from here on must find no marker.
+        let intact_since = clean_shutdown::take(disk)?;
         let groups =
             GroupCoordinator::open(disk, config.group.clone(), config.log.clone()).map_err(BrokerError::Groups)?;
         let mut broker = Broker {
@@ -225,6 +231,7 @@ impl Broker {
             offsets_topic_wanted: false,
             next_hw_checkpoint_ms: now_ms,
             startup_warnings: Vec::new(),
+            intact_since,
         };
         let checkpoint = match disk.read_all(replica::HW_CHECKPOINT_FILE) {
             Ok(bytes) => replica::decode_hw_checkpoint(&bytes).unwrap_or_else(|| {
@@ -757,7 +764,8 @@ impl Broker {
         failures
     }
 
-    /// Syncs every partition (clean shutdown).
+    /// Syncs every partition and, when all of them synced, leaves the clean-shutdown marker
+    /// (clean shutdown; the last disk write of the process).
     pub fn flush_all<D: Disk>(&mut self, disk: &mut D) -> Vec<(String, i32, LogError)> {
         let mut failures = Vec::new();
         for ((topic, p), state) in self.partitions.iter_mut() {
@@ -770,7 +778,26 @@ impl Broker {
                 tracing::warn!(error = %e, "high watermark checkpoint failed at shutdown");
             }
         }
+        // Every log synced: the next process may say its log is intact (a lower HW checkpoint
+        // only costs a re-fetch). The caller writes nothing after this.
+        if let (true, Some(since)) = (failures.is_empty(), self.intact_since) {
+            if let Err(e) = clean_shutdown::write(disk, since) {
+                tracing::warn!(error = %e, "clean-shutdown marker not written; the next start counts as unclean");
+            }
+        }
         failures
+    }
+
+    /// Since which registration (its creation index) this process's log is intact, if known.
+    pub fn intact_since(&self) -> Option<u64> {
+        self.intact_since
+    }
+
+    /// This process registered, and the registration was created at `czxid`: after an unclean
+    /// start, the log is intact from there on. A value already known (a clean start's, or an
+    /// earlier registration's of this process) stays.
+    pub fn note_registered(&mut self, czxid: u64) {
+        self.intact_since.get_or_insert(czxid);
     }
 }
 

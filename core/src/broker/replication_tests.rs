@@ -301,6 +301,7 @@ fn isr_expands_only_with_registered_brokers() {
         host: "127.0.0.1".into(),
         port: 9092 + id,
         rack: None,
+        intact_since: None,
     };
     let view = |ids: &[i32]| ClusterView {
         brokers: ids.iter().map(|i| registration(*i)).collect(),
@@ -521,6 +522,7 @@ fn metadata_answers_from_the_cluster_view() {
                 host: format!("h{i}"),
                 port: 9000 + i,
                 rack: None,
+                intact_since: None,
             })
             .collect(),
         controller: Some(BrokerId(2)),

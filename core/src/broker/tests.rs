@@ -236,3 +236,43 @@ fn timers_flush_and_apply_retention() {
     // (newest at 901) is not.
     assert_eq!(b.offsets("t", 0), Ok((Offset(4), Offset(6), Offset(6))));
 }
+
+#[test]
+fn only_a_clean_shutdown_lets_the_next_start_claim_an_intact_log() {
+    let mut disk = MemDisk::new();
+    let mut b = broker(&mut disk);
+    assert_eq!(b.intact_since(), None, "an empty disk is an unclean start");
+    b.create_topic(&mut disk, "t", 1, 1, &[], id(3), false).expect("create");
+    // Never registered: nothing to claim, no marker even after a clean shutdown.
+    assert!(b.flush_all(&mut disk).is_empty());
+    assert!(!disk.exists(clean_shutdown::MARKER_FILE));
+    let mut b = broker(&mut disk);
+    b.note_registered(7);
+    b.note_registered(9);
+    assert_eq!(b.intact_since(), Some(7), "the process's first registration counts");
+    b.produce(&mut disk, "t", 0, &mut batch(2, 0), 1, 0).expect("produce");
+    assert!(b.flush_all(&mut disk).is_empty());
+    disk.crash(CrashMode::DropUnsynced);
+    // A clean restart carries the claim over; the marker is gone (durably) once read.
+    let mut b = broker(&mut disk);
+    println!("after a clean shutdown: intact_since {:?}", b.intact_since());
+    assert_eq!(b.intact_since(), Some(7));
+    assert!(!disk.exists(clean_shutdown::MARKER_FILE));
+    b.note_registered(12);
+    assert_eq!(
+        b.intact_since(),
+        Some(7),
+        "a later registration does not move the claim"
+    );
+    b.produce(&mut disk, "t", 0, &mut batch(1, 0), 1, 0).expect("produce");
+    disk.crash(CrashMode::DropUnsynced);
+    // A crash without the shutdown's sync: unclean, whatever the previous process claimed.
+    let b = broker(&mut disk);
+    println!("after a crash: intact_since {:?}", b.intact_since());
+    assert_eq!(b.intact_since(), None);
+    // A marker that does not parse is an unclean start too, and is removed.
+    disk.write_file_atomic(clean_shutdown::MARKER_FILE, b"garbage")
+        .expect("write");
+    assert_eq!(broker(&mut disk).intact_since(), None);
+    assert!(!disk.exists(clean_shutdown::MARKER_FILE));
+}

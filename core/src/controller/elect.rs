@@ -11,16 +11,16 @@
 //!   offline: leader `None`, the ISR kept as it was (Kafka keeps its last members so a returning
 //!   one can lead again with all committed data).
 //! - Every leader change, including to `None`, bumps the leader epoch.
-//! - A broker that registered again after the partition's state was written (it restarted, or
-//!   its session expired and it came back: Kafka's broker epoch, KIP-380) counts as dead for
-//!   that state: as leader it is replaced, as follower it leaves the ISR, because its log may
-//!   have lost unsynced writes. Once the state is rewritten, it is live again and rejoins the
+//! - A broker that registered again after the partition's state was written and whose log is not
+//!   known intact from before it (it started without a clean-shutdown marker: Kafka's broker
+//!   epoch, KIP-380, narrowed as in KIP-966; see [`ClusterView::restarted_since`]) counts as
+//!   dead for that state: as leader it is replaced, as follower it leaves the ISR, because its
+//!   log may have lost unsynced writes. A re-registration after a session expiry, or after a
+//!   clean restart, does not count: that log lost nothing. Once the state is rewritten, it is live again and rejoins the
 //!   ISR through the leader when it has caught up; if it was the last ISR member the partition
 //!   goes offline and, in the next pass, it is elected again (with a new epoch), as Kafka does.
 //!   While other members remain in the ISR it leaves the ISR even when none of them is live, so
 //!   it cannot lead again once the partition is offline: the partition waits for one of them.
-
-use std::collections::BTreeMap;
 
 use super::{ClusterView, Controller, Op, PartitionChange, TopicView};
 use crate::cluster::{partition_state_path, PartitionState};
@@ -99,10 +99,7 @@ impl Controller {
             if view.delete_requests.contains(name) {
                 continue;
             }
-            let restarts = Restarts {
-                registered_at: &view.registered_at,
-                state_written_at: &view.state_written_at,
-            };
+            let restarts = Restarts { view };
             restarts.reconcile_topic(self, name, topic, &live, &mut changes);
         }
         changes
@@ -111,8 +108,7 @@ impl Controller {
 
 /// What the view knows of broker restarts (see the module comment).
 struct Restarts<'a> {
-    registered_at: &'a BTreeMap<BrokerId, u64>,
-    state_written_at: &'a BTreeMap<(String, i32), u64>,
+    view: &'a ClusterView,
 }
 
 impl Restarts<'_> {
@@ -128,13 +124,10 @@ impl Restarts<'_> {
         let unclean_allowed = this.unclean_allowed(&topic.record);
         for (&p, state) in &topic.partitions {
             let replicas = topic.record.assignment.get(&p).map_or(&[][..], Vec::as_slice);
-            let written_at = self.state_written_at.get(&(name.to_string(), p)).copied();
-            let registered_at = &self.registered_at;
-            // Restarted since this state was written: not the incarnation the state names.
-            let bounced = |b: BrokerId| match (written_at, registered_at.get(&b)) {
-                (Some(w), Some(r)) => *r > w,
-                _ => false,
-            };
+            let written_at = self.view.state_written_at.get(&(name.to_string(), p)).copied();
+            // Restarted uncleanly since this state was written: not the incarnation the state
+            // names. A broker that only re-registered (session expiry, clean restart) still is.
+            let bounced = |b: BrokerId| written_at.is_some_and(|w| self.view.restarted_since(b, w));
             // Only while the partition has a leader: once offline, a returning ISR member is the
             // best there is, and leads again (as in Kafka).
             let has_leader = state.value.leader.is_some();
@@ -204,7 +197,7 @@ impl Controller {
                 // Restarted since this state was written: its log may lack what the ISR holds
                 // (KIP-380); it rejoins the ISR through the leader first.
                 let written_at = view.state_written_at.get(&(name.clone(), p));
-                let bounced = matches!((written_at, view.registered_at.get(&preferred)), (Some(w), Some(r)) if r > w);
+                let bounced = written_at.is_some_and(|&w| view.restarted_since(preferred, w));
                 if bounced
                     || Controller::isr_restarted(view, name, p, s)
                     || view.delete_requests.contains(name)

@@ -354,6 +354,49 @@ fn a_restarted_leader_leaves_the_isr_even_when_its_followers_look_dead() {
 }
 
 #[test]
+fn only_an_unclean_restart_counts_when_every_isr_member_re_registered() {
+    // The swarm finding (seed 6181723348523371367): a clog expired every broker's session, all
+    // three re-registered after the state was written, then leader 0 lost an unsynced record in
+    // a power loss and restarted. 1 and 2 only re-registered (their logs intact since their
+    // first registrations, 1 and 2, before the state at 10); 0's log is intact only since its
+    // new registration at 30. 1 leads, 0 leaves the ISR.
+    let mut v = one_partition(&[0, 1, 2], &[0, 1, 2], Some(0), &[0, 1, 2], false);
+    v.state_written_at.insert(("t".to_string(), 0), 10);
+    for (id, registered, intact) in [(0, 30, 30), (1, 20, 1), (2, 21, 2)] {
+        v.registered_at.insert(BrokerId(id), registered);
+        v.intact_since.insert(BrokerId(id), intact);
+    }
+    let changes = controller().reconcile(&v);
+    println!(
+        "all re-registered, 0 uncleanly: {:?}",
+        changes.iter().map(|c| &c.after).collect::<Vec<_>>()
+    );
+    assert_eq!(changes.len(), 1);
+    assert_eq!(changes[0].after.leader, Some(BrokerId(1)));
+    assert_eq!(changes[0].after.isr, b(&[1, 2]), "the unclean restart left the ISR");
+    assert!(!changes[0].unclean);
+    // Nothing else may write the state first (it would hide 0's restart), and 0 is not the
+    // preferred leader again until a newer state has it back in the ISR.
+    assert!(Controller::isr_restarted(
+        &v,
+        "t",
+        0,
+        &v.topics["t"].partitions[&0].value
+    ));
+    // Registrations without the claim (older brokers): every re-registration is a restart, as
+    // before; nobody is eligible and the partition goes offline.
+    v.intact_since.clear();
+    let old = controller().reconcile(&v);
+    assert_eq!(old.len(), 1);
+    assert_eq!(old[0].after.leader, None);
+    // A claim later than the registration cannot make a broker look more restarted than it is,
+    // nor can an absent registration make it restarted.
+    v.intact_since.insert(BrokerId(1), 99);
+    assert!(!v.restarted_since(BrokerId(1), 20));
+    assert!(!v.restarted_since(BrokerId(7), 0));
+}
+
+#[test]
 fn election_protocol_claims_bumps_and_fences() {
     let claim = election::claim(BrokerId(3));
     assert_eq!(

@@ -575,6 +575,8 @@ pub async fn start_cluster_broker<R: Runtime>(
         host: config.advertised.host.clone(),
         port: config.advertised.port,
         rack: None,
+        // Filled in at each registration from the broker (`Session::register`).
+        intact_since: None,
     };
     // With an authorizer, the ACLs live in the coordinator and the cache follows them.
     let acl_sync = config.acls.as_mut().map(|acls| {
@@ -735,7 +737,13 @@ impl<R: Runtime> Session<R> {
             self.create_retrying(path, Vec::new(), CreateMode::Persistent).await?;
         }
         let path = broker_path(self.me());
-        let data = self.registration.encode();
+        // What this process knows of its log's history (a clean start's marker, or its first
+        // registration): a re-registration after a session expiry is not a restart.
+        let registration = BrokerRegistration {
+            intact_since: self.broker.borrow().intact_since(),
+            ..self.registration.clone()
+        };
+        let data = registration.encode();
         loop {
             match self.client.create(&path, &data, CreateMode::Ephemeral).await {
                 Ok(_) => {
@@ -907,6 +915,7 @@ impl<R: Runtime> Session<R> {
         let mut live_brokers = BTreeSet::new();
         let mut registrations = Vec::new();
         let mut registered_at = BTreeMap::new();
+        let mut intact_since = BTreeMap::new();
         let mut state_written_at = BTreeMap::new();
         for child in c.children(BROKER_IDS_PATH, true, false).await? {
             let Ok(id) = child.parse::<i32>() else { continue };
@@ -914,8 +923,15 @@ impl<R: Runtime> Session<R> {
                 Ok((data, stat)) => {
                     if let Some(reg) = BrokerRegistration::decode(&data) {
                         live_brokers.insert(reg.id);
+                        if reg.id == self.me() && stat.ephemeral_owner == Some(c.session()) {
+                            // This process's registration: its log is intact from here on.
+                            self.broker.borrow_mut().note_registered(stat.czxid);
+                        }
                         if self.cluster.detect_restarts {
                             registered_at.insert(reg.id, stat.czxid);
+                            if let Some(since) = reg.intact_since {
+                                intact_since.insert(reg.id, since);
+                            }
                         }
                         registrations.push(reg);
                     }
@@ -995,6 +1011,7 @@ impl<R: Runtime> Session<R> {
                 live_brokers,
                 topics,
                 registered_at,
+                intact_since,
                 state_written_at,
                 delete_requests,
             },
@@ -1020,9 +1037,11 @@ impl<R: Runtime> Session<R> {
                     // A state naming this broker leader but written before its registration was
                     // meant for its previous process, whose unsynced writes may be gone: wait
                     // for the controller to write a state for this one (KIP-380's broker epoch).
+                    // A session expiry or a clean restart lost nothing: no wait (nor would the
+                    // controller write a new state).
                     let written_at = scan.controller_view.state_written_at.get(&(name.clone(), *p));
-                    let registered_at = scan.controller_view.registered_at.get(&me);
-                    if state.value.leader == Some(me) && written_at.is_some() && written_at < registered_at {
+                    let restarted = written_at.is_some_and(|&w| scan.controller_view.restarted_since(me, w));
+                    if state.value.leader == Some(me) && restarted {
                         tracing::debug!(target: "replication", topic = %name, partition = p,
                             "state names this broker leader but predates its registration; waiting");
                         continue;

@@ -178,6 +178,7 @@ fn view(record: &TopicRecord, state: &PartitionState, live: &[i32]) -> ClusterVi
                 host: format!("b{i}"),
                 port: 9092,
                 rack: None,
+                intact_since: None,
             })
             .collect(),
         controller: Some(BrokerId(0)),
