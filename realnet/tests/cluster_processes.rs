@@ -165,7 +165,7 @@ fn leader_of_partition_0(bootstrap: &str, topic: &str) -> Option<i32> {
 /// replication factor 3, min.insync.replicas 2), and its partition 0's leader.
 struct Cluster {
     dir: tempfile::TempDir,
-    _coords: Vec<Proc>,
+    coords: Vec<Proc>,
     /// The coordinators' addresses, as brokers are given them.
     coordinators: String,
     brokers: Vec<Proc>,
@@ -270,7 +270,7 @@ fn start_cluster() -> Cluster {
     };
     Cluster {
         dir,
-        _coords: coords,
+        coords,
         coordinators,
         brokers,
         broker_ports,
@@ -299,19 +299,15 @@ fn leader_killed_with_sigkill_loses_no_acknowledged_message() {
     let (status, out, err) = finish_script(&mut script);
     println!("{out}");
     // Each broker's last lines: the failover is at the end of the three logs, not of one.
-    let tail: String = cluster
+    let tails: String = cluster
         .brokers
         .iter()
-        .map(|b| {
-            let log = b.log_text();
-            let lines: Vec<&str> = log.lines().collect();
-            lines[lines.len().saturating_sub(40)..].join("\n")
-        })
+        .map(|b| tail(&b.log_text(), 40))
         .collect::<Vec<_>>()
         .join("\n----\n");
     assert!(
         status.is_some_and(|s| s.success()),
-        "the failover check failed ({status:?}):\n{out}{err}\nbroker logs (tail):\n{tail}"
+        "the failover check failed ({status:?}):\n{out}{err}\nbroker logs (tail):\n{tails}"
     );
     let after = leader_of_partition_0(&first, "failover");
     println!("partition 0 leader after the failover: {after:?}");
@@ -320,6 +316,12 @@ fn leader_killed_with_sigkill_loses_no_acknowledged_message() {
             .any(|l| l.starts_with("compared ") && !l.starts_with("compared 0 ")),
         "no comparison reported:\n{out}{err}"
     );
+}
+
+/// The last `n` lines of a log.
+fn tail(log: &str, n: usize) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 /// Waits (bounded by SCRIPT_TIMEOUT, killing it after) for a client script: its exit status
@@ -488,8 +490,14 @@ fn confluent_group_on_a_cluster_resumes_from_replicated_commits() {
     let logs: Vec<String> = brokers.iter().map(|b| b.log_text()).collect();
     assert!(
         status.is_some_and(|s| s.success()),
-        "the group script failed ({status:?}):\n{out}{err}\nbroker logs:\n{}",
-        logs.join("\n----\n")
+        "the group script failed ({status:?}):\n{out}{err}\nbroker logs:\n{}\ncoordinator logs (tail):\n{}",
+        logs.join("\n----\n"),
+        cluster
+            .coords
+            .iter()
+            .map(|c| tail(&c.log_text(), 30))
+            .collect::<Vec<_>>()
+            .join("\n----\n")
     );
     assert!(
         out.lines()
@@ -608,17 +616,15 @@ fn fourth_broker_joins_and_a_partition_moves_onto_it_under_acks_all() {
 
     let (status, out, err) = finish_script(&mut script);
     println!("{out}");
-    let logs = cluster
+    let tails = cluster
         .brokers
         .iter()
-        .map(|b| b.log_text())
+        .map(|b| tail(&b.log_text(), 40))
         .collect::<Vec<_>>()
         .join("\n----\n");
-    let tail = logs.lines().rev().take(60).collect::<Vec<_>>();
     assert!(
         status.is_some_and(|s| s.success()),
-        "the producer's check failed ({status:?}):\n{out}{err}\nbroker logs (tail, newest first):\n{}",
-        tail.join("\n")
+        "the producer's check failed ({status:?}):\n{out}{err}\nbroker logs (tail):\n{tails}"
     );
     // "produced N, acked A, failed F (...), read R distinct": with nothing lost (checked by the
     // script) and A == R, what was read is exactly the acknowledged set; none twice is checked
