@@ -144,8 +144,21 @@ impl Restarts<'_> {
                     electing.isr = kept;
                 }
             }
-            let Some((after, unclean)) = next_state(&electing, replicas, &live_here, unclean_allowed, this.epoch)
-            else {
+            // `next_state` compares against the ISR it is given: with a live leader it finds
+            // nothing to do once the restarted followers were filtered out above, so that
+            // removal is written here (a campaign seed lost 133 records: a restarted follower
+            // stayed in the ISR, later came back as the only eligible member besides a leader
+            // that lost power, and the partition went offline and elected that leader).
+            let decided = next_state(&electing, replicas, &live_here, unclean_allowed, this.epoch).or_else(|| {
+                (electing.isr != state.value.isr).then(|| {
+                    let after = PartitionState {
+                        controller_epoch: this.epoch,
+                        ..electing.clone()
+                    };
+                    (after, false)
+                })
+            });
+            let Some((after, unclean)) = decided else {
                 continue;
             };
             let what = format!(

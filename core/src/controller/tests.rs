@@ -354,6 +354,33 @@ fn a_restarted_leader_leaves_the_isr_even_when_its_followers_look_dead() {
 }
 
 #[test]
+fn a_restarted_follower_leaves_the_isr_of_a_live_leader() {
+    // Campaign seed 6973703470992011883 (acl scenario): follower 2 restarted after a power loss
+    // (registration 20, after the state written at 10) while leader 0 kept leading; it caught up
+    // quickly, so the leader never dropped it from the ISR. The controller must: otherwise the
+    // state keeps naming it, and once the leader also restarts, the partition goes offline and
+    // the next pass elects the first ISR member, which need not hold what was acknowledged.
+    let mut v = one_partition(&[0, 1, 2], &[0, 1, 2], Some(0), &[0, 1, 2], false);
+    v.registered_at.insert(BrokerId(2), 20);
+    v.state_written_at.insert(("t".to_string(), 0), 10);
+    let changes = controller().reconcile(&v);
+    println!(
+        "restarted follower, live leader: {:?}",
+        changes.iter().map(|c| &c.after).collect::<Vec<_>>()
+    );
+    assert_eq!(changes.len(), 1, "one write: the ISR without the restarted follower");
+    assert_eq!(changes[0].after.leader, Some(BrokerId(0)), "the leader stays");
+    assert_eq!(
+        changes[0].after.leader_epoch, changes[0].before.leader_epoch,
+        "no new epoch for an ISR change"
+    );
+    assert_eq!(changes[0].after.isr, b(&[0, 1]));
+    // Once the state is rewritten (after the registration), it is a member like any other again.
+    v.state_written_at.insert(("t".to_string(), 0), 30);
+    assert!(controller().reconcile(&v).is_empty(), "nothing left to change");
+}
+
+#[test]
 fn only_an_unclean_restart_counts_when_every_isr_member_re_registered() {
     // The swarm finding (seed 6181723348523371367): a clog expired every broker's session, all
     // three re-registered after the state was written, then leader 0 lost an unsynced record in
