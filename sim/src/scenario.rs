@@ -121,8 +121,14 @@ pub struct Scenario {
     #[serde(default)]
     pub rule: Option<String>,
     /// Pins the scenario to this one seed: `run` and `check-determinism` run only it and
-    /// `replay` defaults to it (a shrunk failing case, `gregor-sim shrink`). Optional.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// `replay` defaults to it (a shrunk failing case, `gregor-sim shrink`). Optional. A seed past
+    /// `i64::MAX` (campaigns drew 64-bit seeds before) does not fit a TOML integer: write it as a
+    /// string, `seed = "10048716408039069478"`.
+    #[serde(
+        default,
+        deserialize_with = "seed_number_or_string",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub seed: Option<u64>,
     #[serde(default = "defaults::duration_s")]
     pub duration_s: u64,
@@ -177,6 +183,24 @@ pub struct Elastic {
     /// the new replicas are in the ISR.
     #[serde(rename = "mutant.switch.before.isr", default)]
     pub mutant_switch_before_isr: bool,
+}
+
+/// A pinned seed: a TOML integer, or a string holding any u64 (TOML integers are signed).
+fn seed_number_or_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Seed {
+        Number(u64),
+        Text(String),
+    }
+    match Option::<Seed>::deserialize(d)? {
+        None => Ok(None),
+        Some(Seed::Number(n)) => Ok(Some(n)),
+        Some(Seed::Text(t)) => t
+            .parse()
+            .map(Some)
+            .map_err(|_| serde::de::Error::custom(format!("seed {t:?} is not an unsigned 64-bit integer"))),
+    }
 }
 
 mod defaults {
@@ -1240,6 +1264,10 @@ outcome = "no-anomalies"
         );
         let s = Scenario::parse(&format!("seed = 7\n{halves}"), "h.toml", "h").expect("parses");
         assert_eq!(s.seed, Some(7));
+        // A seed past i64::MAX is written as a string (TOML integers are signed).
+        let big = Scenario::parse(&format!("seed = \"10048716408039069478\"\n{halves}"), "h.toml", "h");
+        assert_eq!(big.expect("parses").seed, Some(10_048_716_408_039_069_478));
+        assert!(Scenario::parse(&format!("seed = \"-1\"\n{halves}"), "h.toml", "h").is_err());
         let f = s.faults.schedule[0].get_ref();
         assert_eq!(f.fault, FaultKind::PartitionHalves);
         assert_eq!(f.sides.as_ref().map(|[a, b]| (a.len(), b.len())), Some((1, 2)));

@@ -326,3 +326,83 @@ fn brokers_hand_out_producer_ids_from_disjoint_ranges() {
     println!("compared {} producer ids from 3 brokers: all distinct", ids.len());
     assert_eq!(ids.len(), 4_500);
 }
+
+/// A [`MemDisk`] whose syncs of the leader-epoch checkpoint fail with EIO while `failing` is set
+/// (the simulator's sync-fail fault, aimed at the one write that made the campaign's seed
+/// 10048716408039069478 append a retried batch twice).
+struct EpochCheckpointSyncFails {
+    inner: MemDisk,
+    failing: bool,
+}
+
+impl Disk for EpochCheckpointSyncFails {
+    fn create(&mut self, p: &str) -> Result<(), DiskError> {
+        self.inner.create(p)
+    }
+    fn len(&self, p: &str) -> Result<u64, DiskError> {
+        self.inner.len(p)
+    }
+    fn append(&mut self, p: &str, d: &[u8]) -> Result<u64, DiskError> {
+        self.inner.append(p, d)
+    }
+    fn read_at(&self, p: &str, pos: u64, b: &mut [u8]) -> Result<(), DiskError> {
+        self.inner.read_at(p, pos, b)
+    }
+    fn sync(&mut self, p: &str) -> Result<(), DiskError> {
+        if self.failing && p.contains(crate::log::epoch::FILE) {
+            return Err(DiskError::Io {
+                path: p.into(),
+                detail: "EIO (injected)".into(),
+            });
+        }
+        self.inner.sync(p)
+    }
+    fn truncate(&mut self, p: &str, l: u64) -> Result<(), DiskError> {
+        self.inner.truncate(p, l)
+    }
+    fn rename(&mut self, f: &str, t: &str) -> Result<(), DiskError> {
+        self.inner.rename(f, t)
+    }
+    fn remove(&mut self, p: &str) -> Result<(), DiskError> {
+        self.inner.remove(p)
+    }
+    fn list(&self, d: &str) -> Result<Vec<String>, DiskError> {
+        self.inner.list(d)
+    }
+    fn exists(&self, p: &str) -> bool {
+        self.inner.exists(p)
+    }
+}
+
+/// The first batch of a new leader epoch also writes the leader-epoch checkpoint. When that
+/// write failed after the batch was already in the segment, the produce answered
+/// KAFKA_STORAGE_ERROR, the producer state never learnt of the batch, and the producer's retry
+/// (same id, epoch and sequence) was appended a second time: a duplicate under idempotence.
+/// An append that fails must leave nothing behind, so the retry is the only copy.
+#[test]
+fn a_batch_refused_on_a_failed_epoch_checkpoint_is_written_once_by_its_retry() {
+    let mut mem = MemDisk::new();
+    let mut b = setup(&mut mem, &[]);
+    let mut disk = EpochCheckpointSyncFails {
+        inner: mem,
+        failing: true,
+    };
+    let mut first = pbatch(7, 0, 0, 1);
+    let refused = b.produce(&mut disk, "t", 0, &mut first, -1, 5).map(|ok| ok.base_offset);
+    assert_eq!(refused, Err(ErrorCode::KafkaStorageError));
+    assert_eq!(end(&b), Offset(0), "a refused append left a batch in the log");
+    disk.failing = false;
+    let mut retry = pbatch(7, 0, 0, 1);
+    assert_eq!(
+        b.produce(&mut disk, "t", 0, &mut retry, -1, 5).map(|ok| ok.base_offset),
+        Ok(Offset(0))
+    );
+    let mut next = pbatch(7, 0, 1, 1);
+    assert_eq!(
+        b.produce(&mut disk, "t", 0, &mut next, -1, 5).map(|ok| ok.base_offset),
+        Ok(Offset(1))
+    );
+    let written = values(&b, &disk.inner);
+    println!("after a refused append, its retry and the next batch the partition holds {written:?}");
+    assert_eq!(written, ["7/0/0", "7/0/1"]);
+}

@@ -5,7 +5,10 @@
 //! - Offsets are assigned by the log on the leader ([`Log::append_as_leader`]) and kept as sent
 //!   on a follower ([`Log::append_replicated`]); they are contiguous from the log start offset.
 //! - A record set is validated whole (magic, lengths, CRC32C, `max.message.bytes`) before any
-//!   byte is written: a refused append changes nothing.
+//!   byte is written: a refused append changes nothing. An append that returns an error wrote
+//!   nothing the log counts: a new leader epoch is checkpointed before its first batch is
+//!   written, so no step that can fail comes after the batch is in (the broker's producer state
+//!   follows the log's answer, and must not miss a batch the log holds).
 //! - Reads return whole batches as a file region ([`ReadSlice`]) so a binding can send them with
 //!   sendfile/splice; the first batch is the one holding the requested offset, as in Kafka.
 //! - Durability is explicit. [`Log::append_as_leader`] reports when the flush policy
@@ -414,6 +417,20 @@ impl Log {
         if self.should_roll(total, incoming_max_timestamp) {
             self.roll(disk, now_ms)?;
         }
+        // A new leader epoch goes into the checkpoint before its first batch goes into the
+        // segment (Kafka's order: `assign` before `segment.append`). The other order let an
+        // append whose checkpoint write failed (EIO) report an error with its batch already in
+        // the log: the broker then left that batch out of its producer state, and the producer's
+        // retry was written a second time. A checkpoint entry past the log end, if the data
+        // write then fails, is harmless: recovery drops epochs that start at or after the end.
+        let mut epochs = self.epochs.clone();
+        let mut epochs_changed = false;
+        for (_, h) in &headers {
+            epochs_changed |= epochs.assign(h.partition_leader_epoch, h.base_offset);
+        }
+        if epochs_changed {
+            disk.write_file_atomic(&format!("{}/{}", self.dir, epoch::FILE), &epochs.encode())?;
+        }
         let interval = self.config.index_interval_bytes;
         let seg = self
             .segments
@@ -435,19 +452,16 @@ impl Log {
             self.failed = Some(why.clone());
             return Err(LogError::Failed(why));
         }
+        // From here nothing can fail: the batches are in the log, and the append must say so.
         seg.dirty = true;
         let mut span: Option<(Offset, Offset)> = None;
-        let mut epochs_changed = false;
         for (at, h) in &headers {
             seg.track(h, position + *at as u64, interval);
-            epochs_changed |= self.epochs.assign(h.partition_leader_epoch, h.base_offset);
             self.unflushed_records += u64::from(h.record_count.max(0).unsigned_abs());
             span = Some((span.map_or(h.base_offset, |s| s.0), h.last_offset()));
         }
         let (base_offset, last_offset) = span.expect("a validated record set has a batch");
-        if epochs_changed {
-            self.write_epochs(disk)?;
-        }
+        self.epochs = epochs;
         self.unflushed_since_ms.get_or_insert(now_ms);
         Ok(AppendInfo {
             base_offset,
