@@ -33,7 +33,8 @@ use gregor_core::BrokerId;
 use crate::data_dir::DataDirLock;
 use crate::runtime::{self, RealRuntime};
 use crate::server_config::{
-    inter_broker_credentials, listener, sasl_config, tls_settings, ServerConfig, BROKER_KEYS, COORDINATOR_KEYS,
+    coordinator_secret, inter_broker_credentials, listener, sasl_config, tls_settings, ServerConfig, BROKER_KEYS,
+    COORDINATOR_KEYS,
 };
 use crate::FsDisk;
 use gregor_core::security::SecurityProtocol;
@@ -54,6 +55,11 @@ pub struct CoordinatorArgs {
     /// Data directory, created if missing; one process at a time (`log.dirs`).
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+    /// A file holding the cluster secret that brokers and the other coordinators must prove
+    /// before this coordinator serves them (`coordinator.auth.secret.file`; unset: anyone may
+    /// connect, with a warning).
+    #[arg(long)]
+    pub coordinator_auth_secret_file: Option<PathBuf>,
 }
 
 /// Flags override the `--config` file's keys (see `server_config` for the key names).
@@ -92,6 +98,10 @@ pub struct BrokerArgs {
     /// of the same name also sets it).
     #[arg(long)]
     pub follower_replication_throttled_rate: Option<u64>,
+    /// A file holding the cluster secret this broker proves to the coordinators
+    /// (`coordinator.auth.secret.file`; needed when they have one).
+    #[arg(long)]
+    pub coordinator_auth_secret_file: Option<PathBuf>,
     /// On SIGTERM, how long to wait for the leadership hand-off before flushing and exiting
     /// anyway (0: exit without handing off).
     #[arg(long, default_value_t = 10_000)]
@@ -177,6 +187,7 @@ pub fn coordinator(args: CoordinatorArgs) -> anyhow::Result<ExitCode> {
         .map(|(_, addr)| addr.clone())
         .with_context(|| format!("node {id} is not one of the quorum's voters"))?;
     explicit_port(&listen, "--peers")?;
+    let secret = coordinator_secret(args.coordinator_auth_secret_file.as_deref(), &file)?;
     let (rt, lock) = open(&data_dir)?;
     let config = CoordNodeConfig {
         id: NodeId(id),
@@ -184,6 +195,7 @@ pub fn coordinator(args: CoordinatorArgs) -> anyhow::Result<ExitCode> {
         listen: listen.clone(),
         dir: "coordinator".into(),
         timing: CoordTiming::default(),
+        secret,
     };
     runtime::block_on(async move {
         let shutdown = monoio::utils::CtrlC::new().context("cannot install the SIGTERM/SIGINT handler")?;
@@ -285,6 +297,7 @@ pub fn broker(args: BrokerArgs) -> anyhow::Result<ExitCode> {
     let mut cluster = ClusterConfig::new(coordinators);
     cluster.session_timeout_ms = session_timeout_ms;
     cluster.inter_broker_sasl = inter_broker_credentials(&file);
+    cluster.coordinator_secret = coordinator_secret(args.coordinator_auth_secret_file.as_deref(), &file)?;
     cluster.follower_throttled_rate_bytes_per_s = match args.follower_replication_throttled_rate {
         Some(rate) => Some(rate),
         None => file.number("follower.replication.throttled.rate")?,

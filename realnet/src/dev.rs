@@ -195,6 +195,7 @@ async fn start_embedded_coordinator(rt: &RealRuntime) -> anyhow::Result<String> 
         listen: addr.clone(),
         dir: COORDINATOR_DIR.into(),
         timing: dev_timing(),
+        secret: None,
     };
     let serve =
         start_coordinator_on(rt.clone(), config, listener).context("the embedded coordinator could not start")?;

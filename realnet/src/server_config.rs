@@ -15,12 +15,14 @@
 //! `min.insync.replicas`, `num.partitions`, and the log defaults `log.retention.ms`,
 //! `log.retention.bytes`, `log.segment.bytes`, `log.flush.interval.messages`,
 //! `log.flush.interval.ms`. Coordinator keys: `node.id`, `controller.quorum.voters`
-//! (`1@host:port,2@host:port,...`, KRaft's spelling), `log.dirs`.
+//! (`1@host:port,2@host:port,...`, KRaft's spelling), `log.dirs`. Both: `coordinator.auth.secret.file`
+//! (see [`coordinator_secret`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{bail, Context};
+use gregor_core::coord::ClusterSecret;
 use gregor_core::security::scram::{self, ScramCredential};
 use gregor_core::security::{Mechanism, SaslConfig, SaslCredentials, SecurityProtocol};
 
@@ -293,9 +295,45 @@ pub const BROKER_KEYS: &[&str] = &[
     "ssl.key.location",
     "ssl.ca.location",
     "ssl.client.auth",
+    COORDINATOR_SECRET_KEY,
 ];
 
-pub const COORDINATOR_KEYS: &[&str] = &["node.id", "controller.quorum.voters", "log.dirs"];
+pub const COORDINATOR_KEYS: &[&str] = &[
+    "node.id",
+    "controller.quorum.voters",
+    "log.dirs",
+    COORDINATOR_SECRET_KEY,
+];
+
+/// The config key naming the cluster secret's file, for coordinators and brokers alike.
+pub const COORDINATOR_SECRET_KEY: &str = "coordinator.auth.secret.file";
+
+/// The cluster secret the coordinators and brokers prove to each other on the coordinator port
+/// (`gregor_core::coord::auth`): the contents of the file `flag` names, else of the file
+/// `coordinator.auth.secret.file` names, with surrounding whitespace trimmed (so `echo` or an
+/// editor's final newline does not matter); at least 16 bytes. `None` when neither is given.
+/// Errors name the file, never its contents; a file others may read draws a warning.
+pub fn coordinator_secret(flag: Option<&Path>, file: &ServerConfig) -> anyhow::Result<Option<ClusterSecret>> {
+    let path = match (flag, file.text(COORDINATOR_SECRET_KEY)) {
+        (Some(p), _) => p.to_path_buf(),
+        (None, Some(p)) => Path::new(p.trim()).to_path_buf(),
+        (None, None) => return Ok(None),
+    };
+    let shown = path.display();
+    let bytes = std::fs::read(&path).with_context(|| format!("cannot read the cluster secret file {shown}"))?;
+    let text = bytes.trim_ascii();
+    let secret = ClusterSecret::new(text).map_err(|why| anyhow::anyhow!("{shown}: {why}"))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(meta) = std::fs::metadata(&path) {
+            if meta.permissions().mode() & 0o077 != 0 {
+                tracing::warn!("{shown}: the cluster secret file is readable by others than its owner (chmod 600 it)");
+            }
+        }
+    }
+    Ok(Some(secret))
+}
 
 #[cfg(test)]
 mod tests {

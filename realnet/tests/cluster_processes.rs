@@ -650,3 +650,203 @@ fn fourth_broker_joins_and_a_partition_moves_onto_it_under_acks_all() {
     );
     println!("checked: {acked} acks=all sends across the move, none failed, exactly these in the log, once each");
 }
+
+/// `gregor ARGS` with `input` on stdin: whether it succeeded, and its stdout and stderr.
+fn gregor_with_input(args: &[&str], input: &[u8]) -> (bool, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gregor"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn gregor");
+    if let Some(mut stdin) = child.stdin.take() {
+        std::io::Write::write_all(&mut stdin, input).expect("write stdin");
+    }
+    let status = wait_bounded(&mut child, Duration::from_secs(30));
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let mut out = String::new();
+    if let Some(mut s) = child.stdout.take() {
+        let _ = std::io::Read::read_to_string(&mut s, &mut out);
+    }
+    if let Some(mut s) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut s, &mut out);
+    }
+    (status.is_some_and(|s| s.success()), out)
+}
+
+/// Issue 7: the coordinator port authenticates. Three coordinators and two brokers share a
+/// cluster secret (`--coordinator-auth-secret-file`); a third broker holds a different one. It
+/// cannot open a coordinator session, so it never registers (a topic of replication factor 3
+/// cannot be placed) and its log says why, while the two members serve produce and consume.
+/// No log holds either secret.
+#[test]
+fn broker_with_a_wrong_cluster_secret_cannot_register_while_the_members_serve() {
+    const SECRET: &str = "correct horse battery staple 4711";
+    const WRONG: &str = "not the secret of this cluster 0815";
+    let dir = tempfile::tempdir().expect("temp dir");
+    let write_secret = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, format!("{text}\n")).expect("write secret");
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod");
+        path.display().to_string()
+    };
+    let good = write_secret("cluster.secret", SECRET);
+    let wrong = write_secret("wrong.secret", WRONG);
+    let coord_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let peers = coord_ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("{}=127.0.0.1:{p}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    let coordinators = coord_ports
+        .iter()
+        .map(|p| format!("127.0.0.1:{p}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let coords: Vec<Proc> = (0..3)
+        .map(|i| {
+            Proc::start(
+                vec![
+                    "coordinator".into(),
+                    "--id".into(),
+                    (i + 1).to_string(),
+                    "--peers".into(),
+                    peers.clone(),
+                    "--data-dir".into(),
+                    dir.path().join(format!("c{i}")).display().to_string(),
+                    "--coordinator-auth-secret-file".into(),
+                    good.clone(),
+                ],
+                dir.path().join(format!("c{i}.log")),
+            )
+        })
+        .collect();
+    let broker_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let brokers: Vec<Proc> = (0..3)
+        .map(|i| {
+            let secret = if i == 2 { &wrong } else { &good };
+            Proc::start(
+                vec![
+                    "broker".into(),
+                    "--id".into(),
+                    i.to_string(),
+                    "--listen".into(),
+                    format!("127.0.0.1:{}", broker_ports[i]),
+                    "--coordinators".into(),
+                    coordinators.clone(),
+                    "--data-dir".into(),
+                    dir.path().join(format!("b{i}")).display().to_string(),
+                    "--coordinator-auth-secret-file".into(),
+                    secret.clone(),
+                ],
+                dir.path().join(format!("b{i}.log")),
+            )
+        })
+        .collect();
+    let members = format!("127.0.0.1:{},127.0.0.1:{}", broker_ports[0], broker_ports[1]);
+    let create = |topic: &str, rf: &str| {
+        gregor(&[
+            "topics",
+            "--bootstrap-server",
+            &members,
+            "create",
+            topic,
+            "--partitions",
+            "1",
+            "--replication-factor",
+            rf,
+        ])
+    };
+    // The two members register within seconds: a topic replicated on both can be created.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (ok, out) = create("guarded", "2");
+        if ok {
+            break;
+        }
+        assert!(Instant::now() < deadline, "topic creation kept failing: {out}");
+        thread::sleep(Duration::from_millis(300));
+    }
+    // The outsider tried, and says why it failed.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !brokers[2].log_text().contains("authentication failed") {
+        assert!(
+            Instant::now() < deadline,
+            "broker 2 logged no authentication failure:\n{}",
+            brokers[2].log_text()
+        );
+        thread::sleep(Duration::from_millis(200));
+    }
+    let outsider = brokers[2].log_text();
+    let why = outsider
+        .lines()
+        .find(|l| l.contains("authentication failed"))
+        .expect("found above");
+    println!("broker 2 (wrong secret) logged: {why}");
+    assert!(why.contains("secrets differ"), "{why}");
+    assert!(
+        !outsider.contains("coordinator session opened"),
+        "broker 2 opened a session:\n{outsider}"
+    );
+    // Only two brokers are registered: replication factor 3 cannot be placed.
+    let (ok, out) = create("three", "3");
+    println!("replication factor 3 with broker 2 outside: ok={ok}: {}", out.trim());
+    assert!(
+        !ok && out.contains("InvalidReplicationFactor") && out.contains("the 2 live brokers"),
+        "{out}"
+    );
+    // The members serve: 20 records produced with acks=all come back.
+    let sent: Vec<String> = (0..20).map(|i| format!("record-{i:02}")).collect();
+    let input: String = sent.iter().map(|l| format!("{l}\n")).collect();
+    let (ok, out) = gregor_with_input(
+        &["produce", "--bootstrap-server", &members, "guarded", "--acks", "all"],
+        input.as_bytes(),
+    );
+    assert!(ok, "produce failed: {out}");
+    let (ok, out) = gregor_with_input(
+        &[
+            "consume",
+            "--bootstrap-server",
+            &members,
+            "guarded",
+            "--from-beginning",
+            "--max-messages",
+            "20",
+            "--timeout-ms",
+            "10000",
+        ],
+        b"",
+    );
+    assert!(ok, "consume failed: {out}");
+    let got: Vec<&str> = out.lines().filter(|l| l.starts_with("record-")).collect();
+    assert_eq!(got, sent, "consumed records differ from produced ones");
+    println!(
+        "compared {} records produced and consumed through the members",
+        got.len()
+    );
+    // The coordinators logged the refused connections, and no log holds a secret.
+    let refused: usize = coords
+        .iter()
+        .map(|c| c.log_text().matches("failed authentication").count())
+        .sum();
+    println!("coordinator log lines about refused connections: {refused}");
+    assert!(refused > 0, "no coordinator logged a refused connection");
+    for p in coords.iter().chain(brokers.iter()) {
+        let log = p.log_text();
+        assert!(
+            !log.contains(SECRET) && !log.contains(WRONG),
+            "a log holds a secret: {:?}",
+            p.args
+        );
+        assert!(
+            !log.contains("no cluster secret configured"),
+            "{:?} warned of no secret",
+            p.args
+        );
+    }
+}

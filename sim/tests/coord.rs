@@ -4,6 +4,9 @@
 //! - `one_node_coordinator_serves_writes_reads_watches_and_sessions`: dev mode (a 1-node quorum).
 //! - `ephemeral_node_lives_while_its_owner_heartbeats_and_goes_after_its_timeout`: session expiry
 //!   on the leader's timer: never before the owner stops, within timeout + slack after.
+//! - `three_coordinators_with_a_secret_serve_only_clients_proving_it`: Raft peers authenticate to
+//!   each other (a quorum forms and serves), a client with the secret writes, one with a wrong
+//!   secret or none gets no session.
 //! - `three_coordinators_keep_a_linearizable_history_through_crashes_and_partitions`: random
 //!   create / CAS set / delete / synced reads on a few paths while a minority is killed (disk
 //!   crash), restarted and partitioned; the history (with a final read after healing) goes
@@ -15,7 +18,9 @@ use std::time::Duration;
 
 use gregor_core::consensus::NodeId;
 use gregor_core::coord::tree::{CreateMode, EventKind, Op, TreeError};
-use gregor_core::coord::{start_coordinator, CoordClient, CoordClientConfig, CoordError, CoordNodeConfig, CoordTiming};
+use gregor_core::coord::{
+    start_coordinator, ClusterSecret, CoordClient, CoordClientConfig, CoordError, CoordNodeConfig, CoordTiming,
+};
 use gregor_core::runtime::Runtime;
 use gregor_core::security::acl::{
     AccessControlEntry, AclBinding, AclFilter, Operation, Permission, ResourcePattern, ResourceType,
@@ -31,6 +36,10 @@ fn add_coordinators(world: &World, n: usize) -> Vec<String> {
 }
 
 fn add_coordinators_with(world: &World, n: usize, timing: CoordTiming) -> Vec<String> {
+    add_coordinators_secret(world, n, timing, None)
+}
+
+fn add_coordinators_secret(world: &World, n: usize, timing: CoordTiming, secret: Option<ClusterSecret>) -> Vec<String> {
     let addrs: Vec<String> = (0..n).map(|i| world.addr(NodeIndex(i), PORT)).collect();
     let peers: Vec<(NodeId, String)> = addrs
         .iter()
@@ -44,6 +53,7 @@ fn add_coordinators_with(world: &World, n: usize, timing: CoordTiming) -> Vec<St
             listen: listen.clone(),
             dir: "coord".into(),
             timing: timing.clone(),
+            secret: secret.clone(),
         };
         world.add_node(&format!("coord-{i}"), move |rt| {
             let config = config.clone();
@@ -859,4 +869,33 @@ fn scram_users_added_and_deleted_reach_every_broker_cache_through_coordinator_cr
         println!("scram user propagation: {compared} cache checks against the {BOUND_MS} ms bound, 6 adds and 6 deletes, 3 coordinator crashes");
         assert!(compared > 0, "compared nothing");
     });
+}
+
+#[test]
+fn three_coordinators_with_a_secret_serve_only_clients_proving_it() {
+    let secret = |fill: u8| ClusterSecret::new(&[fill; 24]).expect("24 bytes is a valid secret");
+    let outcomes = run_seed(12, move |world| async move {
+        let addrs = add_coordinators_secret(&world, 3, CoordTiming::default(), Some(secret(1)));
+        let client = idle_node(&world, "client");
+        madsim::time::sleep(Duration::from_millis(1500)).await;
+        world
+            .spawn_on(client, move |rt| async move {
+                let mut outcomes = Vec::new();
+                for s in [Some(secret(1)), Some(secret(2)), None] {
+                    let mut config = client_config(&addrs, 2000);
+                    config.attempts_max = 8;
+                    config.secret = s.clone();
+                    let outcome = match CoordClient::connect(rt.clone(), config).await {
+                        Ok(c) => c.create("/written", b"", CreateMode::Ephemeral).await.map(|_| ()),
+                        Err(e) => Err(e),
+                    };
+                    outcomes.push(format!("{outcome:?}"));
+                }
+                outcomes
+            })
+            .await
+            .expect("the client ran")
+    });
+    println!("right secret, wrong secret, none: {outcomes:?}");
+    assert_eq!(outcomes, ["Ok(())", "Err(Unavailable)", "Err(Unavailable)"]);
 }

@@ -29,6 +29,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use thiserror::Error;
 
+use super::auth::{self, AuthRole, ClusterSecret};
 use super::tree::{CreateMode, Op, OpResult, SessionId, Stat, TreeError, WatchEvent};
 use super::wait::{timeout, Mailbox};
 use super::wire::{Reply, Request, RequestFrame, Response, RpcError};
@@ -48,6 +49,10 @@ pub struct CoordClientConfig {
     pub backoff_ms_max: u64,
     /// Attempts per op before [`CoordError::Unavailable`].
     pub attempts_max: u32,
+    /// The cluster secret each connection proves (and checks the coordinator holds) before its
+    /// first request; `None` for a coordinator without one. A handshake that fails is logged
+    /// and counts as a connection that could not be opened.
+    pub secret: Option<ClusterSecret>,
 }
 
 impl CoordClientConfig {
@@ -59,6 +64,7 @@ impl CoordClientConfig {
             backoff_ms_min: 20,
             backoff_ms_max: 500,
             attempts_max: 30,
+            secret: None,
         }
     }
 }
@@ -124,7 +130,7 @@ async fn call<R: Runtime>(
     request: Request,
     kind: Kind,
 ) -> Result<Reply, CoordError> {
-    let (attempts, request_timeout_ms, backoff_min, backoff_max) = {
+    let (attempts, request_timeout_ms, backoff_min, backoff_max, secret) = {
         let i = inner.borrow();
         // A heartbeat that waits longer than a third of the session timeout for a dead leader
         // would let the session lapse before the next server is tried (ZooKeeper's client
@@ -141,6 +147,7 @@ async fn call<R: Runtime>(
             request_timeout_ms,
             i.config.backoff_ms_min.max(1),
             i.config.backoff_ms_max.max(1),
+            i.config.secret.clone(),
         )
     };
     let mut backoff = backoff_min;
@@ -182,11 +189,24 @@ async fn call<R: Runtime>(
         let exchange = async {
             let mut conn = match conn {
                 Some(c) => c,
-                None => rt.connect(&addr).await.map_err(|_| ())?,
+                None => {
+                    let mut c = rt.connect(&addr).await.map_err(|_| ())?;
+                    if let Some(secret) = &secret {
+                        if let Err(e) = auth::authenticate_to(rt, &mut c, secret, AuthRole::Client).await {
+                            tracing::warn!(coordinator = %addr, error = %e, "coordinator client: authentication failed");
+                            return Err(());
+                        }
+                    }
+                    c
+                }
             };
             sent.set(true);
             conn.send(Bytes::from(frame.encode())).await.map_err(|_| ())?;
             let bytes = conn.recv().await.map_err(|_| ())?.ok_or(())?;
+            if let Some(reason) = auth::refusal_reason(&bytes) {
+                tracing::warn!(coordinator = %addr, %reason, "coordinator client: refused");
+                return Err(());
+            }
             let response = Response::decode(&bytes).map_err(|_| ())?;
             if response.request_id != frame.request_id {
                 return Err(());

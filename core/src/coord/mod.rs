@@ -6,7 +6,11 @@
 //! - [`server`]: one coordinator node (Raft, tree, client RPC) on a `Runtime`.
 //! - [`client`]: `CoordClient`, a session with the quorum.
 //! - [`wire`]: the client RPC and peer framing on the shared listener.
+//! - [`auth`]: the cluster-secret handshake that opens every connection to that listener.
 
+pub mod auth;
+#[cfg(test)]
+mod auth_tests;
 pub mod client;
 pub mod codec;
 pub mod server;
@@ -14,5 +18,6 @@ pub mod tree;
 mod wait;
 pub mod wire;
 
+pub use auth::{AuthRole, ClusterSecret};
 pub use client::{CoordClient, CoordClientConfig, CoordError};
 pub use server::{start_coordinator, CoordNodeConfig, CoordTiming, StartError};

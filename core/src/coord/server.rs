@@ -20,6 +20,12 @@
 //!   at its election (ZooKeeper does the same), so a session expires only after its owner stopped
 //!   reaching a leader for a whole timeout.
 //! - Snapshots: when Raft reports compaction due, the tree's snapshot is handed to `compact`.
+//! - With a cluster secret ([`CoordNodeConfig::secret`]) every accepted connection must pass the
+//!   [`super::auth`] handshake before its first request or peer frame is looked at, and then
+//!   carries only the frames of the role it proved (a client's requests, or a peer's Raft
+//!   messages); this node's own peer connections authenticate the same way. A connection that
+//!   fails is logged (the reason, never the secret) and closed. Without a secret the port accepts
+//!   anyone, as ZooKeeper does without SASL, and the node warns at startup.
 //!
 //! Fault model: peers and clients may vanish, stall or send garbage (a frame that does not decode
 //! closes its connection); the disk may fail (Raft then reports `Failed` and the node's future
@@ -35,6 +41,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use thiserror::Error;
 
+use super::auth::{self, AuthError, AuthRole, ClusterSecret, HANDSHAKE_MS_MAX};
 use super::tree::{Applied, Command, SessionId, Tree, TreeError, WatchEvent, WatchKind, Watches};
 use super::wait::{timeout, Mailbox, Slot};
 use super::wire::{self, FrameKind, Reply, Request, RequestFrame, Response, RpcError, EVENTS_PER_RESPONSE_MAX};
@@ -104,6 +111,8 @@ pub struct CoordNodeConfig {
     /// The directory (relative to the disk root) for Raft's state, log and snapshots.
     pub dir: String,
     pub timing: CoordTiming,
+    /// The cluster secret clients and peers must prove they hold (`None`: anyone may connect).
+    pub secret: Option<ClusterSecret>,
 }
 
 #[derive(Debug, Error)]
@@ -374,6 +383,13 @@ fn start<R: Runtime>(
             config.id.0
         )));
     }
+    if config.secret.is_none() {
+        tracing::warn!(
+            node = config.id.0,
+            addr = %config.listen,
+            "coordinator: no cluster secret configured: any process that reaches this port can open a session, register as a broker and write coordinator state"
+        );
+    }
     let voters: Vec<NodeId> = config.peers.iter().map(|(id, _)| *id).collect();
     let mut raft_config = RaftConfig::new(config.id, voters, config.dir.clone());
     raft_config.election_timeout_ms_min = config.timing.election_timeout_ms_min;
@@ -414,7 +430,7 @@ fn start<R: Runtime>(
 }
 
 async fn run<R: Runtime>(rt: R, node: Shared, bound: Option<R::Listener>) {
-    let (listen, peers, tick_ms, backoff) = {
+    let (listen, peers, tick_ms, backoff, secret) = {
         let n = node.borrow();
         let peers: Vec<(String, Mailbox<Bytes>)> = n
             .config
@@ -428,6 +444,7 @@ async fn run<R: Runtime>(rt: R, node: Shared, bound: Option<R::Listener>) {
             peers,
             t.tick_ms.max(1),
             (t.peer_backoff_ms_min.max(1), t.peer_backoff_ms_max.max(1)),
+            n.config.secret.clone(),
         )
     };
     let listened = match bound {
@@ -442,9 +459,9 @@ async fn run<R: Runtime>(rt: R, node: Shared, bound: Option<R::Listener>) {
         }
     };
     for (addr, outbox) in peers {
-        rt.spawn(peer_sender(rt.clone(), addr, outbox, backoff));
+        rt.spawn(peer_sender(rt.clone(), addr, outbox, backoff, secret.clone()));
     }
-    rt.spawn(acceptor(rt.clone(), node.clone(), listener));
+    rt.spawn(acceptor(rt.clone(), node.clone(), listener, secret));
     // The ticker: Raft's timers and session expiry, until Raft fails.
     loop {
         let wait_ms = {
@@ -466,18 +483,52 @@ async fn run<R: Runtime>(rt: R, node: Shared, bound: Option<R::Listener>) {
 }
 
 /// Sends one peer's outbox over a connection it re-opens with backoff; frames queued while the
-/// peer is unreachable are dropped when the outbox fills (Raft resends what matters).
-async fn peer_sender<R: Runtime>(rt: R, addr: String, outbox: Mailbox<Bytes>, (backoff_min, backoff_max): (u64, u64)) {
+/// peer is unreachable are dropped when the outbox fills (Raft resends what matters). With a
+/// `secret`, each connection first authenticates as a peer; a failure is logged once per streak.
+async fn peer_sender<R: Runtime>(
+    rt: R,
+    addr: String,
+    outbox: Mailbox<Bytes>,
+    (backoff_min, backoff_max): (u64, u64),
+    secret: Option<ClusterSecret>,
+) {
     let mut backoff = backoff_min;
+    let mut auth_failed = false;
     loop {
-        let mut conn = match rt.connect(&addr).await {
+        let connected = match rt.connect(&addr).await {
+            Ok(mut c) => match &secret {
+                None => Ok(c),
+                Some(secret) => {
+                    match timeout(
+                        &rt,
+                        HANDSHAKE_MS_MAX,
+                        auth::authenticate_to(&rt, &mut c, secret, AuthRole::Peer),
+                    )
+                    .await
+                    {
+                        Some(Ok(())) => Ok(c),
+                        Some(Err(e)) => Err(Some(e)),
+                        None => Err(Some(AuthError::TimedOut)),
+                    }
+                }
+            },
+            Err(_) => Err(None),
+        };
+        let mut conn = match connected {
             Ok(c) => c,
-            Err(_) => {
+            Err(why) => {
+                if let Some(e) = why {
+                    if !auth_failed {
+                        tracing::warn!(peer = %addr, error = %e, "coordinator: cannot authenticate to a peer; retrying");
+                    }
+                    auth_failed = true;
+                }
                 rt.sleep(Duration::from_millis(backoff)).await;
                 backoff = (backoff * 2).min(backoff_max);
                 continue;
             }
         };
+        auth_failed = false;
         backoff = backoff_min;
         loop {
             let frame = outbox.recv().await;
@@ -488,10 +539,10 @@ async fn peer_sender<R: Runtime>(rt: R, addr: String, outbox: Mailbox<Bytes>, (b
     }
 }
 
-async fn acceptor<R: Runtime>(rt: R, node: Shared, mut listener: R::Listener) {
+async fn acceptor<R: Runtime>(rt: R, node: Shared, mut listener: R::Listener, secret: Option<ClusterSecret>) {
     loop {
         match listener.accept().await {
-            Ok(conn) => rt.spawn(serve_connection(rt.clone(), node.clone(), conn)),
+            Ok(conn) => rt.spawn(serve_connection(rt.clone(), node.clone(), conn, secret.clone())),
             Err(e) => {
                 tracing::warn!(error = %e, "coordinator: accept failed");
                 rt.sleep(Duration::from_millis(10)).await;
@@ -500,17 +551,60 @@ async fn acceptor<R: Runtime>(rt: R, node: Shared, mut listener: R::Listener) {
     }
 }
 
-async fn serve_connection<R: Runtime>(rt: R, node: Shared, mut conn: R::Conn) {
+/// The role a connection may act in: what it proved, or anything on a port without a secret.
+async fn admit<R: Runtime>(
+    rt: &R,
+    conn: &mut R::Conn,
+    secret: Option<&ClusterSecret>,
+) -> Result<(Option<AuthRole>, Option<Bytes>), AuthError> {
+    let first = match conn.recv().await {
+        Ok(Some(f)) => f,
+        Ok(None) => return Err(AuthError::Closed),
+        Err(e) => return Err(AuthError::Net(e)),
+    };
+    if secret.is_none() && !auth::is_auth_frame(&first) {
+        // An unauthenticated port: the first frame is served as today.
+        return Ok((None, Some(first)));
+    }
+    let role = auth::authenticate_from(rt, conn, secret, &first).await?;
+    Ok((Some(role), None))
+}
+
+async fn serve_connection<R: Runtime>(rt: R, node: Shared, mut conn: R::Conn, secret: Option<ClusterSecret>) {
+    let admitted = match &secret {
+        None => admit(&rt, &mut conn, None).await,
+        // Bounded: a connection that never finishes the handshake holds nothing for long.
+        Some(s) => timeout(&rt, HANDSHAKE_MS_MAX, admit(&rt, &mut conn, Some(s)))
+            .await
+            .unwrap_or(Err(AuthError::TimedOut)),
+    };
+    let (role, mut pending) = match admitted {
+        Ok(x) => x,
+        Err(AuthError::Closed | AuthError::Net(_)) => return,
+        Err(e) => {
+            tracing::warn!(
+                node = node.borrow().config.id.0,
+                from = %conn.peer(),
+                error = %e,
+                "coordinator: connection failed authentication; closed, nothing it sent applied"
+            );
+            return;
+        }
+    };
+    let may = |wanted: AuthRole| role.is_none() || role == Some(wanted);
     loop {
-        let frame = match conn.recv().await {
-            Ok(Some(f)) => f,
-            Ok(None) | Err(_) => return,
+        let frame = match pending.take() {
+            Some(f) => f,
+            None => match conn.recv().await {
+                Ok(Some(f)) => f,
+                Ok(None) | Err(_) => return,
+            },
         };
         if node.borrow().failed.is_some() {
             return;
         }
         match frame.first().copied() {
-            Some(t) if t == FrameKind::Peer as u8 => {
+            Some(t) if t == FrameKind::Peer as u8 && may(AuthRole::Peer) => {
                 let Ok((from, msg)) = wire::decode_peer(&frame) else {
                     return;
                 };
@@ -521,7 +615,7 @@ async fn serve_connection<R: Runtime>(rt: R, node: Shared, mut conn: R::Conn) {
                     n.pump(disk, now);
                 });
             }
-            Some(t) if t == FrameKind::Request as u8 => {
+            Some(t) if t == FrameKind::Request as u8 && may(AuthRole::Client) => {
                 let Ok(request) = RequestFrame::decode(&frame) else {
                     return;
                 };

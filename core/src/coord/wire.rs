@@ -33,6 +33,8 @@ pub enum FrameKind {
     Peer = 0x50,
     Request = 0x51,
     Response = 0x52,
+    /// The handshake of [`super::auth`], before any other frame when a cluster secret is set.
+    Auth = 0x53,
 }
 
 /// A Raft message from peer `from`, framed for the shared listener.

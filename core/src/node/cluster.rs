@@ -100,6 +100,8 @@ pub struct ClusterConfig {
     /// `follower.replication.throttled.rate`: bytes per second this broker fetches, over all
     /// partitions it is being added to by a reassignment (catch-up); `None`: unthrottled.
     pub follower_throttled_rate_bytes_per_s: Option<u64>,
+    /// The cluster secret this broker proves to the coordinators (`coordinator.auth.secret.file`).
+    pub coordinator_secret: Option<crate::coord::ClusterSecret>,
 }
 
 /// Kafka's controlled shutdown, shared by the process (which asks) and the cluster task (which
@@ -213,7 +215,16 @@ impl ClusterConfig {
             shutdown: ControlledShutdown::default(),
             inter_broker_sasl: None,
             follower_throttled_rate_bytes_per_s: None,
+            coordinator_secret: None,
         }
+    }
+
+    /// The settings of this broker's coordinator sessions.
+    pub fn coord_client_config(&self) -> CoordClientConfig {
+        let mut c = CoordClientConfig::new(self.coordinators.clone());
+        c.session_timeout_ms = self.session_timeout_ms;
+        c.secret = self.coordinator_secret.clone();
+        c
     }
 }
 
@@ -593,8 +604,7 @@ pub async fn start_cluster_broker<R: Runtime>(
     let watch = config.watch.clone();
     let (broker, accept_loop) = start_broker(rt.clone(), config).await?;
     if let Some((sasl, admin)) = user_sync {
-        let mut client_config = CoordClientConfig::new(cluster.coordinators.clone());
-        client_config.session_timeout_ms = cluster.session_timeout_ms;
+        let client_config = cluster.coord_client_config();
         rt.spawn(super::scram_sync::run_user_sync(
             rt.clone(),
             client_config,
@@ -604,8 +614,7 @@ pub async fn start_cluster_broker<R: Runtime>(
         ));
     }
     if let Some((acls, admin)) = acl_sync {
-        let mut client_config = CoordClientConfig::new(cluster.coordinators.clone());
-        client_config.session_timeout_ms = cluster.session_timeout_ms;
+        let client_config = cluster.coord_client_config();
         rt.spawn(super::acl_sync::run_acl_sync(
             rt.clone(),
             client_config,
@@ -660,8 +669,7 @@ async fn cluster_main<R: Runtime>(
     admin: AdminQueue,
     watch: PartitionWatch,
 ) {
-    let mut client_config = CoordClientConfig::new(cluster.coordinators.clone());
-    client_config.session_timeout_ms = cluster.session_timeout_ms;
+    let client_config = cluster.coord_client_config();
     loop {
         let client = match CoordClient::connect(rt.clone(), client_config.clone()).await {
             Ok(client) => client,

@@ -92,6 +92,7 @@ async fn coordinator_main(rt: SimRuntime, s: Arc<Scenario>, i: usize) {
         listen: coordinator_addr(&s, i),
         dir: "coordinator".into(),
         timing: CoordTiming::default(),
+        secret: None,
     };
     match start_coordinator(rt, config) {
         Ok(serve) => serve.await,
