@@ -647,7 +647,9 @@ async fn write<R: Runtime>(rt: &R, node: &Shared, command: Command) -> Result<Ap
         match proposed {
             Ok(_) => {}
             Err(ProposeError::NotLeader(_)) => return Err(n.not_leader()),
-            Err(ProposeError::CommandTooLarge { .. }) => return Err(RpcError::Tree(TreeError::BadArguments)),
+            Err(ProposeError::CommandTooLarge { .. } | ProposeError::ReservedPrefix) => {
+                return Err(RpcError::Tree(TreeError::BadArguments))
+            }
             Err(ProposeError::Backpressure { .. }) => return Err(RpcError::Retry),
             Err(ProposeError::Failed(_)) => return Err(RpcError::Retry),
         }
