@@ -41,6 +41,7 @@ fn add_coordinators_with(world: &World, n: usize, timing: CoordTiming) -> Vec<St
         let config = CoordNodeConfig {
             id: NodeId(i as u64 + 1),
             peers: peers.clone(),
+            voters: None,
             listen: listen.clone(),
             dir: "coord".into(),
             timing: timing.clone(),
