@@ -192,6 +192,7 @@ pub fn coordinator(args: CoordinatorArgs) -> anyhow::Result<ExitCode> {
     let config = CoordNodeConfig {
         id: NodeId(id),
         peers,
+        voters: None,
         listen: listen.clone(),
         dir: "coordinator".into(),
         timing: CoordTiming::default(),

@@ -192,6 +192,7 @@ async fn start_embedded_coordinator(rt: &RealRuntime) -> anyhow::Result<String> 
     let config = CoordNodeConfig {
         id: NodeId(1),
         peers: vec![(NodeId(1), addr.clone())],
+        voters: None,
         listen: addr.clone(),
         dir: COORDINATOR_DIR.into(),
         timing: dev_timing(),

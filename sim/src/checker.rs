@@ -21,6 +21,8 @@
 //! | `replica-divergence` | two replicas hold different batches at an offset below both their high watermarks ([`replicas`]) |
 //! | `unbalanced` | elastic scenarios: afterwards the target brokers' replica or leader counts differ by more than one, or replicas remain outside the target ([`balance`]) |
 //! | `revoked-write` | `[acl]` scenarios: a record its principal created after a revocation was answered plus the propagation bound is in a replica's log ([`acl`]) |
+//! | `lost-coordinator-write` | `[quorum]` scenarios: a coordinator write acknowledged to the probe client is not in the tree at the end ([`coordinator`]) |
+//! | `quorum-change-unfinished` | `[quorum]` scenarios: the coordinator replacement did not complete ([`coordinator`]) |
 //! | `nonlinearizable` | no order of the coordinator's client-visible ops explains what clients saw ([`linearizable`]) |
 //!
 //! Processing duplicates (a value processed more than once) are counted, not reported: at-least-
@@ -36,6 +38,7 @@ use crate::history::{History, Partition, SendOutcome, Value};
 
 pub mod acl;
 pub mod balance;
+pub mod coordinator;
 pub mod leaders;
 pub mod linearizable;
 pub mod replicas;
@@ -59,10 +62,12 @@ pub enum AnomalyKind {
     TwoOwnersOneGeneration,
     Unbalanced,
     RevokedWrite,
+    LostCoordinatorWrite,
+    QuorumChangeUnfinished,
 }
 
 impl AnomalyKind {
-    pub const ALL: [AnomalyKind; 17] = [
+    pub const ALL: [AnomalyKind; 19] = [
         AnomalyKind::LostWrite,
         AnomalyKind::Unseen,
         AnomalyKind::InconsistentOffsets,
@@ -80,6 +85,8 @@ impl AnomalyKind {
         AnomalyKind::TwoOwnersOneGeneration,
         AnomalyKind::Unbalanced,
         AnomalyKind::RevokedWrite,
+        AnomalyKind::LostCoordinatorWrite,
+        AnomalyKind::QuorumChangeUnfinished,
     ];
 
     pub fn name(self) -> &'static str {
@@ -101,6 +108,8 @@ impl AnomalyKind {
             AnomalyKind::TwoOwnersOneGeneration => "two-owners-one-generation",
             AnomalyKind::Unbalanced => "unbalanced",
             AnomalyKind::RevokedWrite => "revoked-write",
+            AnomalyKind::LostCoordinatorWrite => "lost-coordinator-write",
+            AnomalyKind::QuorumChangeUnfinished => "quorum-change-unfinished",
         }
     }
 
@@ -147,6 +156,8 @@ pub struct Compared {
     pub balance_brokers: usize,
     /// `[acl]` scenarios: revocation windows, values created inside them, replica records judged.
     pub acl: Option<acl::AclCompared>,
+    /// `[quorum]` scenarios: acknowledged coordinator writes compared with the final tree.
+    pub coordinator_writes: Option<usize>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -165,6 +176,7 @@ impl Report {
                 .compared
                 .acl
                 .is_some_and(|a| a.windows == 0 || a.created_in_windows == 0 || a.records_checked == 0)
+            || self.compared.coordinator_writes == Some(0)
     }
 
     pub fn counts(&self) -> BTreeMap<AnomalyKind, usize> {
@@ -210,6 +222,9 @@ impl Report {
                 a.lag_ms_max.map_or("none".to_string(), |ms| format!("{ms} ms after"))
             ));
         }
+        if let Some(n) = c.coordinator_writes {
+            out.push_str(&format!(", {n} acknowledged coordinator writes read back"));
+        }
         if c.assignments > 0 || c.processed_duplicates > 0 {
             out.push_str(&format!(
                 "; {} group assignments, {} duplicate processings",
@@ -245,6 +260,11 @@ pub fn check(h: &History) -> Report {
     if let Some(o) = &h.balance {
         let (brokers, findings) = balance::check(o);
         report.compared.balance_brokers = brokers;
+        report.findings.extend(findings);
+    }
+    if let Some(o) = &h.quorum {
+        let (compared, findings) = coordinator::check(o);
+        report.compared.coordinator_writes = Some(compared);
         report.findings.extend(findings);
     }
     if let Some(o) = &h.acl {

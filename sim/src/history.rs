@@ -138,4 +138,6 @@ pub struct History {
     pub balance: Option<crate::checker::balance::BalanceObservation>,
     /// `[acl]` scenarios: revocation windows and every replica's records.
     pub acl: Option<crate::checker::acl::AclObservation>,
+    /// `[quorum]` scenarios: the probe's coordinator writes and the membership changes.
+    pub quorum: Option<crate::checker::coordinator::QuorumObservation>,
 }

@@ -43,6 +43,7 @@ use crate::world::{node_ip, run_seed_with, NodeIndex, World, WorldConfig};
 mod acl;
 pub mod cluster;
 mod elastic;
+mod quorum;
 
 /// Kafka's port on every simulated broker.
 pub const KAFKA_PORT: u16 = 9092;
@@ -616,6 +617,9 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
     if let Some(e) = &s.elastic {
         elastic::hold_back(&world, &brokers, e);
     }
+    if let Some(q) = &s.quorum {
+        quorum::hold_back(&world, &coordinators, q);
+    }
     // A cluster needs its coordinator quorum elected and its brokers registered first.
     let setup_ms = if replicated { 5_000 } else { 2_000 };
     let w = Arc::new(Workload {
@@ -695,6 +699,7 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
         world.spawn_on(admin, move |rt| acl::drive(rt, s, brokers, start_ms, until_ms))
     });
     let mut moves = None;
+    let mut quorum_seen = None;
     match &s.elastic {
         Some(e) => {
             let start_ms = monotonic_ms();
@@ -711,7 +716,25 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
             let join_ms = start_ms + (changes_at_s * 1_000.0) as u64;
             moves = Some((join_ms, window));
         }
-        None => nemesis.play(&world, &resolve).await,
+        None => match &s.quorum {
+            Some(q) => {
+                let addrs = cluster::coordinator_addrs(s);
+                let ((), seen) = tokio::join!(
+                    nemesis.play(&world, &resolve),
+                    quorum::drive(
+                        &world,
+                        &coordinators,
+                        admin,
+                        q,
+                        addrs,
+                        monotonic_ms(),
+                        w.produce_until_ms
+                    )
+                );
+                quorum_seen = Some(seen);
+            }
+            None => nemesis.play(&world, &resolve).await,
+        },
     }
     nemesis.heal(&world);
     let acl_windows = match acl_windows {
@@ -748,6 +771,14 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
         });
     }
     history.final_reads = reads;
+    if let Some(mut seen) = quorum_seen {
+        let addrs = cluster::coordinator_addrs(s);
+        seen.read = world
+            .spawn_on(admin, move |rt| quorum::read_back(rt, addrs))
+            .await
+            .expect("the admin node is never killed");
+        history.quorum = Some(seen);
+    }
     if replicated {
         let t = s.topic.get_ref();
         history.leaders = std::mem::take(&mut *lock(&leaders));

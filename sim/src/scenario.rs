@@ -87,6 +87,11 @@
 //!                          # brokers past the target are stopped once no replica is left on them
 //! "mutant.switch.before.isr" = false  # negative control: moves complete before the new replicas catch up
 //!
+//! [quorum]                # optional (clusters only): the coordinator quorum is reconfigured
+//! initial_coordinators = 3 # coordinators 1..=3 start as the quorum; the others are held back,
+//! replace_at_s = 10        # start at replace_at_s, join as learners and are promoted one at a
+//! remove = 1               # time; then coordinator `remove` is removed from the quorum and stopped
+//!
 //! [acl]                   # optional (clusters only): SASL PLAIN and an authorizer on every broker
 //! toggled_producers = 1    # producers 0..N (User:producer-N) lose and regain Write on the topic;
 //!                          # the others keep it; brokers and the harness log in as User:admin (super user)
@@ -148,7 +153,22 @@ pub struct Scenario {
     pub elastic: Option<Elastic>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acl: Option<Acl>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quorum: Option<Quorum>,
     pub expect: Spanned<Expect>,
+}
+
+/// A coordinator node replaced (see the module example): the held-back coordinators join as
+/// learners and are promoted, then one of the initial ones is removed and stopped, all through
+/// the coordinators' membership request. The checker's `lost-coordinator-write` compares every
+/// acknowledged write of a probe client with the coordinator's tree at the end.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Quorum {
+    pub initial_coordinators: u32,
+    pub replace_at_s: f64,
+    /// The id (1-based) of the coordinator removed.
+    pub remove: u64,
 }
 
 /// Authentication and ACLs racing the workload (see the module example): producers log in with
@@ -776,11 +796,16 @@ impl Scenario {
                 format!("{} is not between 1 and 9", c.brokers),
             );
         }
-        if c.coordinators == 0 || c.coordinators > 7 || c.coordinators.is_multiple_of(2) {
+        // With `[quorum]` the count includes the nodes that join later (4 = 3 voters + 1 joiner).
+        let odd = !c.coordinators.is_multiple_of(2) || scenario.quorum.is_some();
+        if c.coordinators == 0 || c.coordinators > 7 || !odd {
             return bad(
                 key_at("cluster", "coordinators"),
                 "cluster.coordinators",
-                format!("{} is not an odd number from 1 to 7", c.coordinators),
+                format!(
+                    "{} is not an odd number from 1 to 7 (any number with [quorum])",
+                    c.coordinators
+                ),
             );
         }
         if topic.partitions == 0 || topic.partitions > 64 {
@@ -826,6 +851,20 @@ impl Scenario {
                         "initial_brokers and target_brokers must be from the replication factor {rf} to the {} brokers, and 0 <= join_at_s <= rebalance_at_s < duration_s",
                         c.brokers
                     ),
+                );
+            }
+        }
+        if let Some(q) = &scenario.quorum {
+            let ok = c.brokers > 1
+                && (1..c.coordinators).contains(&q.initial_coordinators)
+                && (1..=u64::from(q.initial_coordinators)).contains(&q.remove)
+                && q.replace_at_s >= 0.0
+                && q.replace_at_s < scenario.duration_s as f64;
+            if !ok {
+                return bad(
+                    key_at("quorum", "initial_coordinators"),
+                    "quorum",
+                    "needs a cluster (brokers > 1), 1 <= initial_coordinators < coordinators, remove among the initial ones, and 0 <= replace_at_s < duration_s".into(),
                 );
             }
         }

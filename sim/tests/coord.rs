@@ -50,6 +50,7 @@ fn add_coordinators_secret(world: &World, n: usize, timing: CoordTiming, secret:
         let config = CoordNodeConfig {
             id: NodeId(i as u64 + 1),
             peers: peers.clone(),
+            voters: None,
             listen: listen.clone(),
             dir: "coord".into(),
             timing: timing.clone(),

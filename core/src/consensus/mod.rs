@@ -1,5 +1,6 @@
 //! Raft consensus for the coordinator quorum: a pure state machine that agrees on a log of opaque
-//! commands among a fixed set of voters and persists itself through [`Disk`].
+//! commands among a set of voters, changed one node at a time ([`Raft::change_membership`]), and
+//! persists itself through [`Disk`].
 //!
 //! # Contract
 //!
@@ -21,9 +22,11 @@
 //! it and re-open from disk (fsyncgate: the cache can no longer be trusted).
 //!
 //! Files: `messages` (wire format), `log_store` (the entry log file), `state` (term+vote and
-//! snapshot files), `raft` (the protocol), `tests` (the cluster harness and its checkers).
+//! snapshot files), `membership` (voters and learners, and their configuration entries), `raft`
+//! (the protocol), `tests` (the cluster harness and its checkers).
 
 mod log_store;
+mod membership;
 mod messages;
 mod raft;
 mod state;
@@ -38,6 +41,7 @@ use thiserror::Error;
 
 use crate::disk::DiskError;
 
+pub use membership::{Membership, MembershipChange, CONFIG_MAGIC, MEMBERS_MAX};
 pub use messages::{
     DecodeError, Entry, Message, COMMAND_BYTES_MAX, ENTRIES_PER_MESSAGE_MAX, MESSAGE_BYTES_MAX, VERSION,
 };
@@ -76,7 +80,8 @@ impl fmt::Display for LogIndex {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RaftConfig {
     pub id: NodeId,
-    /// Every voter, this node included. Fixed for the quorum's lifetime (no reconfiguration).
+    /// The voters the quorum started with (this node among them unless it joins a running
+    /// quorum). Only until the first configuration entry: from then on the log's membership rules.
     pub voters: Vec<NodeId>,
     /// The directory (relative to the disk root) holding `state`, `log` and `snapshot`.
     pub dir: String,
@@ -142,6 +147,27 @@ pub enum ProposeError {
     CommandTooLarge { bytes: usize, max: usize },
     #[error("{uncommitted} entries are not committed yet (limit {max}): retry later")]
     Backpressure { uncommitted: u64, max: u64 },
+    #[error("commands starting with the configuration prefix are Raft's own")]
+    ReservedPrefix,
+    #[error("the node failed and must be re-opened: {0}")]
+    Failed(RaftError),
+}
+
+/// Why a membership change was refused.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum MembershipError {
+    #[error(transparent)]
+    NotLeader(#[from] NotLeader),
+    #[error("a change is in progress or this leader's term has no committed entry yet (index {index}): retry later")]
+    InProgress { index: LogIndex },
+    #[error("learner {id} is not caught up (holds {match_index}, commit index {commit_index}): retry later")]
+    NotCaughtUp {
+        id: NodeId,
+        match_index: LogIndex,
+        commit_index: LogIndex,
+    },
+    #[error("{0}")]
+    Refused(String),
     #[error("the node failed and must be re-opened: {0}")]
     Failed(RaftError),
 }

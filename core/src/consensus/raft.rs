@@ -1,5 +1,9 @@
 //! The Raft protocol: elections with PreVote and CheckQuorum, log replication with group commit,
-//! snapshots and InstallSnapshot, and ReadIndex reads.
+//! snapshots and InstallSnapshot, ReadIndex reads, and single-server membership changes (see
+//! `membership.rs`: the latest configuration entry in the log rules quorums and elections; the
+//! leader allows one uncommitted change, and only after an entry of its own term committed, the
+//! dissertation's fix for a change racing a leader change; RequestVote and PreVote from nodes
+//! that are not voters here are ignored, so a removed node cannot disrupt the quorum).
 //!
 //! Durability rules (see `disk.rs`): term and vote are written atomically before any message that
 //! depends on them is queued; a follower's appends are synced at the end of the `handle_*` call
@@ -12,9 +16,13 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use bytes::Bytes;
 
 use super::log_store::LogStore;
+use super::membership::{Membership, MembershipChange};
 use super::messages::{APPEND_HEADER_BYTES, COMMAND_BYTES_MAX, ENTRIES_PER_MESSAGE_MAX, MESSAGE_BYTES_MAX};
 use super::state::{self, HardState, Snapshot};
-use super::{Entry, LogIndex, Message, NodeId, NotLeader, Output, ProposeError, RaftConfig, RaftError, Role, Term};
+use super::{
+    Entry, LogIndex, MembershipError, Message, NodeId, NotLeader, Output, ProposeError, RaftConfig, RaftError, Role,
+    Term,
+};
 use crate::disk::Disk;
 
 /// Pending `read_index` requests beyond this are failed at once.
@@ -30,9 +38,11 @@ pub(crate) enum Mutant {
     AckBeforeSync,
     /// A voter grants every RequestVote of a term, not only the first.
     VoteTwice,
+    /// The leader accepts a membership change while another is uncommitted.
+    ConcurrentChanges,
 }
 
-/// The leader's view of one follower.
+/// The leader's view of one follower or learner.
 #[derive(Clone, Debug)]
 struct Peer {
     /// The next entry to send.
@@ -47,6 +57,19 @@ struct Peer {
     read_seq_acked: u64,
     /// The byte of our snapshot to send next, while it is behind our compacted prefix.
     snapshot_offset: u64,
+}
+
+impl Peer {
+    fn new(next_index: LogIndex) -> Peer {
+        Peer {
+            next_index,
+            match_index: LogIndex(0),
+            match_known: false,
+            heard: false,
+            read_seq_acked: 0,
+            snapshot_offset: 0,
+        }
+    }
 }
 
 struct PendingRead {
@@ -69,6 +92,12 @@ pub struct Raft {
     hard: HardState,
     log: LogStore,
     snapshot: Snapshot,
+    /// The snapshot as InstallSnapshot streams it (membership, then the app's data).
+    snapshot_wire: Bytes,
+    /// The membership before any configuration entry (the configured voters).
+    bootstrap: Membership,
+    /// The configuration entries in the log above the snapshot; the last one rules.
+    configs: BTreeMap<LogIndex, Membership>,
     role: Role,
     leader: Option<NodeId>,
     commit_index: LogIndex,
@@ -108,8 +137,10 @@ fn next_random(state: &mut u64) -> u64 {
 fn validate(config: &RaftConfig) -> Result<(), RaftError> {
     let bad = |s: &str| Err(RaftError::Config(s.to_string()));
     let unique: BTreeSet<NodeId> = config.voters.iter().copied().collect();
-    if unique.len() != config.voters.len() || !unique.contains(&config.id) {
-        return bad("voters must be unique and include this node's id");
+    // A node joining a running quorum is not among its initial voters: it learns its
+    // membership from the leader's log.
+    if unique.len() != config.voters.len() || unique.is_empty() {
+        return bad("voters must be unique and not empty");
     }
     if config.election_timeout_ms_min == 0 || config.election_timeout_ms_min > config.election_timeout_ms_max {
         return bad("election timeout: need 0 < min <= max");
@@ -137,6 +168,7 @@ impl Raft {
         let hard = state::load_hard_state(disk, &config.dir)?;
         let snapshot = state::load_snapshot(disk, &config.dir)?.unwrap_or_default();
         let log = LogStore::open(disk, &config.dir, snapshot.index, snapshot.term)?;
+        let bootstrap = Membership::voters_only(config.voters.iter().copied());
         let mut raft = Raft {
             hard,
             log,
@@ -159,7 +191,10 @@ impl Raft {
             out: VecDeque::new(),
             reported: (Role::Follower, hard.term, None),
             failed: None,
+            snapshot_wire: state::payload(snapshot.membership.as_ref(), &snapshot.data),
             snapshot,
+            bootstrap,
+            configs: BTreeMap::new(),
             config,
             #[cfg(test)]
             mutant: Mutant::None,
@@ -173,7 +208,10 @@ impl Raft {
                 data: raft.snapshot.data.clone(),
             });
         }
-        if raft.config.voters.len() > 1 {
+        raft.rebuild_configs();
+        let id = raft.config.id;
+        let alone = raft.membership().voters.len() == 1 && raft.membership().is_voter(id);
+        if !alone {
             raft.reset_election_deadline(now_ms);
         }
         Ok(raft)
@@ -212,6 +250,27 @@ impl Raft {
     pub fn compaction_due(&self) -> bool {
         self.applied_index.0 - self.log.snapshot_index().0 >= self.config.snapshot_threshold_entries
     }
+    /// The membership this node uses: the latest configuration entry in its log, committed or
+    /// not, else the snapshot's, else the configured voters.
+    pub fn membership(&self) -> &Membership {
+        self.configs
+            .values()
+            .next_back()
+            .or(self.snapshot.membership.as_ref())
+            .unwrap_or(&self.bootstrap)
+    }
+    /// The index of the configuration entry in force (0 when it comes from a snapshot or the
+    /// configured voters: committed either way).
+    pub fn membership_index(&self) -> LogIndex {
+        self.configs.keys().next_back().copied().unwrap_or_default()
+    }
+    /// The highest index `id` is known to hold (leader only; `None` elsewhere or for non-members).
+    pub fn match_index_of(&self, id: NodeId) -> Option<LogIndex> {
+        if id == self.config.id {
+            return (self.role == Role::Leader).then_some(self.synced_index);
+        }
+        self.peers.get(&id).map(|p| p.match_index)
+    }
     /// The error that made this node inert, if any.
     pub fn failed(&self) -> Option<&RaftError> {
         self.failed.as_ref()
@@ -237,6 +296,9 @@ impl Raft {
                 leader_hint: self.leader,
             }
             .into());
+        }
+        if Membership::is_config(&command) {
+            return Err(ProposeError::ReservedPrefix);
         }
         let max = COMMAND_BYTES_MAX.min(self.config.append_bytes_max);
         if command.len() > max {
@@ -274,6 +336,65 @@ impl Raft {
         Ok((self.hard.term, index))
     }
 
+    /// Appends a configuration entry making one single-server `change`, if this node leads, no
+    /// other change is uncommitted, an entry of this term committed, and (for a promotion) the
+    /// learner is within `append_entries_max` entries of the commit index. The new membership
+    /// rules from now on; the change is done when the returned index commits (watch
+    /// `commit_index`). A leader that removed itself steps down then.
+    pub fn change_membership<D: Disk>(
+        &mut self,
+        disk: &mut D,
+        change: MembershipChange,
+        _now_ms: u64,
+    ) -> Result<LogIndex, MembershipError> {
+        if let Some(e) = &self.failed {
+            return Err(MembershipError::Failed(e.clone()));
+        }
+        if self.role != Role::Leader {
+            return Err(NotLeader {
+                leader_hint: self.leader,
+            }
+            .into());
+        }
+        #[cfg(test)]
+        let concurrent = self.mutant == Mutant::ConcurrentChanges;
+        #[cfg(not(test))]
+        let concurrent = false;
+        if !concurrent && (self.membership_index() > self.commit_index || !self.own_term_committed()) {
+            return Err(MembershipError::InProgress {
+                index: self.membership_index().max(self.term_start_index),
+            });
+        }
+        let next = self.membership().apply(change).map_err(MembershipError::Refused)?;
+        if let MembershipChange::PromoteLearner(id) = change {
+            let matched = self.peers.get(&id).map_or(LogIndex(0), |p| p.match_index);
+            if matched.0.saturating_add(self.config.append_entries_max as u64) < self.commit_index.0 {
+                return Err(MembershipError::NotCaughtUp {
+                    id,
+                    match_index: matched,
+                    commit_index: self.commit_index,
+                });
+            }
+        }
+        let index = LogIndex(self.log.last_index().0.saturating_add(1));
+        let entry = Entry {
+            term: self.hard.term,
+            index,
+            command: Bytes::from(next.encode()),
+        };
+        if let Err(e) = self.log.append(disk, entry) {
+            self.fail(e.clone());
+            return Err(MembershipError::Failed(e));
+        }
+        self.configs.insert(index, next);
+        self.sync_peers();
+        let ids: Vec<NodeId> = self.peers.keys().copied().collect();
+        for id in ids {
+            self.send_append(id);
+        }
+        Ok(index)
+    }
+
     /// Starts a linearizable read: `ReadReady { token, index }` once a quorum confirmed this
     /// node still leads (after the request), or `ReadFailed` if it loses leadership first.
     pub fn read_index(&mut self, token: u64, _now_ms: u64) -> Result<(), NotLeader> {
@@ -305,7 +426,13 @@ impl Raft {
     }
 
     pub fn handle_message<D: Disk>(&mut self, disk: &mut D, from: NodeId, msg: Message, now_ms: u64) {
-        if self.failed.is_some() || from == self.config.id || !self.config.voters.contains(&from) {
+        if self.failed.is_some() || from == self.config.id {
+            return;
+        }
+        // Vote requests count only from voters of our membership: a removed node (or one that
+        // never joined) cannot raise our term. Losing them is safe, like losing any message.
+        let asks_vote = matches!(msg, Message::PreVote { .. } | Message::RequestVote { .. });
+        if asks_vote && !self.membership().is_voter(from) {
             return;
         }
         if let Err(e) = self.step(disk, from, msg, now_ms) {
@@ -372,9 +499,16 @@ impl Raft {
             .log
             .term_at(index)
             .expect("applied entries above the snapshot are in the log");
+        let membership = self
+            .configs
+            .range(..=index)
+            .next_back()
+            .map(|(_, m)| m.clone())
+            .or_else(|| self.snapshot.membership.clone());
         let snap = Snapshot {
             index,
             term,
+            membership,
             data: snapshot,
         };
         let result =
@@ -383,15 +517,58 @@ impl Raft {
             self.fail(e.clone());
             return Err(e);
         }
+        self.snapshot_wire = state::payload(snap.membership.as_ref(), &snap.data);
         self.snapshot = snap;
         self.synced_index = self.log.last_index();
+        self.rebuild_configs();
         Ok(())
     }
 
     // ----- internals -----
 
-    fn quorum(&self) -> usize {
-        self.config.voters.len() / 2 + 1
+    /// Whether the voters among `ids` (this node counted when `me` and a voter) make a quorum.
+    fn is_quorum<'a>(&self, ids: impl Iterator<Item = &'a NodeId>) -> bool {
+        let m = self.membership();
+        ids.filter(|id| m.is_voter(**id)).count() >= m.quorum()
+    }
+
+    /// The highest value at least a quorum of voters reached, given each voter's value.
+    fn quorum_value(&self, value_of: impl Fn(NodeId) -> u64) -> u64 {
+        let m = self.membership();
+        let mut values: Vec<u64> = m.voters.iter().map(|id| value_of(*id)).collect();
+        values.sort_unstable_by(|a, b| b.cmp(a));
+        values.get(m.quorum() - 1).copied().unwrap_or(0)
+    }
+
+    /// Re-reads the configuration entries above the snapshot from the log (at open and after
+    /// the snapshot changed).
+    fn rebuild_configs(&mut self) {
+        self.configs.clear();
+        let mut index = LogIndex(self.log.snapshot_index().0.saturating_add(1));
+        while let Some(e) = self.log.get(index) {
+            if Membership::is_config(&e.command) {
+                match Membership::decode(&e.command) {
+                    Ok(m) => {
+                        self.configs.insert(index, m);
+                    }
+                    Err(err) => tracing::error!(index = index.0, error = %err, "raft: configuration entry ignored"),
+                }
+            }
+            index = LogIndex(index.0 + 1);
+        }
+    }
+
+    /// Leader: replicate to every member but us, and to nobody else.
+    fn sync_peers(&mut self) {
+        if self.role != Role::Leader {
+            return;
+        }
+        let members: BTreeSet<NodeId> = self.membership().members().filter(|id| *id != self.config.id).collect();
+        self.peers.retain(|id, _| members.contains(id));
+        let next_index = LogIndex(self.log.last_index().0.saturating_add(1));
+        for id in members {
+            self.peers.entry(id).or_insert_with(|| Peer::new(next_index));
+        }
     }
 
     fn own_term_committed(&self) -> bool {
@@ -434,6 +611,14 @@ impl Raft {
     fn finish_without_sync(&mut self) {
         if self.role == Role::Leader {
             self.advance_leader_commit();
+            if !self.membership().is_voter(self.config.id) && self.membership_index() <= self.commit_index {
+                // Our own removal committed: the new voters elect a leader among themselves.
+                self.role = Role::Follower;
+                self.leader = None;
+                self.votes.clear();
+                self.peers.clear();
+                self.fail_reads();
+            }
         }
         self.apply_committed();
         self.confirm_reads();
@@ -449,10 +634,14 @@ impl Raft {
     }
 
     fn advance_leader_commit(&mut self) {
-        let mut matches: Vec<LogIndex> = self.peers.values().map(|p| p.match_index).collect();
-        matches.push(self.synced_index);
-        matches.sort_unstable_by(|a, b| b.cmp(a));
-        let candidate = matches[self.quorum() - 1];
+        let me = self.config.id;
+        let candidate = LogIndex(self.quorum_value(|id| {
+            if id == me {
+                self.synced_index.0
+            } else {
+                self.peers.get(&id).map_or(0, |p| p.match_index.0)
+            }
+        }));
         if candidate > self.commit_index && self.log.term_at(candidate) == Some(self.hard.term) {
             self.commit_index = candidate;
             if self.own_term_committed() {
@@ -471,10 +660,16 @@ impl Raft {
                 .log
                 .get(index)
                 .expect("committed entries above the snapshot are in the log");
+            // Configuration entries are Raft's own: the app sees a no-op.
+            let command = if Membership::is_config(&entry.command) {
+                Bytes::new()
+            } else {
+                entry.command.clone()
+            };
             self.out.push_back(Output::Apply {
                 index,
                 term: entry.term,
-                command: entry.command.clone(),
+                command,
             });
             self.applied_index = index;
         }
@@ -484,10 +679,14 @@ impl Raft {
         if self.role != Role::Leader {
             return;
         }
-        let mut acked: Vec<u64> = self.peers.values().map(|p| p.read_seq_acked).collect();
-        acked.push(u64::MAX);
-        acked.sort_unstable_by(|a, b| b.cmp(a));
-        let confirmed = acked[self.quorum() - 1];
+        let me = self.config.id;
+        let confirmed = self.quorum_value(|id| {
+            if id == me {
+                u64::MAX
+            } else {
+                self.peers.get(&id).map_or(0, |p| p.read_seq_acked)
+            }
+        });
         while let Some(r) = self.reads.front() {
             match r.index {
                 Some(index) if r.seq <= confirmed => {
@@ -538,8 +737,15 @@ impl Raft {
     fn tick<D: Disk>(&mut self, disk: &mut D, now_ms: u64) -> Result<(), RaftError> {
         if self.role == Role::Leader {
             if now_ms >= self.check_quorum_deadline_ms {
-                let heard = self.peers.values().filter(|p| p.heard).count();
-                if heard + 1 < self.quorum() {
+                let me = self.config.id;
+                let heard: Vec<NodeId> = self
+                    .peers
+                    .iter()
+                    .filter(|(_, p)| p.heard)
+                    .map(|(id, _)| *id)
+                    .chain([me])
+                    .collect();
+                if !self.is_quorum(heard.iter()) {
                     // CheckQuorum: a leader cut off from a quorum stops serving.
                     return self.become_follower(disk, self.hard.term, None, now_ms);
                 }
@@ -563,7 +769,12 @@ impl Raft {
             return Ok(());
         }
         if now_ms >= self.election_deadline_ms {
-            self.start_pre_vote(disk, now_ms)?;
+            if self.membership().is_voter(self.config.id) {
+                self.start_pre_vote(disk, now_ms)?;
+            } else {
+                // Learners and removed nodes never campaign.
+                self.reset_election_deadline(now_ms);
+            }
         }
         Ok(())
     }
@@ -574,7 +785,7 @@ impl Raft {
         self.votes.clear();
         self.votes.insert(self.config.id);
         self.reset_election_deadline(now_ms);
-        if self.votes.len() >= self.quorum() {
+        if self.is_quorum(self.votes.iter()) {
             return self.start_election(disk, now_ms);
         }
         let msg = Message::PreVote {
@@ -582,7 +793,8 @@ impl Raft {
             last_log_index: self.log.last_index(),
             last_log_term: self.log.last_term(),
         };
-        for id in self.config.voters.clone() {
+        let voters: Vec<NodeId> = self.membership().voters.iter().copied().collect();
+        for id in voters {
             if id != self.config.id {
                 self.send(id, msg.clone());
             }
@@ -601,7 +813,7 @@ impl Raft {
         self.votes.clear();
         self.votes.insert(self.config.id);
         self.reset_election_deadline(now_ms);
-        if self.votes.len() >= self.quorum() {
+        if self.is_quorum(self.votes.iter()) {
             return self.become_leader(disk, now_ms);
         }
         let msg = Message::RequestVote {
@@ -609,7 +821,8 @@ impl Raft {
             last_log_index: self.log.last_index(),
             last_log_term: self.log.last_term(),
         };
-        for id in self.config.voters.clone() {
+        let voters: Vec<NodeId> = self.membership().voters.iter().copied().collect();
+        for id in voters {
             if id != self.config.id {
                 self.send(id, msg.clone());
             }
@@ -622,23 +835,8 @@ impl Raft {
         self.leader = Some(self.config.id);
         self.votes.clear();
         let next_index = LogIndex(self.log.last_index().0.saturating_add(1));
-        self.peers = self
-            .config
-            .voters
-            .iter()
-            .filter(|id| **id != self.config.id)
-            .map(|id| {
-                let peer = Peer {
-                    next_index,
-                    match_index: LogIndex(0),
-                    match_known: false,
-                    heard: false,
-                    read_seq_acked: 0,
-                    snapshot_offset: 0,
-                };
-                (*id, peer)
-            })
-            .collect();
+        self.peers.clear();
+        self.sync_peers();
         self.heartbeat_deadline_ms = now_ms + self.config.heartbeat_interval_ms;
         self.check_quorum_deadline_ms = now_ms + self.config.election_timeout_ms_min;
         // The no-op commits everything before it and lets reads start (Raft §8).
@@ -664,16 +862,16 @@ impl Raft {
         let Some(peer) = self.peers.get(&id) else { return };
         let next = peer.next_index;
         if next <= self.log.snapshot_index() {
-            let offset = peer.snapshot_offset.min(self.snapshot.data.len() as u64);
+            let offset = peer.snapshot_offset.min(self.snapshot_wire.len() as u64);
             let start = usize::try_from(offset).expect("bounded by the snapshot's length");
-            let end = (start + self.config.append_bytes_max).min(self.snapshot.data.len());
+            let end = (start + self.config.append_bytes_max).min(self.snapshot_wire.len());
             let msg = Message::InstallSnapshot {
                 term: self.hard.term,
                 last_index: self.snapshot.index,
                 last_term: self.snapshot.term,
                 offset,
-                data: self.snapshot.data.slice(start..end),
-                done: end == self.snapshot.data.len(),
+                data: self.snapshot_wire.slice(start..end),
+                done: end == self.snapshot_wire.len(),
                 read_seq: self.read_seq,
             };
             self.send(id, msg);
@@ -736,7 +934,7 @@ impl Raft {
                 if granted {
                     if self.role == Role::PreCandidate && Some(term.0) == self.hard.term.0.checked_add(1) {
                         self.votes.insert(from);
-                        if self.votes.len() >= self.quorum() {
+                        if self.is_quorum(self.votes.iter()) {
                             self.start_election(disk, now_ms)?;
                         }
                     }
@@ -766,7 +964,7 @@ impl Raft {
             Message::RequestVoteResponse { term, granted } => {
                 if granted && term == self.hard.term && self.role == Role::Candidate {
                     self.votes.insert(from);
-                    if self.votes.len() >= self.quorum() {
+                    if self.is_quorum(self.votes.iter()) {
                         self.become_leader(disk, now_ms)?;
                     }
                 }
@@ -956,8 +1154,20 @@ impl Raft {
                     }
                     self.log.truncate_from(disk, entry.index)?;
                     self.synced_index = self.synced_index.min(LogIndex(entry.index.0 - 1));
+                    // A cut configuration entry no longer rules: the one before it does again.
+                    self.configs.split_off(&entry.index);
                 }
                 None => {}
+            }
+            if Membership::is_config(&entry.command) {
+                match Membership::decode(&entry.command) {
+                    Ok(m) => {
+                        self.configs.insert(entry.index, m);
+                    }
+                    Err(err) => {
+                        tracing::error!(index = entry.index.0, error = %err, "raft: configuration entry ignored")
+                    }
+                }
             }
             self.log.append(disk, entry)?;
         }
@@ -1042,13 +1252,22 @@ impl Raft {
             return Ok((next_offset, false));
         }
         let inc = self.incoming.take().expect("checked above");
+        let (membership, data) = match state::split_payload(&inc.data) {
+            Ok(split) => split,
+            Err(err) => {
+                tracing::error!(error = %err, "raft: received snapshot refused");
+                return Ok((0, false));
+            }
+        };
         let snap = Snapshot {
             index: inc.index,
             term: inc.term,
-            data: Bytes::from(inc.data),
+            membership,
+            data,
         };
         state::store_snapshot(disk, &self.config.dir, &snap)?;
         self.log.compact(disk, snap.index, snap.term)?;
+        self.snapshot_wire = Bytes::from(inc.data);
         self.synced_index = self.log.last_index();
         self.commit_index = snap.index;
         self.applied_index = snap.index;
@@ -1058,6 +1277,7 @@ impl Raft {
             data: snap.data.clone(),
         });
         self.snapshot = snap;
+        self.rebuild_configs();
         Ok((next_offset, true))
     }
 

@@ -1,6 +1,11 @@
 //! The two small files Raft replaces whole: `state` (current term and vote) and `snapshot` (the
 //! app's state as of an index, with that index's term).
 //!
+//! The snapshot also carries the membership as of its index (version 2; a version 1 file has none,
+//! and the node then starts from its configured voters), so that compacting a configuration entry
+//! away does not forget it. [`payload`] is the same membership-then-data form that InstallSnapshot
+//! streams, so a follower receives the membership with the snapshot.
+//!
 //! Both are written with `write_file_atomic` (model rule 4), so a crash leaves the old or the new
 //! version, never a mix; a CRC32C over the contents still guards against bit rot, and a file that
 //! fails it is reported as corrupt rather than silently reset (resetting a vote could let a node
@@ -8,11 +13,13 @@
 
 use bytes::Bytes;
 
+use super::membership::Membership;
 use super::{LogIndex, NodeId, RaftError, Term};
 use crate::disk::Disk;
 
 const STATE_VERSION: u8 = 1;
-const SNAPSHOT_VERSION: u8 = 1;
+const SNAPSHOT_VERSION_V1: u8 = 1;
+const SNAPSHOT_VERSION: u8 = 2;
 
 /// What must survive a crash before any message that depends on it is sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -26,7 +33,38 @@ pub(crate) struct HardState {
 pub(crate) struct Snapshot {
     pub index: LogIndex,
     pub term: Term,
+    /// The membership as of `index`; `None` for the configured voters (no change before it).
+    pub membership: Option<Membership>,
     pub data: Bytes,
+}
+
+/// `[membership length u32][membership, empty for none][data]`: the snapshot file's tail and what
+/// InstallSnapshot streams.
+pub(crate) fn payload(membership: Option<&Membership>, data: &[u8]) -> Bytes {
+    let m = membership.map(Membership::encode).unwrap_or_default();
+    let mut out = Vec::with_capacity(4 + m.len() + data.len());
+    out.extend_from_slice(&u32::try_from(m.len()).expect("bounded by MEMBERS_MAX").to_be_bytes());
+    out.extend_from_slice(&m);
+    out.extend_from_slice(data);
+    Bytes::from(out)
+}
+
+/// Splits a [`payload`] back into membership and data.
+pub(crate) fn split_payload(bytes: &[u8]) -> Result<(Option<Membership>, Bytes), String> {
+    if bytes.len() < 4 {
+        return Err("snapshot payload shorter than its header".into());
+    }
+    let len = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
+    let rest = &bytes[4..];
+    if len > rest.len() {
+        return Err("snapshot membership truncated".into());
+    }
+    let membership = if len == 0 {
+        None
+    } else {
+        Some(Membership::decode(&rest[..len])?)
+    };
+    Ok((membership, Bytes::copy_from_slice(&rest[len..])))
 }
 
 pub(crate) fn state_path(dir: &str) -> String {
@@ -114,13 +152,19 @@ pub(crate) fn load_snapshot<D: Disk>(disk: &D, dir: &str) -> Result<Option<Snaps
     }
     let bytes = disk.read_all(&path)?;
     let body = unseal(&path, &bytes)?;
-    if body.len() < 17 || body[0] != SNAPSHOT_VERSION {
+    if body.len() < 17 || !(body[0] == SNAPSHOT_VERSION || body[0] == SNAPSHOT_VERSION_V1) {
         return Err(corrupt(&path, "unknown version or length"));
     }
+    let (membership, data) = if body[0] == SNAPSHOT_VERSION_V1 {
+        (None, Bytes::copy_from_slice(&body[17..]))
+    } else {
+        split_payload(&body[17..]).map_err(|e| corrupt(&path, &e))?
+    };
     Ok(Some(Snapshot {
         index: LogIndex(u64_at(body, 1)),
         term: Term(u64_at(body, 9)),
-        data: Bytes::copy_from_slice(&body[17..]),
+        membership,
+        data,
     }))
 }
 
@@ -129,7 +173,7 @@ pub(crate) fn store_snapshot<D: Disk>(disk: &mut D, dir: &str, snap: &Snapshot) 
     body.push(SNAPSHOT_VERSION);
     body.extend_from_slice(&snap.index.0.to_be_bytes());
     body.extend_from_slice(&snap.term.0.to_be_bytes());
-    body.extend_from_slice(&snap.data);
+    body.extend_from_slice(&payload(snap.membership.as_ref(), &snap.data));
     disk.write_file_atomic(&snapshot_path(dir), &seal(body))?;
     Ok(())
 }
@@ -152,6 +196,7 @@ mod tests {
         let snap = Snapshot {
             index: LogIndex(9),
             term: Term(2),
+            membership: Some(Membership::voters_only([NodeId(1), NodeId(4)])),
             data: Bytes::from_static(b"app"),
         };
         store_snapshot(&mut disk, "raft", &snap).unwrap();

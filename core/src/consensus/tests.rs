@@ -120,6 +120,8 @@ struct Faults {
 struct Cluster {
     rng: Rng,
     nodes: Vec<Node>,
+    /// Nodes `1..=voters` start as the voters; the others start outside, to join.
+    voters: u64,
     /// In flight: (deliver_at_ms, sequence) -> (from, to, encoded message).
     net: BTreeMap<(u64, u64), (NodeId, NodeId, Bytes)>,
     net_seq: u64,
@@ -155,6 +157,11 @@ fn config(id: NodeId, n: u64) -> RaftConfig {
 
 impl Cluster {
     fn new(seed: u64, n: u64, mutant: Mutant) -> Cluster {
+        Cluster::build(seed, n, n, mutant)
+    }
+
+    /// `n` nodes of which the first `voters` start as the quorum.
+    fn build(seed: u64, n: u64, voters: u64, mutant: Mutant) -> Cluster {
         let mut rng = Rng(seed);
         let faults = Faults {
             drop_percent: rng.below(15),
@@ -164,6 +171,7 @@ impl Cluster {
         let mut cluster = Cluster {
             rng,
             nodes: Vec::new(),
+            voters,
             net: BTreeMap::new(),
             net_seq: 0,
             group: vec![0; n as usize],
@@ -199,7 +207,7 @@ impl Cluster {
     }
 
     fn start(&mut self, i: usize) {
-        let n = self.nodes.len() as u64;
+        let n = self.voters;
         let seed = self.rng.next();
         let node = &mut self.nodes[i];
         let mut raft =
@@ -594,7 +602,12 @@ impl Cluster {
 
     /// A fault-free cluster.
     fn quiet(seed: u64, n: u64) -> Cluster {
-        let mut c = Cluster::new(seed, n, Mutant::None);
+        Cluster::quiet_joining(seed, n, n, Mutant::None)
+    }
+
+    /// A fault-free cluster of `n` nodes, the first `voters` of them the quorum.
+    fn quiet_joining(seed: u64, n: u64, voters: u64, mutant: Mutant) -> Cluster {
+        let mut c = Cluster::build(seed, n, voters, mutant);
         c.faults = Faults {
             drop_percent: 0,
             duplicate_percent: 0,
@@ -862,6 +875,371 @@ fn lagging_follower_catches_up_through_install_snapshot() {
         "lagger restored {} snapshots and holds {} entries",
         c.snapshots_installed,
         c.nodes[lagger].state.len()
+    );
+}
+
+// ----- membership changes -----
+
+impl Cluster {
+    fn raft(&self, i: usize) -> &Raft {
+        self.nodes[i].raft.as_ref().expect("the node runs")
+    }
+
+    fn settle(&mut self, ms: u64) {
+        let t = self.now_ms + ms;
+        self.advance(t);
+    }
+
+    /// Proposes a membership change at node `i`.
+    fn change(&mut self, i: usize, change: MembershipChange) -> Result<LogIndex, MembershipError> {
+        let now = self.now_ms;
+        let node = &mut self.nodes[i];
+        let result = node
+            .raft
+            .as_mut()
+            .expect("the node runs")
+            .change_membership(&mut node.disk, change, now);
+        self.drain(i);
+        result
+    }
+
+    /// Proposes `text` at node `i`, followed by the checkers like the client's proposals.
+    fn write(&mut self, i: usize, text: &str) -> Result<LogIndex, ProposeError> {
+        let now = self.now_ms;
+        let id = self.nodes[i].id;
+        let command = Bytes::from(text.to_string());
+        let node = &mut self.nodes[i];
+        let result = node
+            .raft
+            .as_mut()
+            .expect("the node runs")
+            .propose(&mut node.disk, command.clone(), now);
+        if let Ok((_, index)) = result {
+            self.proposals.push(Proposal {
+                node: id,
+                index: index.0,
+                command,
+            });
+        }
+        self.drain(i);
+        result.map(|(_, index)| index)
+    }
+
+    /// Writes `count` commands at node `i`, letting each commit.
+    fn write_many(&mut self, i: usize, prefix: &str, count: u64) {
+        for k in 0..count {
+            self.write(i, &format!("{prefix}{k}")).expect("the leader takes writes");
+            self.settle(5);
+        }
+    }
+
+    fn voters(&self, i: usize) -> Vec<u64> {
+        self.raft(i).membership().voters.iter().map(|id| id.0).collect()
+    }
+
+    fn heal_partition(&mut self) {
+        for g in self.group.iter_mut() {
+            *g = 0;
+        }
+    }
+}
+
+fn ids(ids: &[u64]) -> BTreeSet<NodeId> {
+    ids.iter().copied().map(NodeId).collect()
+}
+
+#[test]
+fn learner_joins_without_voting_then_promoted_it_counts_in_the_quorum() {
+    let mut compared = 0;
+    for seed in 0..8 {
+        let mut c = Cluster::quiet_joining(seed, 4, 3, Mutant::None);
+        c.settle(2_000);
+        let l = c.leader().expect("a quiet cluster elects a leader");
+        // Past the compaction threshold: the learner gets a snapshot first.
+        c.write_many(l, "a", 60);
+        assert!(
+            c.raft(l).snapshot_index() > LogIndex(0),
+            "seed {seed}: the leader compacted"
+        );
+        let added = c.change(l, MembershipChange::AddLearner(NodeId(4))).unwrap();
+        assert!(
+            matches!(
+                c.change(l, MembershipChange::PromoteLearner(NodeId(4))),
+                Err(MembershipError::InProgress { .. })
+            ),
+            "seed {seed}: a second change while one is uncommitted was accepted"
+        );
+        c.settle(1_000);
+        assert!(c.raft(l).commit_index() >= added, "seed {seed}");
+        let learner = c.raft(3);
+        assert_eq!(learner.membership().learners, ids(&[4]), "seed {seed}");
+        assert_eq!((learner.role(), learner.term()), (Role::Follower, c.raft(l).term()));
+        assert_eq!(
+            c.nodes[3].state, c.nodes[l].state,
+            "seed {seed}: the learner holds the log"
+        );
+        // A learner counts in no quorum: with it and one voter cut off, two of three commit.
+        let (x, y) = ((l + 1) % 3, (l + 2) % 3);
+        c.group[x] = 1;
+        c.group[3] = 1;
+        let w = c.write(l, "as-learner").unwrap();
+        c.settle(200);
+        assert!(
+            c.raft(l).commit_index() >= w,
+            "seed {seed}: two of three voters did not commit"
+        );
+        c.heal_partition();
+        c.settle(1_000);
+        let promoted = c.change(l, MembershipChange::PromoteLearner(NodeId(4))).unwrap();
+        c.settle(1_000);
+        assert!(c.raft(l).commit_index() >= promoted, "seed {seed}");
+        for i in 0..4 {
+            assert_eq!(c.voters(i), vec![1, 2, 3, 4], "seed {seed}: node {}", i + 1);
+            assert_eq!(c.raft(i).membership().quorum(), 3);
+        }
+        // Now it counts: the same cut leaves two of four, which commit nothing...
+        c.group[x] = 1;
+        c.group[3] = 1;
+        let w = c.write(l, "as-voter").unwrap();
+        c.settle(1_000);
+        assert!(
+            c.raft(l).commit_index() < w,
+            "seed {seed}: two of four voters committed"
+        );
+        assert!(c.raft(y).commit_index() < w, "seed {seed}");
+        // ...until the promoted node is back: three of four elect and commit.
+        c.group[3] = 0;
+        c.settle(3_000);
+        let l2 = c.leader().expect("three of four voters elect a leader");
+        let w2 = c.write(l2, "after").unwrap();
+        c.settle(500);
+        assert!(c.raft(l2).commit_index() >= w2, "seed {seed}");
+        assert!(
+            c.checker.violations.is_empty(),
+            "seed {seed}: {:?}",
+            c.checker.violations
+        );
+        compared += 1;
+    }
+    println!("{compared} runs: a learner joined, was refused a second concurrent change, and counted once promoted");
+}
+
+#[test]
+fn removed_follower_leaves_and_does_not_disrupt_and_restarts_keep_the_change() {
+    let mut compared = 0;
+    for seed in 0..8 {
+        let mut c = Cluster::quiet(seed, 3);
+        c.settle(2_000);
+        let l = c.leader().expect("a leader");
+        let f = (l + 1) % 3;
+        let keep = (l + 2) % 3;
+        let removed = c.change(l, MembershipChange::Remove(c.nodes[f].id)).unwrap();
+        c.settle(1_000);
+        assert!(c.raft(l).commit_index() >= removed, "seed {seed}");
+        let expect: Vec<u64> = [l, keep]
+            .iter()
+            .map(|i| *i as u64 + 1)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        assert_eq!(c.voters(l), expect, "seed {seed}");
+        assert_eq!(c.voters(keep), expect, "seed {seed}");
+        let term = c.raft(l).term();
+        // The removed node hears nothing more; it campaigns, and nobody listens.
+        c.settle(5_000);
+        assert_eq!(
+            (c.raft(l).role(), c.raft(l).term()),
+            (Role::Leader, term),
+            "seed {seed}"
+        );
+        // Past the compaction threshold, so the change lives in the snapshot, not the log.
+        c.write_many(l, "b", 60);
+        assert!(
+            c.raft(keep).snapshot_index() > removed,
+            "seed {seed}: compacted past the change"
+        );
+        c.crash(keep);
+        c.start(keep);
+        assert_eq!(c.voters(keep), expect, "seed {seed}: the restart forgot the change");
+        c.settle(2_000);
+        let l2 = c.leader().expect("a leader");
+        assert_ne!(l2, f, "seed {seed}: the removed node leads");
+        let w = c.write(l2, "after").unwrap();
+        c.settle(500);
+        assert!(c.raft(l2).commit_index() >= w, "seed {seed}");
+        assert!(
+            c.checker.violations.is_empty(),
+            "seed {seed}: {:?}",
+            c.checker.violations
+        );
+        compared += 1;
+    }
+    println!("{compared} runs: a removed follower never disturbed the leader; restarts kept the change");
+}
+
+#[test]
+fn removed_leader_steps_down_once_the_change_commits() {
+    let mut compared = 0;
+    for seed in 0..8 {
+        let mut c = Cluster::quiet(seed, 3);
+        c.settle(2_000);
+        let l = c.leader().expect("a leader");
+        c.write_many(l, "c", 5);
+        let removed = c.change(l, MembershipChange::Remove(c.nodes[l].id)).unwrap();
+        // Until the change commits it still leads, without counting itself.
+        assert_eq!(c.raft(l).role(), Role::Leader);
+        c.settle(3_000);
+        assert_ne!(
+            c.raft(l).role(),
+            Role::Leader,
+            "seed {seed}: the removed leader still leads"
+        );
+        let l2 = c.leader().expect("the remaining voters elect a leader");
+        assert_ne!(l2, l);
+        assert!(c.raft(l2).commit_index() >= removed, "seed {seed}");
+        assert!(!c.raft(l2).membership().contains(c.nodes[l].id), "seed {seed}");
+        let w = c.write(l2, "after").unwrap();
+        c.settle(5_000);
+        assert!(c.raft(l2).commit_index() >= w, "seed {seed}");
+        assert!(!c.raft(l).membership().is_voter(c.nodes[l].id), "seed {seed}");
+        assert_eq!(
+            c.leader(),
+            Some(l2),
+            "seed {seed}: the removed node disrupted the new leader"
+        );
+        assert!(
+            c.checker.violations.is_empty(),
+            "seed {seed}: {:?}",
+            c.checker.violations
+        );
+        compared += 1;
+    }
+    println!("{compared} runs: a leader removed itself, stepped down, and the rest carried on");
+}
+
+#[test]
+fn changes_with_a_partitioned_minority_commit_on_the_majority_side_only() {
+    let mut compared = 0;
+    for seed in 0..8 {
+        let mut c = Cluster::quiet(seed, 5);
+        c.settle(2_000);
+        let l = c.leader().expect("a leader");
+        // The leader is cut off with one follower: removing a node of the majority side would
+        // leave four voters, of which it reaches two, so the change never commits and is cut.
+        let (f, m) = ((l + 1) % 5, (l + 2) % 5);
+        c.group[l] = 1;
+        c.group[f] = 1;
+        let lost = c.change(l, MembershipChange::Remove(c.nodes[m].id)).unwrap();
+        assert_eq!(c.voters(l).len(), 4, "the latest entry rules at once, committed or not");
+        c.settle(3_000);
+        assert!(c.raft(l).commit_index() < lost, "seed {seed}: two of four committed");
+        let l2 = c.leader().expect("the majority side elects a leader");
+        assert!(![l, f].contains(&l2), "seed {seed}");
+        let w = c.write(l2, "majority").unwrap();
+        c.settle(500);
+        c.heal_partition();
+        c.settle(3_000);
+        for i in 0..5 {
+            assert_eq!(
+                c.voters(i),
+                vec![1, 2, 3, 4, 5],
+                "seed {seed}: node {} kept the cut change",
+                i + 1
+            );
+        }
+        // A minority of followers is cut off: removing one of it commits with the majority.
+        let l = c.leader().expect("a leader");
+        assert!(c.raft(l).commit_index() >= w, "seed {seed}");
+        let term = c.raft(l).term();
+        let (a, b) = ((l + 1) % 5, (l + 2) % 5);
+        c.group[a] = 1;
+        c.group[b] = 1;
+        let removed = c.change(l, MembershipChange::Remove(c.nodes[a].id)).unwrap();
+        c.settle(1_000);
+        assert!(c.raft(l).commit_index() >= removed, "seed {seed}");
+        c.heal_partition();
+        c.settle(3_000);
+        assert_eq!(
+            (c.raft(l).role(), c.raft(l).term()),
+            (Role::Leader, term),
+            "seed {seed}"
+        );
+        let four = c.voters(l);
+        assert_eq!(four.len(), 4);
+        assert_eq!(
+            c.voters(b),
+            four,
+            "seed {seed}: the minority node did not learn the change"
+        );
+        let w = c.write(l, "after").unwrap();
+        c.settle(500);
+        assert!(c.raft(l).commit_index() >= w, "seed {seed}");
+        assert!(
+            c.checker.violations.is_empty(),
+            "seed {seed}: {:?}",
+            c.checker.violations
+        );
+        compared += 1;
+    }
+    println!("{compared} runs: a minority leader's change was cut; a change with a cut-off minority committed");
+}
+
+/// Two learners, 4 and 5, caught up; the leader is cut off with them from voters 2 of 3 and
+/// promotes both. Returns whether the second promotion was accepted and the violations seen.
+fn promote_two_at_once(seed: u64, mutant: Mutant) -> (bool, Vec<String>) {
+    let mut c = Cluster::quiet_joining(seed, 5, 3, mutant);
+    c.settle(2_000);
+    let l = c.leader().expect("a leader");
+    for id in [4, 5] {
+        c.change(l, MembershipChange::AddLearner(NodeId(id))).unwrap();
+        c.settle(1_000);
+    }
+    c.write_many(l, "d", 5);
+    for i in 0..3 {
+        if i != l {
+            c.group[i] = 1;
+        }
+    }
+    c.change(l, MembershipChange::PromoteLearner(NodeId(4))).unwrap();
+    let second = c.change(l, MembershipChange::PromoteLearner(NodeId(5))).is_ok();
+    let _ = c.write(l, "x");
+    c.settle(3_000);
+    if let Some(m) = (0..3).find(|i| *i != l && c.raft(*i).role() == Role::Leader) {
+        let _ = c.write(m, "y");
+    }
+    c.settle(2_000);
+    c.heal_partition();
+    c.settle(5_000);
+    (second, c.checker.violations)
+}
+
+#[test]
+fn one_change_at_a_time_keeps_a_cut_off_leader_from_committing() {
+    let mut compared = 0;
+    for seed in 0..8 {
+        let (second, violations) = promote_two_at_once(seed, Mutant::None);
+        assert!(!second, "seed {seed}: a second uncommitted change was accepted");
+        assert!(violations.is_empty(), "seed {seed}: {violations:?}");
+        compared += 1;
+    }
+    println!("{compared} runs: the second promotion was refused and both sides stayed consistent");
+}
+
+#[test]
+fn negative_control_two_uncommitted_changes_are_caught() {
+    let caught: Vec<(u64, String)> = (0..8)
+        .filter_map(|seed| {
+            let (second, violations) = promote_two_at_once(seed, Mutant::ConcurrentChanges);
+            assert!(second, "seed {seed}: the mutant refused the second change");
+            violations.first().map(|v| (seed, v.clone()))
+        })
+        .collect();
+    assert!(!caught.is_empty(), "two uncommitted changes at once went unnoticed");
+    println!(
+        "caught in {} of 8 runs, first: seed {} {}",
+        caught.len(),
+        caught[0].0,
+        caught[0].1
     );
 }
 

@@ -214,6 +214,7 @@ fn start_node(net: &Rc<RefCell<Net>>, id: u64, peers: &[(u64, &str)], secret: Op
         dir: "coord".into(),
         timing: CoordTiming::default(),
         secret,
+        voters: None,
     };
     let node = start_coordinator(rt.clone(), config).expect("the node starts");
     rt.spawn(node);

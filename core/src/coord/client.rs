@@ -420,6 +420,23 @@ impl<R: Runtime> CoordClient<R> {
         }
     }
 
+    /// The quorum's voters and learners; with a change, once it committed. A change whose answer
+    /// was lost is unknown: read the membership to see whether it happened.
+    pub async fn membership(
+        &self,
+        change: Option<crate::consensus::MembershipChange>,
+    ) -> Result<(Vec<crate::consensus::NodeId>, Vec<crate::consensus::NodeId>), CoordError> {
+        let kind = if change.is_some() {
+            Kind::Write
+        } else {
+            Kind::Idempotent
+        };
+        match self.call(Request::Membership(change), kind).await? {
+            Reply::Membership { voters, learners } => Ok((voters, learners)),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// Waits until the leader has applied everything committed before the call.
     pub async fn sync(&self) -> Result<(), CoordError> {
         match self.call(Request::Sync, Kind::Idempotent).await? {

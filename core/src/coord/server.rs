@@ -45,7 +45,9 @@ use super::auth::{self, AuthError, AuthRole, ClusterSecret, HANDSHAKE_MS_MAX};
 use super::tree::{Applied, Command, SessionId, Tree, TreeError, WatchEvent, WatchKind, Watches};
 use super::wait::{timeout, Mailbox, Slot};
 use super::wire::{self, FrameKind, Reply, Request, RequestFrame, Response, RpcError, EVENTS_PER_RESPONSE_MAX};
-use crate::consensus::{LogIndex, NodeId, Output, ProposeError, Raft, RaftConfig, RaftError, Role, Term};
+use crate::consensus::{
+    LogIndex, MembershipChange, MembershipError, NodeId, Output, ProposeError, Raft, RaftConfig, RaftError, Role, Term,
+};
 use crate::runtime::{Connection, Listener, Runtime};
 
 /// Undelivered watch events kept per session at most (older ones are dropped: a client that
@@ -104,8 +106,12 @@ impl Default for CoordTiming {
 #[derive(Clone, Debug)]
 pub struct CoordNodeConfig {
     pub id: NodeId,
-    /// Every voter with its address (`host:port`), this node included.
+    /// Every node that may be a member, with its address (`host:port`), this node included.
     pub peers: Vec<(NodeId, String)>,
+    /// The voters the quorum started with when not every peer (some peers join later as
+    /// learners, or this node joins a running quorum); `None`: every peer. Once a membership
+    /// change is in the log, the log rules.
+    pub voters: Option<Vec<NodeId>>,
     /// The address this node listens on for peers and clients.
     pub listen: String,
     /// The directory (relative to the disk root) for Raft's state, log and snapshots.
@@ -390,7 +396,10 @@ fn start<R: Runtime>(
             "coordinator: no cluster secret configured: any process that reaches this port can open a session, register as a broker and write coordinator state"
         );
     }
-    let voters: Vec<NodeId> = config.peers.iter().map(|(id, _)| *id).collect();
+    let voters: Vec<NodeId> = match &config.voters {
+        Some(v) => v.clone(),
+        None => config.peers.iter().map(|(id, _)| *id).collect(),
+    };
     let mut raft_config = RaftConfig::new(config.id, voters, config.dir.clone());
     raft_config.election_timeout_ms_min = config.timing.election_timeout_ms_min;
     raft_config.election_timeout_ms_max = config.timing.election_timeout_ms_max;
@@ -688,6 +697,7 @@ async fn answer<R: Runtime>(rt: &R, node: &Shared, session: SessionId, request: 
             read_barrier(rt, node).await?;
             Ok(Reply::Synced)
         }
+        Request::Membership(change) => membership(rt, node, change).await,
         Request::Get { path, watch, sync } => {
             if sync {
                 read_barrier(rt, node).await?;
@@ -724,6 +734,53 @@ async fn answer<R: Runtime>(rt: &R, node: &Shared, session: SessionId, request: 
     }
 }
 
+/// Proposes a membership change (if any) and waits until it committed; answers the membership.
+async fn membership<R: Runtime>(rt: &R, node: &Shared, change: Option<MembershipChange>) -> Result<Reply, RpcError> {
+    let start = rt.monotonic_ms();
+    let (index, tick_ms, timeout_ms) = {
+        let mut n = node.borrow_mut();
+        let index = match change {
+            None => None,
+            Some(change) => {
+                let proposed = rt.with_disk(|disk| {
+                    let r = n.raft.change_membership(disk, change, start);
+                    n.pump(disk, start);
+                    r
+                });
+                match proposed {
+                    Ok(index) => Some(index),
+                    Err(MembershipError::NotLeader(_)) => return Err(n.not_leader()),
+                    Err(MembershipError::Refused(_)) => return Err(RpcError::Tree(TreeError::BadArguments)),
+                    Err(MembershipError::InProgress { .. } | MembershipError::NotCaughtUp { .. }) => {
+                        return Err(RpcError::Retry)
+                    }
+                    Err(MembershipError::Failed(_)) => return Err(RpcError::Retry),
+                }
+            }
+        };
+        let t = &n.config.timing;
+        (index, t.tick_ms.max(1), t.request_timeout_ms)
+    };
+    // Bounded: one wait per tick until the request times out.
+    for _ in 0..=timeout_ms / tick_ms {
+        {
+            let n = node.borrow();
+            if index.is_none_or(|i| n.raft.commit_index() >= i) {
+                let m = n.raft.membership();
+                return Ok(Reply::Membership {
+                    voters: m.voters.iter().copied().collect(),
+                    learners: m.learners.iter().copied().collect(),
+                });
+            }
+            if n.role != Role::Leader || rt.monotonic_ms() >= start + timeout_ms {
+                return Err(RpcError::Unknown);
+            }
+        }
+        rt.sleep(Duration::from_millis(tick_ms)).await;
+    }
+    Err(RpcError::Unknown)
+}
+
 /// Proposes `command` and waits for it to apply.
 async fn write<R: Runtime>(rt: &R, node: &Shared, command: Command) -> Result<Applied, RpcError> {
     let slot = Slot::default();
@@ -741,7 +798,9 @@ async fn write<R: Runtime>(rt: &R, node: &Shared, command: Command) -> Result<Ap
         match proposed {
             Ok(_) => {}
             Err(ProposeError::NotLeader(_)) => return Err(n.not_leader()),
-            Err(ProposeError::CommandTooLarge { .. }) => return Err(RpcError::Tree(TreeError::BadArguments)),
+            Err(ProposeError::CommandTooLarge { .. } | ProposeError::ReservedPrefix) => {
+                return Err(RpcError::Tree(TreeError::BadArguments))
+            }
             Err(ProposeError::Backpressure { .. }) => return Err(RpcError::Retry),
             Err(ProposeError::Failed(_)) => return Err(RpcError::Retry),
         }

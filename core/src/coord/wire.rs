@@ -15,7 +15,7 @@ use super::tree::{
     decode_op, encode_op, EventKind, Op, OpResult, SessionId, Stat, TreeError, WatchEvent, MULTI_OPS_MAX, OP_BYTES_MIN,
     PATH_BYTES_MAX,
 };
-use crate::consensus::{Message, NodeId};
+use crate::consensus::{MembershipChange, Message, NodeId, MEMBERS_MAX};
 
 pub use super::tree::DATA_BYTES_MAX;
 
@@ -87,6 +87,9 @@ pub enum Request {
     },
     /// A barrier: answered once the leader has applied everything committed before it.
     Sync,
+    /// The quorum's membership as the leader uses it; with a change, answered once the change
+    /// committed (KIP-853's AddVoter/RemoveVoter, one node at a time).
+    Membership(Option<MembershipChange>),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -109,6 +112,7 @@ pub enum Reply {
     Stat(Option<Stat>),
     Children(Vec<String>),
     Synced,
+    Membership { voters: Vec<NodeId>, learners: Vec<NodeId> },
 }
 
 /// A failed answer.
@@ -245,6 +249,17 @@ impl RequestFrame {
             Request::Exists { path, watch, sync } => encode_read(&mut w, 7, path, *watch, *sync),
             Request::Children { path, watch, sync } => encode_read(&mut w, 8, path, *watch, *sync),
             Request::Sync => w.u8(9),
+            Request::Membership(change) => {
+                w.u8(10);
+                let (code, id) = match change {
+                    None => (0, NodeId(0)),
+                    Some(MembershipChange::AddLearner(id)) => (1, *id),
+                    Some(MembershipChange::PromoteLearner(id)) => (2, *id),
+                    Some(MembershipChange::Remove(id)) => (3, *id),
+                };
+                w.u8(code);
+                w.u64(id.0);
+            }
         }
         w.buf
     }
@@ -284,6 +299,17 @@ impl RequestFrame {
                 }
             }
             9 => Request::Sync,
+            10 => {
+                let code = r.u8()?;
+                let id = NodeId(r.u64()?);
+                Request::Membership(match code {
+                    0 => None,
+                    1 => Some(MembershipChange::AddLearner(id)),
+                    2 => Some(MembershipChange::PromoteLearner(id)),
+                    3 => Some(MembershipChange::Remove(id)),
+                    t => return Err(DecodeError::Tag(t)),
+                })
+            }
             t => return Err(DecodeError::Tag(t)),
         };
         r.finish()?;
@@ -350,6 +376,15 @@ impl Response {
                         }
                     }
                     Reply::Synced => w.u8(9),
+                    Reply::Membership { voters, learners } => {
+                        w.u8(10);
+                        for set in [voters, learners] {
+                            w.count(set.len());
+                            for id in set {
+                                w.u64(id.0);
+                            }
+                        }
+                    }
                 }
             }
             Err(e) => {
@@ -445,6 +480,17 @@ impl Response {
                     Reply::Children(names)
                 }
                 9 => Reply::Synced,
+                10 => {
+                    let mut sets = [Vec::new(), Vec::new()];
+                    for set in &mut sets {
+                        let n = r.count("members", MEMBERS_MAX, 8)?;
+                        for _ in 0..n {
+                            set.push(NodeId(r.u64()?));
+                        }
+                    }
+                    let [voters, learners] = sets;
+                    Reply::Membership { voters, learners }
+                }
                 t => return Err(DecodeError::Tag(t)),
             })
         };
@@ -501,6 +547,10 @@ mod tests {
                 sync: true,
             },
             Request::Sync,
+            Request::Membership(None),
+            Request::Membership(Some(MembershipChange::AddLearner(NodeId(4)))),
+            Request::Membership(Some(MembershipChange::PromoteLearner(NodeId(4)))),
+            Request::Membership(Some(MembershipChange::Remove(NodeId(1)))),
         ];
         for (i, request) in requests.into_iter().enumerate() {
             let frame = RequestFrame {
@@ -537,6 +587,10 @@ mod tests {
             Ok(Reply::Stat(Some(stat))),
             Ok(Reply::Children(vec!["a".into(), "b".into()])),
             Ok(Reply::Synced),
+            Ok(Reply::Membership {
+                voters: vec![NodeId(2), NodeId(3), NodeId(4)],
+                learners: vec![NodeId(5)],
+            }),
             Err(RpcError::Tree(TreeError::BadVersion)),
             Err(RpcError::MultiFailed {
                 index: 2,

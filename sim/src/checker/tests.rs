@@ -68,6 +68,7 @@ fn clean() -> History {
         replicas: vec![],
         balance: None,
         acl: None,
+        quorum: None,
     }
 }
 

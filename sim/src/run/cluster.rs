@@ -55,7 +55,7 @@ fn coordinator_addr(s: &Scenario, i: usize) -> String {
     )
 }
 
-fn coordinator_addrs(s: &Scenario) -> Vec<String> {
+pub(super) fn coordinator_addrs(s: &Scenario) -> Vec<String> {
     (0..s.cluster.coordinators as usize)
         .map(|i| coordinator_addr(s, i))
         .collect()
@@ -89,6 +89,11 @@ async fn coordinator_main(rt: SimRuntime, s: Arc<Scenario>, i: usize) {
     let config = CoordNodeConfig {
         id: NodeId(i as u64 + 1),
         peers,
+        // `[quorum]`: the held-back coordinators are not voters; they join through the log.
+        voters: s
+            .quorum
+            .as_ref()
+            .map(|q| (1..=u64::from(q.initial_coordinators)).map(NodeId).collect()),
         listen: coordinator_addr(&s, i),
         dir: "coordinator".into(),
         timing: CoordTiming::default(),
