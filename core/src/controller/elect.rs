@@ -151,7 +151,20 @@ impl Restarts<'_> {
                     electing.isr = kept;
                 }
             }
-            let Some((after, unclean)) = next_state(&electing, replicas, &live_here, unclean_allowed, this.epoch)
+            // `next_state` compares with `electing`, which has already lost the restarted
+            // members: when the leader stays, their removal is the whole change. Without this
+            // write a restarted follower stayed in the ISR for good (its leader never shrinks
+            // an ISR it believes current), and every reassignment of the partition was refused
+            // until the end of the run (issue #9, grow seed 8026039648405865606).
+            let stripped = (electing.isr != state.value.isr).then(|| {
+                let after = PartitionState {
+                    controller_epoch: this.epoch,
+                    ..electing.clone()
+                };
+                (after, false)
+            });
+            let Some((after, unclean)) =
+                next_state(&electing, replicas, &live_here, unclean_allowed, this.epoch).or(stripped)
             else {
                 continue;
             };

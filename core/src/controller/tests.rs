@@ -311,6 +311,41 @@ fn delete_topic_removes_children_first_and_preferred_election_moves_back() {
 }
 
 #[test]
+fn a_restarted_follower_leaves_the_isr_while_its_leader_stays() {
+    // Issue #9's stall: follower 1 restarted after the state was written, leader 2 stayed up.
+    // The controller must write the ISR without 1 (same leader, same epoch); until some write
+    // newer than 1's registration exists, reassignments of the partition are refused.
+    let mut v = one_partition(&[0, 1, 2], &[2, 0, 1], Some(2), &[0, 1, 2], false);
+    v.registered_at.insert(BrokerId(1), 81);
+    v.state_written_at.insert(("t".to_string(), 0), 72);
+    assert!(Controller::isr_restarted(&v, "t", 0, &v.topics["t"].partitions[&0].value));
+    let changes = controller().reconcile(&v);
+    println!(
+        "restarted follower, leader live: {:?}",
+        changes.iter().map(|c| &c.after).collect::<Vec<_>>()
+    );
+    assert_eq!(changes.len(), 1, "the restarted follower's removal is a change to write");
+    let after = &changes[0].after;
+    assert_eq!(after.leader, Some(BrokerId(2)));
+    assert_eq!(after.isr, b(&[0, 2]));
+    assert_eq!(after.leader_epoch, LeaderEpoch(4), "no leader change, no bump");
+    assert_eq!(after.controller_epoch, 7);
+    assert!(fenced(&changes[0].write));
+    // Once that state is written (newer than the registration) there is nothing left to do.
+    let p0 = &mut v
+        .topics
+        .get_mut("t")
+        .expect("topic")
+        .partitions
+        .get_mut(&0)
+        .expect("partition")
+        .value;
+    *p0 = after.clone();
+    v.state_written_at.insert(("t".to_string(), 0), 90);
+    assert!(controller().reconcile(&v).is_empty());
+}
+
+#[test]
 fn a_restarted_leader_leaves_the_isr_even_when_its_followers_look_dead() {
     // The swarm campaign's finding: leader 0 lost an unsynced record in a power loss and came
     // back (registered after the state was written) while brokers 1 and 2, in the ISR with the
