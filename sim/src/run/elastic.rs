@@ -32,6 +32,9 @@ use crate::world::{NodeIndex, World};
 const REPLAN_MS: u64 = 500;
 /// Rounds in a row that must find nothing to move and nothing moving.
 const DONE_ROUNDS: u32 = 4;
+/// How long before the end of the heal the admin stops re-planning: the final read and the
+/// balance observation follow the heal.
+pub const FINAL_READ_MARGIN_MS: u64 = 1_000;
 /// Moves one plan submits at most.
 const MOVES_MAX: usize = 1_000;
 
