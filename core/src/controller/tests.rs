@@ -318,13 +318,22 @@ fn a_restarted_follower_leaves_the_isr_while_its_leader_stays() {
     let mut v = one_partition(&[0, 1, 2], &[2, 0, 1], Some(2), &[0, 1, 2], false);
     v.registered_at.insert(BrokerId(1), 81);
     v.state_written_at.insert(("t".to_string(), 0), 72);
-    assert!(Controller::isr_restarted(&v, "t", 0, &v.topics["t"].partitions[&0].value));
+    assert!(Controller::isr_restarted(
+        &v,
+        "t",
+        0,
+        &v.topics["t"].partitions[&0].value
+    ));
     let changes = controller().reconcile(&v);
     println!(
         "restarted follower, leader live: {:?}",
         changes.iter().map(|c| &c.after).collect::<Vec<_>>()
     );
-    assert_eq!(changes.len(), 1, "the restarted follower's removal is a change to write");
+    assert_eq!(
+        changes.len(),
+        1,
+        "the restarted follower's removal is a change to write"
+    );
     let after = &changes[0].after;
     assert_eq!(after.leader, Some(BrokerId(2)));
     assert_eq!(after.isr, b(&[0, 2]));
