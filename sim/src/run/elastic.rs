@@ -63,6 +63,12 @@ pub async fn drive(
         tracing::info!(target: "elastic", broker = b.0, "broker joins");
         world.restart(b);
     }
+    if e.auto_rebalance {
+        // The controller balances by itself (`auto.rebalance.enable`): no admin, no moves window.
+        tracing::info!(target: "elastic", "auto.rebalance.enable: the controller balances; no admin moves");
+        let now = monotonic_ms();
+        return (now, now);
+    }
     madsim::time::sleep(Duration::from_millis(
         at(e.rebalance_at_s).saturating_sub(monotonic_ms()),
     ))
