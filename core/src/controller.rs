@@ -17,6 +17,7 @@
 //! liveness is only what `/brokers/ids` (ephemeral, session-bound) says.
 
 mod assign;
+mod auto_balance;
 pub mod balance;
 mod elect;
 pub mod election;
@@ -29,6 +30,7 @@ use crate::cluster::{PartitionState, TopicRecord, CONTROLLER_EPOCH_PATH};
 use crate::ids::BrokerId;
 
 pub use assign::assign_replicas;
+pub use auto_balance::AutoRebalance;
 pub use reassign::ReassignError;
 pub use topics::{CreateTopicDraw, CreateTopicError, PARTITIONS_PER_TOPIC_MAX};
 
@@ -155,6 +157,9 @@ pub struct ControllerConfig {
     /// was written ([`Controller::preferred_leader_elections`]). Kafka's default is true (checked
     /// every 300 s against a 10% imbalance); off here unless configured.
     pub auto_leader_rebalance: bool,
+    /// `auto.rebalance.enable`: the controller moves replicas itself with the balancing planner
+    /// when the live brokers change ([`Controller::auto_rebalance_step`]). Off unless configured.
+    pub auto_rebalance: bool,
     /// Simulator-only mutant (a negative control): a reassignment switches to its target at
     /// once, the target declared in sync and its first replica leader, without waiting for the
     /// new replicas to catch up. Loses acknowledged records.

@@ -307,9 +307,14 @@ pub fn broker(args: BrokerArgs) -> anyhow::Result<ExitCode> {
     if protocol.uses_sasl() && cluster.inter_broker_sasl.is_none() {
         tracing::warn!("SASL listener without sasl.inter.broker.username/password: followers cannot fetch from this broker's peers");
     }
+    // The controller balances replicas over the live brokers itself when they change (a broker
+    // joins, a decommissioned one stops); off unless set.
+    let auto_rebalance: bool = file.number("auto.rebalance.enable")?.unwrap_or(false);
+    cluster.controller.auto_rebalance = auto_rebalance;
     // Kafka's default is true; off unless set, so a returning broker takes its leaderships back
-    // only when asked (`auto.leader.rebalance.enable = true`, or ElectLeaders).
-    cluster.controller.auto_leader_rebalance = file.number("auto.leader.rebalance.enable")?.unwrap_or(false);
+    // only when asked (`auto.leader.rebalance.enable = true`, or ElectLeaders). On by default
+    // with `auto.rebalance.enable`: the planner's leader moves take effect through it.
+    cluster.controller.auto_leader_rebalance = file.number("auto.leader.rebalance.enable")?.unwrap_or(auto_rebalance);
     // Kafka's defaults: 50 partitions, replication factor 3 (capped at the live brokers when the
     // topic is created on the first FindCoordinator).
     let offsets_partitions: i32 = file.number("offsets.topic.num.partitions")?.unwrap_or(50);

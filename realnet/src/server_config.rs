@@ -291,6 +291,7 @@ pub const BROKER_KEYS: &[&str] = &[
     "super.users",
     "allow.everyone.if.no.acl.found",
     "auto.leader.rebalance.enable",
+    "auto.rebalance.enable",
     "ssl.certificate.location",
     "ssl.key.location",
     "ssl.ca.location",

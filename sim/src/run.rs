@@ -703,9 +703,16 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
     match &s.elastic {
         Some(e) => {
             let start_ms = monotonic_ms();
+            // The admin keeps re-planning through the heal (the faults end, the cluster is
+            // healthy, moves slowed by crashes or a throttle still finish), until the final read
+            // is near: an operator does not give up on a rebalance when the faults stop.
+            let until_ms = w.consume_until_ms.saturating_sub(elastic::FINAL_READ_MARGIN_MS);
             let ((), window) = tokio::join!(
-                nemesis.play(&world, &resolve),
-                elastic::drive(&world, &brokers, admin, e, start_ms, w.produce_until_ms)
+                async {
+                    nemesis.play(&world, &resolve).await;
+                    nemesis.heal(&world);
+                },
+                elastic::drive(&world, &brokers, admin, e, start_ms, until_ms)
             );
             // Before anything changes: until brokers join, or (shrinking) until the moves start.
             let changes_at_s = if e.join_at_s > 0.0 {
@@ -731,12 +738,15 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
                         w.produce_until_ms
                     )
                 );
+                nemesis.heal(&world);
                 quorum_seen = Some(seen);
             }
-            None => nemesis.play(&world, &resolve).await,
+            None => {
+                nemesis.play(&world, &resolve).await;
+                nemesis.heal(&world);
+            }
         },
     }
-    nemesis.heal(&world);
     let acl_windows = match acl_windows {
         Some(driver) => Some(driver.await.expect("the admin node is never killed")),
         None => None,
@@ -802,7 +812,9 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
             .filter(|s| matches!(s.outcome, SendOutcome::Acked { .. }))
             .map(|s| s.at_ms)
             .collect();
-        if let Some((before, during)) = elastic::producer_rates(&acked, join_ms, window) {
+        // Producers stop at the heal: a move window running into it counts up to there.
+        let producing = (window.0, window.1.min(w.produce_until_ms));
+        if let Some((before, during)) = elastic::producer_rates(&acked, join_ms, producing) {
             tracing::info!(target: "elastic", before = format!("{before:.1}"), during = format!("{during:.1}"),
                 ratio = format!("{:.2}", during / before), moves_ms = window.1 - window.0,
                 "producer acks per virtual second before the join and while moving");

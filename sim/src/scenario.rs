@@ -86,6 +86,8 @@
 //! target_brokers = 5       # 0..target_brokers (AlterPartitionReassignments, retried until done);
 //!                          # brokers past the target are stopped once no replica is left on them
 //! "mutant.switch.before.isr" = false  # negative control: moves complete before the new replicas catch up
+//! "auto.rebalance.enable" = false      # the controller balances by itself; no admin submits moves
+//!                          # (rebalance_at_s is then unused; target_brokers must be all brokers)
 //!
 //! [quorum]                # optional (clusters only): the coordinator quorum is reconfigured
 //! initial_coordinators = 3 # coordinators 1..=3 start as the quorum; the others are held back,
@@ -203,6 +205,10 @@ pub struct Elastic {
     /// the new replicas are in the ISR.
     #[serde(rename = "mutant.switch.before.isr", default)]
     pub mutant_switch_before_isr: bool,
+    /// The controller's `auto.rebalance.enable`: it runs the planner itself when brokers join,
+    /// and the admin submits nothing.
+    #[serde(rename = "auto.rebalance.enable", default)]
+    pub auto_rebalance: bool,
 }
 
 /// A pinned seed: a TOML integer, or a string holding any u64 (TOML integers are signed).
@@ -842,13 +848,14 @@ impl Scenario {
                 && e.join_at_s >= 0.0
                 && e.rebalance_at_s >= e.join_at_s
                 && e.rebalance_at_s < scenario.duration_s as f64
+                && (!e.auto_rebalance || e.target_brokers == c.brokers)
                 && c.coordinators > 0;
             if !ok {
                 return bad(
                     key_at("elastic", "target_brokers"),
                     "elastic",
                     format!(
-                        "initial_brokers and target_brokers must be from the replication factor {rf} to the {} brokers, and 0 <= join_at_s <= rebalance_at_s < duration_s",
+                        "initial_brokers and target_brokers must be from the replication factor {rf} to the {} brokers, and 0 <= join_at_s <= rebalance_at_s < duration_s (with auto.rebalance.enable, target_brokers = brokers)",
                         c.brokers
                     ),
                 );

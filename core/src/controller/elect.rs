@@ -148,7 +148,8 @@ impl Restarts<'_> {
             // nothing to do once the restarted followers were filtered out above, so that
             // removal is written here (a campaign seed lost 133 records: a restarted follower
             // stayed in the ISR, later came back as the only eligible member besides a leader
-            // that lost power, and the partition went offline and elected that leader).
+            // that lost power, and the partition went offline and elected that leader; and every
+            // reassignment of such a partition was refused: issue #9's grow seed 8026039648405865606).
             let decided = next_state(&electing, replicas, &live_here, unclean_allowed, this.epoch).or_else(|| {
                 (electing.isr != state.value.isr).then(|| {
                     let after = PartitionState {

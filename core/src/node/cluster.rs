@@ -689,6 +689,7 @@ async fn cluster_main<R: Runtime>(
             watch: watch.clone(),
             client,
             controller: None,
+            balanced_for: None,
         };
         let End::Expired = session.run().await;
         tracing::warn!(target: "cluster", broker = registration.id.0, "coordinator session expired; opening a new one");
@@ -705,6 +706,9 @@ struct Session<R: Runtime> {
     watch: PartitionWatch,
     client: CoordClient<R>,
     controller: Option<Controller>,
+    /// `auto.rebalance.enable`: the live brokers this controller last saw balanced; it balances
+    /// again when they change (`None`: not yet, e.g. just elected).
+    balanced_for: Option<BTreeSet<BrokerId>>,
 }
 
 /// Everything read in one scan.
@@ -1160,6 +1164,22 @@ impl<R: Runtime> Session<R> {
                 Err(e) => return self.write_failed(e),
             }
         }
+        if controller.config.auto_rebalance && self.balanced_for.as_ref() != Some(&view.live_brokers) {
+            match controller.auto_rebalance_step(view) {
+                controller::AutoRebalance::Balanced => {
+                    tracing::info!(target: "controller", live = ?view.live_brokers.iter().map(|b| b.0).collect::<Vec<_>>(),
+                        "auto rebalance: balanced");
+                    self.balanced_for = Some(view.live_brokers.clone());
+                }
+                controller::AutoRebalance::Wait(why) => {
+                    tracing::debug!(target: "controller", why = %why, "auto rebalance waits");
+                }
+                controller::AutoRebalance::Move(write) => match self.execute(&write.ops).await {
+                    Ok(()) => tracing::info!(target: "controller", what = %write.what, "auto rebalance: move written"),
+                    Err(e) => return self.write_failed(e),
+                },
+            }
+        }
         for name in &view.delete_requests {
             let request = format!("{DELETE_TOPICS_PATH}/{name}");
             let ops = match controller.delete_topic(view, name) {
@@ -1216,6 +1236,7 @@ impl<R: Runtime> Session<R> {
                 let c = election::elected(self.me(), current, self.cluster.controller);
                 tracing::info!(target: "controller", broker = self.me().0, controller_epoch = epoch, "became controller");
                 self.controller = Some(c);
+                self.balanced_for = None;
             }
             Err(e) if fatal(&e) => return Err(End::Expired),
             Err(e) => {

@@ -126,6 +126,7 @@ async fn broker_main(rt: SimRuntime, s: Arc<Scenario>, index: usize) {
     if let Some(e) = &s.elastic {
         cluster.controller.auto_leader_rebalance = true;
         cluster.controller.mutant_switch_before_isr = e.mutant_switch_before_isr;
+        cluster.controller.auto_rebalance = e.auto_rebalance;
     }
     cluster.group_coordination = if s.broker.mutant_every_broker_coordinates {
         Coordination::Local

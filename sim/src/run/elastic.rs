@@ -32,6 +32,9 @@ use crate::world::{NodeIndex, World};
 const REPLAN_MS: u64 = 500;
 /// Rounds in a row that must find nothing to move and nothing moving.
 const DONE_ROUNDS: u32 = 4;
+/// How long before the end of the heal the admin stops re-planning: the final read and the
+/// balance observation follow the heal.
+pub const FINAL_READ_MARGIN_MS: u64 = 1_000;
 /// Moves one plan submits at most.
 const MOVES_MAX: usize = 1_000;
 
@@ -59,6 +62,12 @@ pub async fn drive(
     for &b in brokers.iter().skip(e.initial_brokers as usize) {
         tracing::info!(target: "elastic", broker = b.0, "broker joins");
         world.restart(b);
+    }
+    if e.auto_rebalance {
+        // The controller balances by itself (`auto.rebalance.enable`): no admin, no moves window.
+        tracing::info!(target: "elastic", "auto.rebalance.enable: the controller balances; no admin moves");
+        let now = monotonic_ms();
+        return (now, now);
     }
     madsim::time::sleep(Duration::from_millis(
         at(e.rebalance_at_s).saturating_sub(monotonic_ms()),
