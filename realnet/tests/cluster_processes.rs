@@ -203,8 +203,9 @@ fn start_broker(dir: &Path, id: usize, port: u16, coordinators: &str) -> Proc {
     )
 }
 
-fn start_cluster() -> Cluster {
-    let dir = tempfile::tempdir().expect("temp dir");
+/// Starts three coordinators (ids 1..=3, data in `dir`/c0..c2) with `extra` arguments each;
+/// returns them and their addresses as brokers are given them.
+fn start_coordinators(dir: &Path, extra: &[String]) -> (Vec<Proc>, String) {
     let coord_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let peers = coord_ports
         .iter()
@@ -217,23 +218,27 @@ fn start_cluster() -> Cluster {
         .map(|p| format!("127.0.0.1:{p}"))
         .collect::<Vec<_>>()
         .join(",");
-    let coords: Vec<Proc> = (0..3)
+    let coords = (0..3)
         .map(|i| {
-            let data = dir.path().join(format!("c{i}"));
-            Proc::start(
-                vec![
-                    "coordinator".into(),
-                    "--id".into(),
-                    (i + 1).to_string(),
-                    "--peers".into(),
-                    peers.clone(),
-                    "--data-dir".into(),
-                    data.display().to_string(),
-                ],
-                dir.path().join(format!("c{i}.log")),
-            )
+            let mut args = vec![
+                "coordinator".into(),
+                "--id".into(),
+                (i + 1).to_string(),
+                "--peers".into(),
+                peers.clone(),
+                "--data-dir".into(),
+                dir.join(format!("c{i}")).display().to_string(),
+            ];
+            args.extend_from_slice(extra);
+            Proc::start(args, dir.join(format!("c{i}.log")))
         })
         .collect();
+    (coords, coordinators)
+}
+
+fn start_cluster() -> Cluster {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (coords, coordinators) = start_coordinators(dir.path(), &[]);
     let broker_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let brokers: Vec<Proc> = (0..3)
         .map(|i| start_broker(dir.path(), i, broker_ports[i], &coordinators))
@@ -696,36 +701,8 @@ fn broker_with_a_wrong_cluster_secret_cannot_register_while_the_members_serve() 
     };
     let good = write_secret("cluster.secret", SECRET);
     let wrong = write_secret("wrong.secret", WRONG);
-    let coord_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let peers = coord_ports
-        .iter()
-        .enumerate()
-        .map(|(i, p)| format!("{}=127.0.0.1:{p}", i + 1))
-        .collect::<Vec<_>>()
-        .join(",");
-    let coordinators = coord_ports
-        .iter()
-        .map(|p| format!("127.0.0.1:{p}"))
-        .collect::<Vec<_>>()
-        .join(",");
-    let coords: Vec<Proc> = (0..3)
-        .map(|i| {
-            Proc::start(
-                vec![
-                    "coordinator".into(),
-                    "--id".into(),
-                    (i + 1).to_string(),
-                    "--peers".into(),
-                    peers.clone(),
-                    "--data-dir".into(),
-                    dir.path().join(format!("c{i}")).display().to_string(),
-                    "--coordinator-auth-secret-file".into(),
-                    good.clone(),
-                ],
-                dir.path().join(format!("c{i}.log")),
-            )
-        })
-        .collect();
+    let (coords, coordinators) =
+        start_coordinators(dir.path(), &["--coordinator-auth-secret-file".into(), good.clone()]);
     let broker_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let brokers: Vec<Proc> = (0..3)
         .map(|i| {
