@@ -113,24 +113,7 @@ impl Drop for Proc {
 }
 
 fn gregor(args: &[&str]) -> (bool, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gregor"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn gregor");
-    let status = wait_bounded(&mut child, Duration::from_secs(30));
-    let mut out = String::new();
-    if let Some(mut s) = child.stdout.take() {
-        let _ = std::io::Read::read_to_string(&mut s, &mut out);
-    }
-    if let Some(mut s) = child.stderr.take() {
-        let _ = std::io::Read::read_to_string(&mut s, &mut out);
-    }
-    if status.is_none() {
-        let _ = child.kill();
-    }
-    (status.is_some_and(|s| s.success()), out)
+    gregor_with_input(args, b"")
 }
 
 fn python_with_confluent() -> Option<String> {

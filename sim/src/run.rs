@@ -723,29 +723,28 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
             let join_ms = start_ms + (changes_at_s * 1_000.0) as u64;
             moves = Some((join_ms, window));
         }
-        None => match &s.quorum {
-            Some(q) => {
-                let addrs = cluster::coordinator_addrs(s);
-                let ((), seen) = tokio::join!(
-                    nemesis.play(&world, &resolve),
-                    quorum::drive(
-                        &world,
-                        &coordinators,
-                        admin,
-                        q,
-                        addrs,
-                        monotonic_ms(),
-                        w.produce_until_ms
-                    )
-                );
-                nemesis.heal(&world);
-                quorum_seen = Some(seen);
+        None => {
+            match &s.quorum {
+                Some(q) => {
+                    let addrs = cluster::coordinator_addrs(s);
+                    let ((), seen) = tokio::join!(
+                        nemesis.play(&world, &resolve),
+                        quorum::drive(
+                            &world,
+                            &coordinators,
+                            admin,
+                            q,
+                            addrs,
+                            monotonic_ms(),
+                            w.produce_until_ms
+                        )
+                    );
+                    quorum_seen = Some(seen);
+                }
+                None => nemesis.play(&world, &resolve).await,
             }
-            None => {
-                nemesis.play(&world, &resolve).await;
-                nemesis.heal(&world);
-            }
-        },
+            nemesis.heal(&world);
+        }
     }
     let acl_windows = match acl_windows {
         Some(driver) => Some(driver.await.expect("the admin node is never killed")),
