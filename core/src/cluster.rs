@@ -13,6 +13,7 @@
 //! | `/brokers/topics/{topic}` | persistent | [`TopicRecord`] (id, replica assignment, reassignments in progress, configs) |
 //! | `/brokers/topics/{topic}/partitions/{p}/state` | persistent | [`PartitionState`] |
 //! | `/admin/delete_topics/{topic}` | persistent | empty: a deletion the controller carries out |
+//! | `/brokers/log_ends/{id}` | ephemeral (the broker's session) | its offline partitions' [`LogEndReport`]s |
 //!
 //! Records are encoded as `key=value` lines (text, like Kafka's JSON, and as easy to read in a
 //! replay trace). Decoding is total: bad bytes give `None`, never a panic.
@@ -28,6 +29,11 @@ pub const CONTROLLER_PATH: &str = "/controller";
 pub const CONTROLLER_EPOCH_PATH: &str = "/controller_epoch";
 pub const TOPICS_PATH: &str = "/brokers/topics";
 pub const DELETE_TOPICS_PATH: &str = "/admin/delete_topics";
+pub const LOG_ENDS_PATH: &str = "/brokers/log_ends";
+
+pub fn log_ends_path(id: BrokerId) -> String {
+    format!("{LOG_ENDS_PATH}/{}", id.0)
+}
 
 pub fn broker_path(id: BrokerId) -> String {
     format!("{BROKER_IDS_PATH}/{}", id.0)
@@ -123,6 +129,80 @@ pub struct PartitionState {
     pub isr: Vec<BrokerId>,
     /// The controller epoch of the controller that last elected a leader here.
     pub controller_epoch: i32,
+    /// Eligible leader replicas (KIP-966): replicas that left the ISR while it was below
+    /// `min.insync.replicas`. No acks=all write can be acknowledged while the ISR is that small,
+    /// so each of them still holds every acknowledged record and may lead when no ISR member
+    /// can. Emptied when the ISR is back at min ISR; never holds an ISR member. See
+    /// [`next_elr`].
+    pub elr: Vec<BrokerId>,
+}
+
+/// The eligible leader replicas after an ISR change from `old_isr` to `new_isr` (KIP-966): empty
+/// when the new ISR has at least `min_isr` members; otherwise the old ones plus those the ISR
+/// just lost, less the new ISR's members, in id order. Replicas not in `replicas` (moved away by
+/// a reassignment) are dropped.
+pub fn next_elr(
+    old_isr: &[BrokerId],
+    old_elr: &[BrokerId],
+    new_isr: &[BrokerId],
+    min_isr: usize,
+    replicas: &[BrokerId],
+) -> Vec<BrokerId> {
+    if new_isr.len() >= min_isr {
+        return Vec::new();
+    }
+    let mut elr: Vec<BrokerId> = old_elr
+        .iter()
+        .chain(old_isr)
+        .copied()
+        .filter(|b| !new_isr.contains(b) && replicas.contains(b))
+        .collect();
+    elr.sort();
+    elr.dedup();
+    elr
+}
+
+/// What a replica of an offline partition reports about its log (KIP-966's unclean recovery asks
+/// replicas the same with GetReplicaLogInfo): the partition state's leader epoch it saw offline,
+/// its log's latest leader epoch and its log end offset. While a partition is offline no replica's
+/// log changes, so a report for the current state's epoch is current.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogEndReport {
+    pub offline_epoch: LeaderEpoch,
+    pub last_epoch: LeaderEpoch,
+    pub log_end: i64,
+}
+
+/// A broker's [`LogEndReport`]s, one per offline partition it hosts, keyed by (topic, partition):
+/// the data of its ephemeral `/brokers/log_ends/{id}`.
+pub fn encode_log_ends(reports: &BTreeMap<(String, i32), LogEndReport>) -> Vec<u8> {
+    let mut s = String::new();
+    for ((topic, p), r) in reports {
+        // Topic names never hold ':' or '=' (Kafka allows [a-zA-Z0-9._-]).
+        let _ = writeln!(s, "{topic}:{p}={},{},{}", r.offline_epoch.0, r.last_epoch.0, r.log_end);
+    }
+    s.into_bytes()
+}
+
+/// Reads [`encode_log_ends`]' bytes; `None` for anything malformed.
+pub fn decode_log_ends(bytes: &[u8]) -> Option<BTreeMap<(String, i32), LogEndReport>> {
+    let mut out = BTreeMap::new();
+    for (k, v) in lines(bytes)? {
+        let (topic, p) = k.rsplit_once(':')?;
+        let mut it = v.split(',');
+        let mut next = || it.next().and_then(|x| x.parse::<i64>().ok());
+        let (offline, last, end) = (next()?, next()?, next()?);
+        if it.next().is_some() || topic.is_empty() {
+            return None;
+        }
+        let r = LogEndReport {
+            offline_epoch: LeaderEpoch(i32::try_from(offline).ok()?),
+            last_epoch: LeaderEpoch(i32::try_from(last).ok()?),
+            log_end: end,
+        };
+        out.insert((topic.to_string(), p.parse().ok()?), r);
+    }
+    Some(out)
 }
 
 fn ids_text(ids: &[BrokerId]) -> String {
@@ -229,10 +309,16 @@ impl PartitionState {
     pub fn encode(&self) -> Vec<u8> {
         let leader = self.leader.map_or(-1, |b| b.0);
         format!(
-            "leader={leader}\nleader_epoch={}\nisr={}\ncontroller_epoch={}\n",
+            "leader={leader}\nleader_epoch={}\nisr={}\ncontroller_epoch={}\n{}",
             self.leader_epoch.0,
             ids_text(&self.isr),
-            self.controller_epoch
+            self.controller_epoch,
+            // Only when there are some: states written before KIP-966 read the same.
+            if self.elr.is_empty() {
+                String::new()
+            } else {
+                format!("elr={}\n", ids_text(&self.elr))
+            }
         )
         .into_bytes()
     }
@@ -245,6 +331,10 @@ impl PartitionState {
             leader_epoch: LeaderEpoch(m.get("leader_epoch")?.parse().ok()?),
             isr: parse_ids(m.get("isr")?)?,
             controller_epoch: m.get("controller_epoch")?.parse().ok()?,
+            elr: match m.get("elr") {
+                Some(v) => parse_ids(v)?,
+                None => Vec::new(),
+            },
         })
     }
 }
@@ -303,6 +393,7 @@ mod tests {
             leader_epoch: LeaderEpoch(4),
             isr: vec![BrokerId(1), BrokerId(2)],
             controller_epoch: 3,
+            elr: Vec::new(),
         };
         assert_eq!(PartitionState::decode(&state.encode()), Some(state));
         let offline = PartitionState {
@@ -310,6 +401,7 @@ mod tests {
             leader_epoch: LeaderEpoch(5),
             isr: vec![],
             controller_epoch: 3,
+            elr: Vec::new(),
         };
         assert_eq!(PartitionState::decode(&offline.encode()), Some(offline));
         for bad in [

@@ -36,10 +36,11 @@ pub use topics::{CreateTopicDraw, CreateTopicError, PARTITIONS_PER_TOPIC_MAX};
 
 /// The persistent parents the cluster's nodes hang under. Whoever starts a cluster creates each
 /// (in this order, a NodeExists answer meaning "already there") before any controller writes.
-pub const BOOTSTRAP_PATHS: [&str; 5] = [
+pub const BOOTSTRAP_PATHS: [&str; 6] = [
     "/brokers",
     "/brokers/ids",
     "/brokers/topics",
+    "/brokers/log_ends",
     "/admin",
     "/admin/delete_topics",
 ];
@@ -119,6 +120,9 @@ pub struct ClusterView {
     pub state_written_at: BTreeMap<(String, i32), u64>,
     /// The children of `/admin/delete_topics`.
     pub delete_requests: BTreeSet<String>,
+    /// What each live broker reported of its offline partitions' logs (`/brokers/log_ends`):
+    /// an offline partition's leader is chosen from these ([`crate::cluster::LogEndReport`]).
+    pub log_ends: BTreeMap<BrokerId, BTreeMap<(String, i32), crate::cluster::LogEndReport>>,
 }
 
 impl ClusterView {
@@ -164,6 +168,9 @@ pub struct ControllerConfig {
     /// once, the target declared in sync and its first replica leader, without waiting for the
     /// new replicas to catch up. Loses acknowledged records.
     pub mutant_switch_before_isr: bool,
+    /// The brokers' `min.insync.replicas` for topics that do not set it: whether an ISR change
+    /// makes the replicas that left eligible leader replicas (KIP-966). 0 reads as 1.
+    pub min_insync_replicas_default: i32,
 }
 
 /// The elected controller: its broker id, its epoch and the `/controller_epoch` version that
@@ -210,6 +217,15 @@ impl Controller {
             return false;
         };
         state.isr.iter().any(|&b| view.restarted_since(b, *written))
+    }
+
+    /// A topic's `min.insync.replicas`: its config, else the brokers' default (at least 1).
+    pub fn min_isr(&self, record: &TopicRecord) -> usize {
+        let configured = record
+            .configs
+            .get("min.insync.replicas")
+            .and_then(|v| v.parse::<i32>().ok());
+        usize::try_from(configured.unwrap_or(self.config.min_insync_replicas_default).max(1)).unwrap_or(1)
     }
 
     /// Whether unclean leader election is allowed for a topic: its config, else the default.

@@ -355,6 +355,7 @@ async fn adopt_topics(rt: &RealRuntime, coordinator: &str, config: &NodeConfig) 
                 leader_epoch: epoch,
                 isr: vec![me],
                 controller_epoch: 0,
+                elr: Vec::new(),
             };
             ops.push(persistent(partition_path(&t.name, p), Vec::new()));
             ops.push(persistent(partition_state_path(&t.name, p), state.encode()));

@@ -711,6 +711,7 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
                 async {
                     nemesis.play(&world, &resolve).await;
                     nemesis.heal(&world);
+                    cluster::restart_stopped_coordinators(&world, &coordinators);
                 },
                 elastic::drive(&world, &brokers, admin, e, start_ms, until_ms)
             );
@@ -744,6 +745,7 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
                 None => nemesis.play(&world, &resolve).await,
             }
             nemesis.heal(&world);
+            cluster::restart_stopped_coordinators(&world, &coordinators);
         }
     }
     let acl_windows = match acl_windows {

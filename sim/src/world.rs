@@ -369,6 +369,15 @@ impl World {
         }
     }
 
+    /// Restarts a process whose `main` returned by itself, its disk as it is (as a supervisor
+    /// restarts a process that exited; the page cache kept every write). madsim's kill comes
+    /// first even so: a returned `main` leaves the node's sockets bound.
+    pub fn restart_exited(&self, node: NodeIndex) {
+        let id = self.id(node);
+        self.handle.kill(id);
+        self.handle.restart(id);
+    }
+
     /// Starts the node's `main` again on its surviving state; a node still up is killed first.
     pub fn restart(&self, node: NodeIndex) {
         self.kill(node);

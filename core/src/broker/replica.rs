@@ -31,7 +31,7 @@ use std::collections::BTreeMap;
 use super::{
     log_error_code, topic, Broker, BrokerError, PartitionState as Part, ProducerStateTable, TopicId, TopicMeta,
 };
-use crate::cluster::{BrokerRegistration, PartitionState, TopicRecord};
+use crate::cluster::{next_elr, BrokerRegistration, LogEndReport, PartitionState, TopicRecord};
 use crate::disk::Disk;
 use crate::error_code::ErrorCode;
 use crate::ids::{BrokerId, LeaderEpoch, Offset};
@@ -148,6 +148,8 @@ pub(crate) enum Phase {
 pub(crate) struct Replication {
     pub replicas: Vec<BrokerId>,
     pub isr: Vec<BrokerId>,
+    /// The state's eligible leader replicas (KIP-966), carried into this leader's ISR changes.
+    pub elr: Vec<BrokerId>,
     pub controller_epoch: i32,
     pub zk_version: i32,
     pub role: Role,
@@ -158,6 +160,7 @@ impl Replication {
         Replication {
             replicas: Vec::new(),
             isr: Vec::new(),
+            elr: Vec::new(),
             controller_epoch: -1,
             zk_version: -1,
             role: Role::Offline,
@@ -306,6 +309,7 @@ impl Broker {
             };
         repl.replicas = replicas.clone();
         repl.isr = state.isr.clone();
+        repl.elr = state.elr.clone();
         repl.controller_epoch = state.controller_epoch;
         repl.zk_version = zk_version;
         if same_role {
@@ -581,7 +585,9 @@ impl Broker {
             .as_ref()
             .map(|v| v.brokers.iter().map(|b| b.id).collect());
         let mut out = Vec::new();
+        let topics = &self.topics;
         for ((topic, p), part) in self.partitions.iter_mut() {
+            let min_isr = topics.get(topic).map_or(1, |m| m.min_insync_replicas);
             let hw = part.high_watermark;
             let epoch = part.leader_epoch;
             let Some(repl) = &mut part.repl else { continue };
@@ -624,6 +630,14 @@ impl Broker {
                 continue;
             }
             *in_flight = Some(isr.clone());
+            // KIP-966: replicas leaving an ISR that is below min ISR stay eligible to lead.
+            let elr = next_elr(
+                &repl.isr,
+                &repl.elr,
+                &isr,
+                usize::try_from(min_isr.max(1)).unwrap_or(1),
+                &repl.replicas,
+            );
             out.push(IsrProposal {
                 topic: topic.clone(),
                 partition: *p,
@@ -632,11 +646,28 @@ impl Broker {
                     leader_epoch: epoch,
                     isr,
                     controller_epoch: repl.controller_epoch,
+                    elr,
                 },
                 expected_zk_version: repl.zk_version,
             });
         }
         out
+    }
+
+    /// This replica's log end for the controller's offline recovery ([`LogEndReport`]): only once
+    /// it applied the offline state of `offline_epoch` (it then neither leads nor follows, so its
+    /// log stays as reported until a new state names a leader).
+    pub fn offline_log_end(&self, topic: &str, partition: i32, offline_epoch: LeaderEpoch) -> Option<LogEndReport> {
+        let part = self.partitions.get(&key(topic, partition))?;
+        let repl = part.repl.as_ref()?;
+        if part.leader_epoch != offline_epoch || !matches!(repl.role, Role::Offline) {
+            return None;
+        }
+        Some(LogEndReport {
+            offline_epoch,
+            last_epoch: part.log.latest_epoch().unwrap_or(LeaderEpoch(-1)),
+            log_end: part.log.log_end_offset().0,
+        })
     }
 
     /// The coordinator's answer to a proposal from [`Broker::poll_isr_proposals`].

@@ -40,6 +40,7 @@ fn zk(leader: i32, epoch: i32, isr: &[i32]) -> ZkState {
         leader_epoch: LeaderEpoch(epoch),
         isr: ids(isr),
         controller_epoch: 1,
+        elr: Vec::new(),
     }
 }
 

@@ -95,6 +95,7 @@ mod tests {
                     leader_epoch: LeaderEpoch(1),
                     isr: r.clone(),
                     controller_epoch: 6,
+                    elr: Vec::new(),
                 };
                 (
                     p,

@@ -3,9 +3,16 @@
 //! For each partition, from the view alone (idempotent):
 //! - Leader live: dead followers leave the ISR (the live leader stays, so the ISR never empties).
 //!   The leader epoch does not change: the leadership did not.
-//! - Leader dead, or offline (no leader): the new leader is the first replica in assignment
-//!   order that is live and in the ISR (clean); the new ISR is the old one less dead brokers.
-//!   If there is none and unclean election is allowed (the topic's
+//! - Leader dead: the new leader is the first replica in assignment order that is live and in
+//!   the ISR (clean); the new ISR is the old one less dead brokers. Else the first live eligible
+//!   leader replica (KIP-966's ELR: replicas that left an ISR below `min.insync.replicas`, so
+//!   they hold every acks=all record acknowledged; see [`crate::cluster::next_elr`]), with ISR
+//!   = [it]. Replicas leaving the ISR while it is below min ISR join the ELR.
+//! - Offline (no leader): KIP-966's unclean recovery ([`recover_offline`]): every ISR and ELR
+//!   member reports its log's latest epoch and end for this offline epoch
+//!   (`/brokers/log_ends`), and once all have (or, with unclean election allowed, all live
+//!   ones), the longest log leads; the first member to return does not simply lead again.
+//! - If there is none and unclean election is allowed (the topic's
 //!   `unclean.leader.election.enable`, else the controller default, false), the first live
 //!   replica, with ISR = [it], and the change is marked unclean. Otherwise the partition is
 //!   offline: leader `None`, the ISR kept as it was (Kafka keeps its last members so a returning
@@ -18,73 +25,129 @@
 //!   log may have lost unsynced writes. A re-registration after a session expiry, or after a
 //!   clean restart, does not count: that log lost nothing. Once the state is rewritten, it is live again and rejoins the
 //!   ISR through the leader when it has caught up; if it was the last ISR member the partition
-//!   goes offline and, in the next pass, it is elected again (with a new epoch), as Kafka does.
-//!   While other members remain in the ISR it leaves the ISR even when none of them is live, so
+//!   goes offline and its log end report decides, beside the other members' (Kafka's ZooKeeper
+//!   controller would simply elect it again). While other members remain in the ISR it leaves the ISR even when none of them is live, so
 //!   it cannot lead again once the partition is offline: the partition waits for one of them.
 
 use super::{ClusterView, Controller, Op, PartitionChange, TopicView};
-use crate::cluster::{partition_state_path, PartitionState};
+use crate::cluster::{next_elr, partition_state_path, LogEndReport, PartitionState};
 use crate::ids::{BrokerId, LeaderEpoch};
 
 /// What one partition should become, and whether the new leader came from outside the ISR.
-/// `None` when the state needs no change.
+/// `None` when the state needs no change. `live` says who may lead or stay in sync (live, and
+/// for a partition with a leader not restarted since its state); `report` is a replica's
+/// [`LogEndReport`] for this partition, if it sent one.
 pub(super) fn next_state(
     state: &PartitionState,
     replicas: &[BrokerId],
     live: &dyn Fn(BrokerId) -> bool,
     unclean_allowed: bool,
     controller_epoch: i32,
+    min_isr: usize,
+    report: &dyn Fn(BrokerId) -> Option<LogEndReport>,
 ) -> Option<(PartitionState, bool)> {
     if let Some(leader) = state.leader.filter(|&l| live(l)) {
         let isr: Vec<BrokerId> = state.isr.iter().copied().filter(|&b| b == leader || live(b)).collect();
         if isr == state.isr {
             return None;
         }
+        let elr = next_elr(&state.isr, &state.elr, &isr, min_isr, replicas);
         let after = PartitionState {
             isr,
+            elr,
             controller_epoch,
             ..state.clone()
         };
         return Some((after, false));
     }
     let bumped = LeaderEpoch(state.leader_epoch.0.saturating_add(1));
+    let elected = |leader: BrokerId, isr: Vec<BrokerId>, elr: Vec<BrokerId>| PartitionState {
+        leader: Some(leader),
+        leader_epoch: bumped,
+        isr,
+        controller_epoch,
+        elr,
+    };
+    if state.leader.is_none() {
+        return recover_offline(state, replicas, live, unclean_allowed, report).map(|(leader, isr, unclean)| {
+            // Nobody left outside the new ISR is known to hold every acknowledged record.
+            (elected(leader, isr, Vec::new()), unclean)
+        });
+    }
     let clean = replicas.iter().copied().find(|&b| live(b) && state.isr.contains(&b));
+    // KIP-966: with no ISR member to take over, an eligible leader replica may: it left the ISR
+    // while no acks=all write could be acknowledged, so it holds every one that was.
+    let eligible = replicas.iter().copied().find(|&b| live(b) && state.elr.contains(&b));
     let (after, unclean) = if let Some(leader) = clean {
-        let isr = state.isr.iter().copied().filter(|&b| live(b)).collect();
-        (
-            PartitionState {
-                leader: Some(leader),
-                leader_epoch: bumped,
-                isr,
-                controller_epoch,
-            },
-            false,
-        )
+        let isr: Vec<BrokerId> = state.isr.iter().copied().filter(|&b| live(b)).collect();
+        let elr = next_elr(&state.isr, &state.elr, &isr, min_isr, replicas);
+        (elected(leader, isr, elr), false)
+    } else if let Some(leader) = eligible {
+        let elr = next_elr(&state.isr, &state.elr, &[leader], min_isr, replicas);
+        (elected(leader, vec![leader], elr), false)
     } else if let Some(leader) = replicas.iter().copied().find(|&b| live(b)).filter(|_| unclean_allowed) {
-        (
-            PartitionState {
-                leader: Some(leader),
-                leader_epoch: bumped,
-                isr: vec![leader],
-                controller_epoch,
-            },
-            true,
-        )
-    } else if state.leader.is_none() {
-        // Already offline and still nobody eligible: nothing to write.
-        return None;
+        (elected(leader, vec![leader], Vec::new()), true)
     } else {
+        // Offline. The next pass elects from the replicas' log end reports for this epoch.
         (
             PartitionState {
                 leader: None,
                 leader_epoch: bumped,
                 isr: state.isr.clone(),
                 controller_epoch,
+                elr: state.elr.clone(),
             },
             false,
         )
     };
     Some((after, unclean))
+}
+
+/// An offline partition's new leader, its ISR and whether the election is unclean (KIP-966's
+/// unclean recovery, "balanced"): every ISR and ELR member that is live reports its log's latest
+/// epoch and end for this state's epoch, and the longest log leads (highest latest epoch, then
+/// highest end; ties in assignment order), with the members whose log ends equal its own as the
+/// ISR. The first ISR member to return is not simply elected, as Kafka's ZooKeeper controller
+/// does: when every member restarted, one after a power loss, that one may be first and lack
+/// acknowledged records the others hold (`scenarios/findings/elastic_all_isr_restarted_...`).
+/// It waits for every member (a dead one may be the only holder), unless unclean election is
+/// allowed: then the live members suffice, and with none live the first live replica leads.
+fn recover_offline(
+    state: &PartitionState,
+    replicas: &[BrokerId],
+    live: &dyn Fn(BrokerId) -> bool,
+    unclean_allowed: bool,
+    report: &dyn Fn(BrokerId) -> Option<LogEndReport>,
+) -> Option<(BrokerId, Vec<BrokerId>, bool)> {
+    let members: Vec<BrokerId> = replicas
+        .iter()
+        .copied()
+        .filter(|b| state.isr.contains(b) || state.elr.contains(b))
+        .collect();
+    let live_members: Vec<BrokerId> = members.iter().copied().filter(|&b| live(b)).collect();
+    if live_members.is_empty() {
+        let leader = replicas
+            .iter()
+            .copied()
+            .find(|&b| live(b))
+            .filter(|_| unclean_allowed)?;
+        return Some((leader, vec![leader], true));
+    }
+    if live_members.len() < members.len() && !unclean_allowed {
+        return None;
+    }
+    let mut reports = Vec::with_capacity(live_members.len());
+    for &b in &live_members {
+        let r = report(b).filter(|r| r.offline_epoch == state.leader_epoch)?;
+        reports.push((b, r));
+    }
+    let best = reports.iter().map(|(_, r)| (r.last_epoch, r.log_end)).max()?;
+    let isr: Vec<BrokerId> = reports
+        .iter()
+        .filter(|(_, r)| (r.last_epoch, r.log_end) == best)
+        .map(|(b, _)| *b)
+        .collect();
+    Some((*isr.first()?, isr, false))
 }
 
 impl Controller {
@@ -143,33 +206,62 @@ impl Restarts<'_> {
                 if !kept.is_empty() {
                     electing.isr = kept;
                 }
+                // An eligible leader replica that restarted may have lost unsynced writes: no
+                // longer eligible (KIP-966 removes it at its registration).
+                electing.elr.retain(|&b| !bounced(b));
             }
+            let min_isr = controller.min_isr(&topic.record);
+            let report = |b: BrokerId| {
+                self.view
+                    .log_ends
+                    .get(&b)
+                    .and_then(|m| m.get(&(name.to_string(), p)))
+                    .copied()
+            };
             // `next_state` compares against the ISR it is given: with a live leader it finds
             // nothing to do once the restarted followers were filtered out above, so that
             // removal is written here (a campaign seed lost 133 records: a restarted follower
             // stayed in the ISR, later came back as the only eligible member besides a leader
             // that lost power, and the partition went offline and elected that leader; and every
             // reassignment of such a partition was refused: issue #9's grow seed 8026039648405865606).
-            let decided = next_state(&electing, replicas, &live_here, unclean_allowed, this.epoch).or_else(|| {
-                (electing.isr != state.value.isr).then(|| {
+            let decided = next_state(
+                &electing,
+                replicas,
+                &live_here,
+                unclean_allowed,
+                this.epoch,
+                min_isr,
+                &report,
+            )
+            .or_else(|| {
+                (electing.isr != state.value.isr || electing.elr != state.value.elr).then(|| {
                     let after = PartitionState {
                         controller_epoch: this.epoch,
                         ..electing.clone()
                     };
                     (after, false)
                 })
+            })
+            .map(|(mut after, unclean)| {
+                if has_leader {
+                    after.elr.retain(|&b| !bounced(b));
+                }
+                (after, unclean)
             });
             let Some((after, unclean)) = decided else {
                 continue;
             };
+            let ids = |v: &[BrokerId]| v.iter().map(|b| b.0).collect::<Vec<_>>();
             let what = format!(
-                "{name}-{p}: leader {:?} -> {:?}, epoch {} -> {}, isr {:?} -> {:?}{}",
+                "{name}-{p}: leader {:?} -> {:?}, epoch {} -> {}, isr {:?} -> {:?}, elr {:?} -> {:?}{}",
                 state.value.leader.map(|b| b.0),
                 after.leader.map(|b| b.0),
                 state.value.leader_epoch,
                 after.leader_epoch,
-                state.value.isr.iter().map(|b| b.0).collect::<Vec<_>>(),
-                after.isr.iter().map(|b| b.0).collect::<Vec<_>>(),
+                ids(&state.value.isr),
+                ids(&after.isr),
+                ids(&state.value.elr),
+                ids(&after.elr),
                 if unclean {
                     " (UNCLEAN: leader outside the ISR)"
                 } else {
@@ -227,6 +319,7 @@ impl Controller {
                     leader_epoch: LeaderEpoch(s.leader_epoch.0.saturating_add(1)),
                     isr: s.isr.clone(),
                     controller_epoch: self.epoch,
+                    elr: s.elr.clone(),
                 };
                 let write = self.write(
                     vec![Op::Set {

@@ -30,7 +30,7 @@
 //! one left it, and a crashed target broker simply joins the ISR later (or the operator cancels).
 
 use super::{ClusterView, Controller, Op, Write};
-use crate::cluster::{partition_state_path, topic_path, PartitionState, Reassignment, TopicRecord};
+use crate::cluster::{partition_state_path, topic_path, PartitionState, Reassignment};
 use crate::error_code::ErrorCode;
 use crate::ids::{BrokerId, LeaderEpoch};
 
@@ -74,10 +74,20 @@ fn state_for(
     if isr.is_empty() {
         return None;
     }
+    // Eligible leader replicas moved away are eligible no more.
+    let elr: Vec<BrokerId> = state.elr.iter().copied().filter(|b| full.contains(b)).collect();
     match state.leader {
-        Some(l) if full.contains(&l) => Some(PartitionState { isr, ..state.clone() }),
+        Some(l) if full.contains(&l) => Some(PartitionState {
+            isr,
+            elr,
+            ..state.clone()
+        }),
         // Offline: the controller's election (reconcile) picks the leader from the new set.
-        None => Some(PartitionState { isr, ..state.clone() }),
+        None => Some(PartitionState {
+            isr,
+            elr,
+            ..state.clone()
+        }),
         Some(_) => {
             let leader = first_eligible(full, &isr, view)?;
             Some(PartitionState {
@@ -85,18 +95,10 @@ fn state_for(
                 leader_epoch: LeaderEpoch(state.leader_epoch.0.saturating_add(1)),
                 isr,
                 controller_epoch,
+                elr,
             })
         }
     }
-}
-
-fn min_insync_replicas(record: &TopicRecord) -> usize {
-    record
-        .configs
-        .get("min.insync.replicas")
-        .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(1)
-        .max(1)
 }
 
 impl Controller {
@@ -157,7 +159,7 @@ impl Controller {
                 return invalid(format!("{topic}-{partition}: broker {} is not registered", r.0));
             }
         }
-        let min_isr = min_insync_replicas(&t.record);
+        let min_isr = self.min_isr(&t.record);
         if target.len() < min_isr {
             return invalid(format!(
                 "{topic}-{partition}: {} replicas, fewer than min.insync.replicas {min_isr}",
@@ -181,6 +183,46 @@ impl Controller {
         record.assignment.insert(partition, new_full.clone());
         if record == t.record {
             return Ok(None);
+        }
+        if self.config.mutant_switch_before_isr && !without(&target, &original).is_empty() {
+            // The negative control, at once: the target replaces the replica set in the very
+            // write that starts the move, declared in sync, an added replica (with nothing
+            // fetched) leading. Done at the controller's next step instead, the switch could
+            // come after the added replicas caught up (a race with the admin's next write
+            // delays it), and the control would lose nothing.
+            let live = |b: &&BrokerId| view.live_brokers.contains(b);
+            if let Some(&leader) = without(&target, &original).iter().find(live) {
+                let after = PartitionState {
+                    leader: Some(leader),
+                    leader_epoch: LeaderEpoch(state.value.leader_epoch.0.saturating_add(1)),
+                    isr: target.clone(),
+                    controller_epoch: self.epoch,
+                    elr: Vec::new(),
+                };
+                record.assignment.insert(partition, target.clone());
+                record.reassigning.remove(&partition);
+                let what = format!(
+                    "{topic}-{partition}: reassign {:?} -> {:?} at once, {} leading (MUTANT: before the ISR)",
+                    ids(&original),
+                    ids(&target),
+                    leader.0
+                );
+                return Ok(Some(self.write(
+                    vec![
+                        Op::Set {
+                            path: topic_path(topic),
+                            data: record.encode(),
+                            expected_version: Some(t.record_version),
+                        },
+                        Op::Set {
+                            path: partition_state_path(topic, partition),
+                            data: after.encode(),
+                            expected_version: Some(state.version),
+                        },
+                    ],
+                    what,
+                )));
+            }
         }
         let Some(after) = state_for(&state.value, &new_full, view, self.epoch) else {
             return invalid(format!(
@@ -266,6 +308,7 @@ impl Controller {
                         leader_epoch: LeaderEpoch(state.value.leader_epoch.0.saturating_add(1)),
                         isr: target.clone(),
                         controller_epoch: self.epoch,
+                        elr: Vec::new(),
                     };
                     record.assignment.insert(p, target.clone());
                     record.reassigning.remove(&p);

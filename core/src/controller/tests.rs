@@ -3,6 +3,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::elect::next_state;
 use super::*;
 use crate::broker::topic::TopicId;
+use crate::cluster::{next_elr, LogEndReport};
 use crate::cluster::{partition_state_path, topic_path, CONTROLLER_PATH};
 use crate::error_code::ErrorCode;
 use crate::ids::LeaderEpoch;
@@ -48,6 +49,7 @@ fn one_partition(live: &[i32], replicas: &[i32], leader: Option<i32>, isr: &[i32
         leader_epoch: LeaderEpoch(4),
         isr: b(isr),
         controller_epoch: 6,
+        elr: Vec::new(),
     };
     v.topics.insert(
         "t".to_string(),
@@ -141,6 +143,7 @@ fn create_topic_writes_record_and_initial_states_fenced() {
             leader_epoch: LeaderEpoch(0),
             isr: b(&[1, 2, 0]),
             controller_epoch: 7,
+            elr: Vec::new(),
         }
     );
 }
@@ -215,12 +218,154 @@ fn live_replica_outside_isr_is_not_elected_when_unclean_is_off() {
         .expect("p0")
         .value = ch.after.clone();
     assert!(controller().reconcile(&offline).is_empty());
-    // The old leader returns: it leads again.
+    // The old leader returns and reports its log: it waits for 2, which may hold more.
     offline.live_brokers.insert(BrokerId(0));
+    report(&mut offline, 0, 5, 4, 100);
+    assert!(controller().reconcile(&offline).is_empty(), "2 is away");
+    // 2 returns with the same log: 0 leads again, 2 in sync with it.
+    offline.live_brokers.insert(BrokerId(2));
+    report(&mut offline, 2, 5, 4, 100);
     let back = &controller().reconcile(&offline)[0];
     assert_eq!(back.after.leader, Some(BrokerId(0)));
+    assert_eq!(back.after.isr, b(&[0, 2]));
     assert_eq!(back.after.leader_epoch, LeaderEpoch(6));
-    assert_eq!(back.after.isr, b(&[0]), "the still-dead ISR member leaves");
+}
+
+/// Broker `id`'s log end report for partition `t`-0, offline at `epoch`.
+fn report(v: &mut ClusterView, id: i32, epoch: i32, last_epoch: i32, log_end: i64) {
+    let r = LogEndReport {
+        offline_epoch: LeaderEpoch(epoch),
+        last_epoch: LeaderEpoch(last_epoch),
+        log_end,
+    };
+    v.log_ends
+        .entry(BrokerId(id))
+        .or_default()
+        .insert(("t".to_string(), 0), r);
+}
+
+/// Sets partition `t`-0's state in the view.
+fn set_state(v: &mut ClusterView, state: &PartitionState) {
+    v.topics
+        .get_mut("t")
+        .expect("topic")
+        .partitions
+        .get_mut(&0)
+        .expect("partition")
+        .value = state.clone();
+}
+
+#[test]
+fn an_offline_partition_elects_the_longest_log_once_every_member_reported() {
+    // The finding `elastic_all_isr_restarted_elects_the_replica_that_lost_power` (seed 23): all
+    // of the ISR [2, 1, 0] restarted; 2 lost its unsynced tail in a power loss (log end 30), 1
+    // and 0 kept theirs (34). The partition went offline; Kafka's ZooKeeper controller would
+    // elect 2, the first in assignment order. The longest log leads instead.
+    let mut v = one_partition(&[0, 1, 2], &[2, 1, 0], None, &[2, 1, 0], false);
+    assert!(controller().reconcile(&v).is_empty(), "no reports yet: wait");
+    report(&mut v, 2, 4, 3, 30);
+    report(&mut v, 1, 4, 3, 34);
+    assert!(controller().reconcile(&v).is_empty(), "0 has not reported: wait");
+    // A report for an older offline epoch is not current.
+    report(&mut v, 0, 3, 3, 40);
+    assert!(controller().reconcile(&v).is_empty(), "0's report is stale: wait");
+    report(&mut v, 0, 4, 3, 34);
+    let changes = controller().reconcile(&v);
+    println!(
+        "reports 2:(3,30) 1:(3,34) 0:(3,34) -> {:?}",
+        changes.iter().map(|c| &c.after).collect::<Vec<_>>()
+    );
+    assert_eq!(changes.len(), 1);
+    assert_eq!(
+        changes[0].after.leader,
+        Some(BrokerId(1)),
+        "the first of the longest logs"
+    );
+    assert_eq!(
+        changes[0].after.isr,
+        b(&[1, 0]),
+        "the replica that lost records is out of sync"
+    );
+    assert_eq!(changes[0].after.leader_epoch, LeaderEpoch(5));
+    assert!(!changes[0].unclean);
+    // A later leader epoch beats a longer log of an older one.
+    report(&mut v, 2, 4, 4, 31);
+    let changes = controller().reconcile(&v);
+    assert_eq!(
+        (changes[0].after.leader, changes[0].after.isr.clone()),
+        (Some(BrokerId(2)), b(&[2]))
+    );
+    // With unclean election allowed, the live members suffice.
+    let mut u = one_partition(&[1], &[2, 1, 0], None, &[2, 1, 0], true);
+    report(&mut u, 1, 4, 3, 34);
+    let changes = controller().reconcile(&u);
+    assert_eq!(changes[0].after.leader, Some(BrokerId(1)));
+}
+
+#[test]
+fn an_eligible_leader_replica_leads_when_the_isr_below_min_isr_lost_its_leader() {
+    // Swarm seed 4791318359552059189: min ISR 2; the ISR shrank [0, 2] -> [0] (2 lagged), so 2
+    // holds every acknowledged record. 0 then lost its unsynced tail in a power loss and
+    // restarted; Kafka's ZooKeeper controller makes 0 lead again as the last ISR member.
+    let mut v = one_partition(&[0, 1, 2], &[0, 1, 2], Some(0), &[0, 2], false);
+    v.topics
+        .get_mut("t")
+        .expect("topic")
+        .record
+        .configs
+        .insert("min.insync.replicas".into(), "2".into());
+    let shrunk = next_elr(&b(&[0, 2]), &[], &b(&[0]), 2, &b(&[0, 1, 2]));
+    assert_eq!(
+        shrunk,
+        b(&[2]),
+        "the replica leaving an ISR below min ISR stays eligible"
+    );
+    assert_eq!(
+        next_elr(&b(&[0]), &b(&[2]), &b(&[0, 1]), 2, &b(&[0, 1, 2])),
+        b(&[]),
+        "back at min ISR"
+    );
+    let state = PartitionState {
+        isr: b(&[0]),
+        elr: shrunk,
+        ..v.topics["t"].partitions[&0].value.clone()
+    };
+    set_state(&mut v, &state);
+    assert_eq!(PartitionState::decode(&state.encode()), Some(state.clone()));
+    v.registered_at.insert(BrokerId(0), 20);
+    v.state_written_at.insert(("t".to_string(), 0), 10);
+    let changes = controller().reconcile(&v);
+    println!(
+        "ISR [0] ELR [2], 0 restarted: {:?}",
+        changes.iter().map(|c| &c.after).collect::<Vec<_>>()
+    );
+    assert_eq!(changes.len(), 1);
+    assert_eq!(changes[0].after.leader, Some(BrokerId(2)));
+    assert_eq!(changes[0].after.isr, b(&[2]));
+    assert!(changes[0].after.elr.is_empty(), "0 restarted: not eligible");
+    assert!(!changes[0].unclean);
+    // The leader dying without a restart: it stays eligible beside the new leader.
+    v.registered_at.clear();
+    v.live_brokers.remove(&BrokerId(0));
+    let changes = controller().reconcile(&v);
+    assert_eq!(
+        (changes[0].after.leader, changes[0].after.elr.clone()),
+        (Some(BrokerId(2)), b(&[0]))
+    );
+    // An eligible replica that restarted is dropped while the leader is live.
+    let mut w = one_partition(&[0, 1, 2], &[0, 1, 2], Some(0), &[0], false);
+    let state = PartitionState {
+        elr: b(&[2]),
+        ..w.topics["t"].partitions[&0].value.clone()
+    };
+    set_state(&mut w, &state);
+    w.registered_at.insert(BrokerId(2), 20);
+    w.state_written_at.insert(("t".to_string(), 0), 10);
+    let changes = controller().reconcile(&w);
+    assert_eq!(
+        (changes[0].after.leader, changes[0].after.elr.clone()),
+        (Some(BrokerId(0)), b(&[]))
+    );
 }
 
 #[test]
@@ -386,9 +531,13 @@ fn a_restarted_leader_leaves_the_isr_even_when_its_followers_look_dead() {
     v.state_written_at.insert(("t".to_string(), 0), 30);
     assert!(controller().reconcile(&v).is_empty(), "nobody eligible: stays offline");
     v.live_brokers.insert(BrokerId(2));
+    report(&mut v, 2, 5, 4, 10);
+    assert!(controller().reconcile(&v).is_empty(), "1 may hold more: wait");
+    v.live_brokers.insert(BrokerId(1));
+    report(&mut v, 1, 5, 4, 10);
     let back = controller().reconcile(&v);
     assert_eq!(back.len(), 1);
-    assert_eq!(back[0].after.leader, Some(BrokerId(2)));
+    assert_eq!(back[0].after.leader, Some(BrokerId(1)));
     assert!(!back[0].unclean);
     // The last ISR member restarting still leads again (nobody has more): Kafka's behaviour.
     let mut alone = one_partition(&[0], &[0, 1, 2], Some(0), &[0], false);
@@ -513,6 +662,8 @@ mod prop {
         fn clean_elections_stay_in_isr_epochs_rise_isr_holds_leader(
             steps in proptest::collection::vec(step(), 1..40),
             unclean in any::<bool>(),
+            min_isr in 1usize..4,
+            log_ends in proptest::collection::vec(0i64..4, 5),
         ) {
             let replicas = b(&[0, 1, 2, 3, 4]);
             let mut live: BTreeSet<BrokerId> = replicas.iter().copied().collect();
@@ -521,24 +672,39 @@ mod prop {
                 leader_epoch: LeaderEpoch(0),
                 isr: replicas.clone(),
                 controller_epoch: 7,
+                elr: Vec::new(),
             };
             for s in steps {
                 match s {
                     Step::Die(i) => { live.remove(&BrokerId(i)); }
                     Step::Return(i) => { live.insert(BrokerId(i)); }
+                    // The leader's ISR changes, with the ELR as its proposals carry it.
                     Step::Shrink(keep) => {
                         if let Some(l) = state.leader {
+                            let old = state.isr.clone();
                             state.isr.retain(|x| *x == l || keep.contains(&x.0));
+                            state.elr = next_elr(&old, &state.elr, &state.isr, min_isr, &replicas);
                         }
                     }
                     Step::Expand(i) => {
                         if state.leader.is_some() && live.contains(&BrokerId(i)) && !state.isr.contains(&BrokerId(i)) {
+                            let old = state.isr.clone();
                             state.isr.push(BrokerId(i));
+                            state.elr = next_elr(&old, &state.elr, &state.isr, min_isr, &replicas);
                         }
                     }
                 }
                 let is_live = |x: BrokerId| live.contains(&x);
-                let Some((after, was_unclean)) = next_state(&state, &replicas, &is_live, unclean, 7) else {
+                // Every live replica reports its log end for the current epoch.
+                let epoch_now = state.leader_epoch;
+                let report = |x: BrokerId| {
+                    live.contains(&x).then(|| LogEndReport {
+                        offline_epoch: epoch_now,
+                        last_epoch: LeaderEpoch(0),
+                        log_end: log_ends[usize::try_from(x.0).unwrap_or(0)],
+                    })
+                };
+                let Some((after, was_unclean)) = next_state(&state, &replicas, &is_live, unclean, 7, min_isr, &report) else {
                     // No change needed: the leader is live, or nobody is eligible while offline.
                     prop_assert!(state.leader.is_none_or(|l| live.contains(&l)));
                     continue;
@@ -551,19 +717,45 @@ mod prop {
                             prop_assert!(unclean, "unclean election while disabled");
                             prop_assert!(!state.isr.contains(&l));
                         } else {
-                            prop_assert!(state.isr.contains(&l), "clean election outside the ISR: {state:?} -> {after:?}");
+                            prop_assert!(
+                                state.isr.contains(&l) || state.elr.contains(&l),
+                                "clean election outside the ISR and ELR: {state:?} -> {after:?}"
+                            );
+                        }
+                        if state.leader.is_none() && !was_unclean {
+                            // Offline recovery: the longest log among the members leads, and
+                            // only once every member is live unless unclean election is allowed.
+                            let members = replicas.iter().filter(|x| state.isr.contains(x) || state.elr.contains(x));
+                            prop_assert!(unclean || members.clone().all(|x| live.contains(x)), "elected while a member is away");
+                            let longest = members
+                                .filter(|x| live.contains(x))
+                                .map(|x| log_ends[usize::try_from(x.0).unwrap_or(0)])
+                                .max();
+                            prop_assert_eq!(Some(log_ends[usize::try_from(l.0).unwrap_or(0)]), longest);
                         }
                     }
                 } else {
                     prop_assert_eq!(after.leader_epoch, state.leader_epoch);
                 }
+                prop_assert!(after.elr.iter().all(|x| !after.isr.contains(x) && replicas.contains(x)), "ELR overlaps the ISR: {after:?}");
+                prop_assert!(after.isr.len() < min_isr || after.elr.is_empty(), "ELR beside a full ISR: {after:?}");
                 if let Some(l) = after.leader {
                     prop_assert!(after.isr.contains(&l), "ISR lacks the leader: {after:?}");
                 }
                 prop_assert!(!after.isr.is_empty(), "the ISR emptied: {state:?} -> {after:?}");
                 prop_assert!(after.isr.iter().all(|x| replicas.contains(x)));
                 // A second pass over the same liveness changes nothing: decisions are idempotent.
-                prop_assert!(next_state(&after, &replicas, &is_live, unclean, 7).is_none());
+                let epoch_after = after.leader_epoch;
+                let report_after = |x: BrokerId| {
+                    live.contains(&x).then(|| LogEndReport {
+                        offline_epoch: epoch_after,
+                        last_epoch: LeaderEpoch(0),
+                        log_end: log_ends[usize::try_from(x.0).unwrap_or(0)],
+                    })
+                };
+                if after.leader.is_some() {
+                    prop_assert!(next_state(&after, &replicas, &is_live, unclean, 7, min_isr, &report_after).is_none());
+                }
                 state = after;
             }
         }

@@ -107,6 +107,7 @@ impl Controller {
                 leader_epoch: LeaderEpoch(0),
                 isr: replicas.clone(),
                 controller_epoch: self.epoch,
+                elr: Vec::new(),
             };
             ops.push(persistent(partition_path(name, p), Vec::new()));
             ops.push(persistent(partition_state_path(name, p), state.encode()));
@@ -147,6 +148,7 @@ impl Controller {
                     leader_epoch: LeaderEpoch(0),
                     isr,
                     controller_epoch: self.epoch,
+                    elr: Vec::new(),
                 };
                 for (path, data) in [
                     (partition_path(name, p), Vec::new()),

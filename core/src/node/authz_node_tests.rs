@@ -506,6 +506,7 @@ fn a_replica_fetch_needs_cluster_action_and_a_refused_one_never_joins_the_isr() 
         leader_epoch: LeaderEpoch(1),
         isr: vec![me],
         controller_epoch: 1,
+        elr: Vec::new(),
     };
     node.rt.with_disk(|d| {
         node.broker

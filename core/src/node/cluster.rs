@@ -47,8 +47,9 @@ use std::time::Duration;
 
 use crate::broker::{ClusterView as BrokerView, IsrUpdateResult};
 use crate::cluster::{
-    broker_path, partition_state_path, topic_path, BrokerRegistration, PartitionState, TopicRecord, BROKER_IDS_PATH,
-    CONTROLLER_EPOCH_PATH, CONTROLLER_PATH, DELETE_TOPICS_PATH, TOPICS_PATH,
+    broker_path, decode_log_ends, encode_log_ends, log_ends_path, partition_state_path, topic_path, BrokerRegistration,
+    LogEndReport, PartitionState, TopicRecord, BROKER_IDS_PATH, CONTROLLER_EPOCH_PATH, CONTROLLER_PATH,
+    DELETE_TOPICS_PATH, LOG_ENDS_PATH, TOPICS_PATH,
 };
 use crate::controller::{
     self, election, ClusterView, Controller, ControllerConfig, CreateTopicDraw, TopicView, Versioned,
@@ -690,6 +691,7 @@ async fn cluster_main<R: Runtime>(
             client,
             controller: None,
             balanced_for: None,
+            log_ends_written: None,
         };
         let End::Expired = session.run().await;
         tracing::warn!(target: "cluster", broker = registration.id.0, "coordinator session expired; opening a new one");
@@ -709,6 +711,8 @@ struct Session<R: Runtime> {
     /// `auto.rebalance.enable`: the live brokers this controller last saw balanced; it balances
     /// again when they change (`None`: not yet, e.g. just elected).
     balanced_for: Option<BTreeSet<BrokerId>>,
+    /// What this session last wrote to `/brokers/log_ends/{id}` (`None`: nothing yet).
+    log_ends_written: Option<BTreeMap<(String, i32), LogEndReport>>,
 }
 
 /// Everything read in one scan.
@@ -722,6 +726,14 @@ struct Scan {
 impl<R: Runtime> Session<R> {
     fn me(&self) -> BrokerId {
         self.registration.id
+    }
+
+    /// The controller's settings, with the brokers' default `min.insync.replicas`.
+    fn controller_config(&self) -> ControllerConfig {
+        ControllerConfig {
+            min_insync_replicas_default: self.broker.borrow().config().min_insync_replicas,
+            ..self.cluster.controller
+        }
     }
 
     async fn run(&mut self) -> End {
@@ -840,6 +852,7 @@ impl<R: Runtime> Session<R> {
         };
         self.apply(&scan);
         self.watch.poke_all();
+        self.report_log_ends(&scan).await?;
         if self.broker.borrow_mut().take_offsets_topic_wanted() {
             self.create_offsets_topic(&scan).await?;
         }
@@ -916,6 +929,57 @@ impl<R: Runtime> Session<R> {
                 .borrow_mut()
                 .isr_update_result(&p.topic, p.partition, result);
             self.watch.poke_all();
+        }
+        Ok(())
+    }
+
+    /// Tells the controller this broker's log end for each offline partition it may lead (in the
+    /// ISR or the ELR), once the broker applied that offline state: the controller elects the
+    /// longest log among them ([`crate::controller`]'s KIP-966 recovery). Written only when it
+    /// changed; the node is ephemeral, so a dead broker's reports go with it.
+    async fn report_log_ends(&mut self, scan: &Scan) -> Step<()> {
+        let me = self.me();
+        let mut reports = BTreeMap::new();
+        {
+            let b = self.broker.borrow();
+            for (name, t) in &scan.controller_view.topics {
+                for (&p, state) in &t.partitions {
+                    let s = &state.value;
+                    if s.leader.is_some() || !(s.isr.contains(&me) || s.elr.contains(&me)) {
+                        continue;
+                    }
+                    if let Some(r) = b.offline_log_end(name, p, s.leader_epoch) {
+                        reports.insert((name.clone(), p), r);
+                    }
+                }
+            }
+        }
+        if self.log_ends_written.as_ref() == Some(&reports) || (self.log_ends_written.is_none() && reports.is_empty()) {
+            return Ok(());
+        }
+        let path = log_ends_path(me);
+        let data = encode_log_ends(&reports);
+        let written = match self.client.set_data(&path, &data, None).await {
+            Ok(_) => Ok(()),
+            Err(CoordError::Tree(TreeError::NoNode)) => {
+                // A cluster started before these reports existed lacks the parent.
+                self.create_retrying(LOG_ENDS_PATH, Vec::new(), CreateMode::Persistent)
+                    .await?;
+                self.client
+                    .create(&path, &data, CreateMode::Ephemeral)
+                    .await
+                    .map(|_| ())
+            }
+            Err(e) => Err(e),
+        };
+        match written {
+            Ok(()) => {
+                tracing::info!(target: "replication", reports = %String::from_utf8_lossy(&data).trim().replace('\n', " "),
+                    "offline partitions' log ends reported");
+                self.log_ends_written = Some(reports);
+            }
+            Err(e) if fatal(&e) => return Err(End::Expired),
+            Err(e) => tracing::debug!(target: "replication", error = %e, "log end report not written; retrying"),
         }
         Ok(())
     }
@@ -1007,6 +1071,28 @@ impl<R: Runtime> Session<R> {
             );
         }
         let delete_requests = c.children(DELETE_TOPICS_PATH, true, false).await?.into_iter().collect();
+        let mut log_ends = BTreeMap::new();
+        let reporters = match c.children(LOG_ENDS_PATH, true, false).await {
+            Ok(children) => children,
+            Err(CoordError::Tree(TreeError::NoNode)) => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        for child in reporters {
+            let Ok(id) = child.parse::<i32>() else { continue };
+            if !live_brokers.contains(&BrokerId(id)) {
+                continue;
+            }
+            match c.get(&log_ends_path(BrokerId(id)), true, false).await {
+                Ok((data, _)) => match decode_log_ends(&data) {
+                    Some(reports) => {
+                        log_ends.insert(BrokerId(id), reports);
+                    }
+                    None => tracing::warn!(target: "cluster", broker = id, "log end report does not decode; ignored"),
+                },
+                Err(CoordError::Tree(TreeError::NoNode)) => {}
+                Err(e) => return Err(e),
+            }
+        }
         let broker_view = BrokerView {
             brokers: registrations,
             controller: controller.map(|(id, _)| id),
@@ -1026,6 +1112,7 @@ impl<R: Runtime> Session<R> {
                 intact_since,
                 state_written_at,
                 delete_requests,
+                log_ends,
             },
             broker_view,
             controller,
@@ -1145,7 +1232,7 @@ impl<R: Runtime> Session<R> {
                     isr = ?change.after.isr.iter().map(|b| b.0).collect::<Vec<_>>(), unclean = change.unclean,
                     previous_isr = ?change.before.isr.iter().map(|b| b.0).collect::<Vec<_>>(),
                     what = %change.write.what, "partition state changed"),
-                Err(e) => return self.write_failed(e),
+                Err(e) => return self.write_failed(e, &change.write.what),
             }
         }
         if controller.config.auto_leader_rebalance {
@@ -1154,14 +1241,14 @@ impl<R: Runtime> Session<R> {
                     Ok(()) => {
                         tracing::info!(target: "controller", what = %change.write.what, "preferred leader elected")
                     }
-                    Err(e) => return self.write_failed(e),
+                    Err(e) => return self.write_failed(e, &change.write.what),
                 }
             }
         }
         for write in controller.reassignment_steps(view) {
             match self.execute(&write.ops).await {
                 Ok(()) => tracing::info!(target: "controller", what = %write.what, "reassignment step"),
-                Err(e) => return self.write_failed(e),
+                Err(e) => return self.write_failed(e, &write.what),
             }
         }
         if controller.config.auto_rebalance && self.balanced_for.as_ref() != Some(&view.live_brokers) {
@@ -1176,7 +1263,7 @@ impl<R: Runtime> Session<R> {
                 }
                 controller::AutoRebalance::Move(write) => match self.execute(&write.ops).await {
                     Ok(()) => tracing::info!(target: "controller", what = %write.what, "auto rebalance: move written"),
-                    Err(e) => return self.write_failed(e),
+                    Err(e) => return self.write_failed(e, &write.what),
                 },
             }
         }
@@ -1194,7 +1281,7 @@ impl<R: Runtime> Session<R> {
             };
             match self.execute(&ops).await {
                 Ok(()) => tracing::info!(target: "controller", topic = %name, "topic deleted"),
-                Err(e) => return self.write_failed(e),
+                Err(e) => return self.write_failed(e, &format!("delete topic {name}")),
             }
         }
         Ok(())
@@ -1202,7 +1289,7 @@ impl<R: Runtime> Session<R> {
 
     /// A controller write failed: on the fence, the office is lost; otherwise the next scan
     /// shows what changed.
-    fn write_failed(&mut self, e: CoordError) -> Step<()> {
+    fn write_failed(&mut self, e: CoordError, what: &str) -> Step<()> {
         if fatal(&e) {
             return Err(End::Expired);
         }
@@ -1211,7 +1298,7 @@ impl<R: Runtime> Session<R> {
                 tracing::warn!(target: "controller", broker = c.id.0, epoch = c.epoch, "controller fenced: a newer controller epoch exists");
             }
         } else {
-            tracing::debug!(target: "controller", error = %e, "controller write failed; re-reading");
+            tracing::debug!(target: "controller", error = %e, what, "controller write failed; re-reading");
         }
         Ok(())
     }
@@ -1233,7 +1320,7 @@ impl<R: Runtime> Session<R> {
         let (bump, epoch) = election::bump_epoch(current);
         match self.execute(&bump.ops).await {
             Ok(()) => {
-                let c = election::elected(self.me(), current, self.cluster.controller);
+                let c = election::elected(self.me(), current, self.controller_config());
                 tracing::info!(target: "controller", broker = self.me().0, controller_epoch = epoch, "became controller");
                 self.controller = Some(c);
                 self.balanced_for = None;
@@ -1269,7 +1356,7 @@ impl<R: Runtime> Session<R> {
         }
         let live = i32::try_from(scan.controller_view.live_brokers.len()).unwrap_or(i32::MAX);
         let rf = i32::from(replication_factor).min(live).max(1);
-        let creator = Controller::new(self.me(), 0, 0, self.cluster.controller);
+        let creator = Controller::new(self.me(), 0, 0, self.controller_config());
         let draw = CreateTopicDraw {
             topic_id: crate::broker::TopicId::from_random(self.rt.random_u64(), self.rt.random_u64()),
             start_index: self.rt.random_u64() as usize,
@@ -1312,7 +1399,7 @@ impl<R: Runtime> Session<R> {
         match request {
             AdminRequest::Create(req) => {
                 // Creation conflicts only with itself: any broker may write it, unfenced.
-                let creator = Controller::new(self.me(), 0, 0, self.cluster.controller);
+                let creator = Controller::new(self.me(), 0, 0, self.controller_config());
                 for t in &req.topics {
                     let configs: BTreeMap<String, String> = t
                         .configs
@@ -1391,7 +1478,7 @@ impl<R: Runtime> Session<R> {
                 let deciding = self
                     .controller
                     .clone()
-                    .unwrap_or_else(|| Controller::new(self.me(), 0, 0, self.cluster.controller));
+                    .unwrap_or_else(|| Controller::new(self.me(), 0, 0, self.controller_config()));
                 let view = &scan.controller_view;
                 let changes = deciding.preferred_leader_elections(view);
                 for (topic, p) in items {
@@ -1480,7 +1567,7 @@ impl<R: Runtime> Session<R> {
         }
         // Any broker may write it: both znodes are compare-and-set, which orders it against the
         // controller's and the leaders' writes (as topic creation).
-        let deciding = Controller::new(self.me(), 0, 0, self.cluster.controller);
+        let deciding = Controller::new(self.me(), 0, 0, self.controller_config());
         for _ in 0..ATTEMPTS_MAX {
             let write = match deciding.alter_reassignment(view, topic, p, target) {
                 Ok(Some(write)) => write,

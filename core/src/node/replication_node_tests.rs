@@ -254,6 +254,7 @@ fn acks_all_is_answered_after_the_follower_fetched_and_a_late_follower_catches_u
         leader_epoch: LeaderEpoch(1),
         isr: vec![BrokerId(0), BrokerId(1)],
         controller_epoch: 1,
+        elr: Vec::new(),
     };
     let b = |i: i32| brokers.borrow()[&i].clone();
     apply(&rts[0], &b(0), &record, &state, &[0, 1]);
@@ -339,6 +340,7 @@ fn acks_all_is_answered_after_the_follower_fetched_and_a_late_follower_catches_u
         leader_epoch: LeaderEpoch(2),
         isr: vec![BrokerId(0), BrokerId(1), BrokerId(2)],
         controller_epoch: 1,
+        elr: Vec::new(),
     };
     for i in 0..3 {
         let now = net.now_ms.get();

@@ -43,6 +43,25 @@ thread_local! {
     static BROKERS: RefCell<BTreeMap<usize, Weak<RefCell<Broker>>>> = const { RefCell::new(BTreeMap::new()) };
 }
 
+thread_local! {
+    /// Coordinators (by index) whose process stopped itself (Raft failed: a disk error), in the
+    /// order they stopped, until the supervisor restarts them.
+    static STOPPED: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The supervisor's part of the heal (systemd's `Restart=on-failure`, once the operator fixed
+/// the disk): restarts every coordinator whose process stopped itself after a disk error. A
+/// node the nemesis or a quorum change stopped is not among them (their `main` never returns).
+/// Without it a run where two of three coordinators hit disk faults ends with no quorum, and
+/// its final read reads nothing (swarm seed 4492179675094813738).
+pub fn restart_stopped_coordinators(world: &World, coordinators: &[NodeIndex]) {
+    for i in STOPPED.with(|s| std::mem::take(&mut *s.borrow_mut())) {
+        let Some(&node) = coordinators.get(i) else { continue };
+        tracing::info!(target: "nemesis", node = %world.name(node), "supervisor restarts a coordinator that stopped itself");
+        world.restart_exited(node);
+    }
+}
+
 /// Whether the scenario runs as a replicated cluster.
 pub fn is_cluster(s: &Scenario) -> bool {
     s.cluster.brokers > 1
@@ -64,6 +83,7 @@ pub(super) fn coordinator_addrs(s: &Scenario) -> Vec<String> {
 /// Adds the broker nodes then the coordinator nodes; returns (brokers, coordinators).
 pub fn add_nodes(world: &World, scenario: &Scenario) -> (Vec<NodeIndex>, Vec<NodeIndex>) {
     BROKERS.with(|b| b.borrow_mut().clear());
+    STOPPED.with(|s| s.borrow_mut().clear());
     let s = Arc::new(scenario.clone());
     let brokers = (0..scenario.cluster.brokers as usize)
         .map(|i| {
@@ -103,6 +123,7 @@ async fn coordinator_main(rt: SimRuntime, s: Arc<Scenario>, i: usize) {
         Ok(serve) => serve.await,
         Err(e) => tracing::error!(target: "coordinator", node = i, error = %e, "coordinator failed to start"),
     }
+    STOPPED.with(|s| s.borrow_mut().push(i));
 }
 
 async fn broker_main(rt: SimRuntime, s: Arc<Scenario>, index: usize) {
