@@ -246,6 +246,7 @@ fn isr_shrinks_after_lag_and_expands_after_catching_up() {
     assert_eq!(proposals.len(), 1, "follower 2 fell behind: {proposals:?}");
     let p = &proposals[0];
     assert_eq!((p.new_state.isr.clone(), p.expected_zk_version), (ids(&[0, 1]), 0));
+    assert!(p.new_state.elr.is_empty(), "the ISR stays at min ISR 2: nobody needs to stay eligible");
     assert!(
         c[0].broker.poll_isr_proposals(1_500).is_empty(),
         "one proposal in flight at a time"
@@ -282,6 +283,8 @@ fn isr_shrinks_after_lag_and_expands_after_catching_up() {
     let ok = produce(&mut c[0], 2, -1, 1_900).expect("appended");
     let shrink = c[0].broker.poll_isr_proposals(3_500);
     assert_eq!(shrink[0].new_state.isr, ids(&[0]), "both followers silent since 1_700");
+    // KIP-966: below min ISR, the followers that left hold everything acknowledged: eligible.
+    assert_eq!(shrink[0].new_state.elr, ids(&[1, 2]));
     c[0].broker
         .isr_update_result(T, 0, IsrUpdateResult::Committed { zk_version: 4 });
     assert_eq!(
@@ -665,4 +668,27 @@ fn a_reassignment_adds_a_follower_that_catches_up_joins_the_isr_and_the_removed_
         Err(ErrorCode::NotLeaderOrFollower),
         "a removed replica is no follower any more"
     );
+}
+
+/// KIP-966's unclean recovery reads each replica's log end once it applied the offline state:
+/// not before (it may still be following), and for that offline epoch only.
+#[test]
+fn an_offline_replica_reports_its_log_end_for_the_offline_epoch_only() {
+    let (mut c, rec) = three_in_sync();
+    produce(&mut c[0], 1, -1, 100).expect("appended");
+    produce(&mut c[0], 2, -1, 110).expect("appended");
+    pump(&mut c, 1, 0, 200);
+    assert_eq!(c[1].broker.offline_log_end(T, 0, LeaderEpoch(1)), None, "following, not offline");
+    let offline = ZkState {
+        leader: None,
+        ..zk(0, 2, &[0, 1, 2])
+    };
+    apply(&mut c, &[1, 2], &rec, &offline, 1, 300);
+    let r = c[1].broker.offline_log_end(T, 0, LeaderEpoch(2)).expect("offline at epoch 2");
+    println!("follower 1 offline: {r:?}; follower 2: {:?}", c[2].broker.offline_log_end(T, 0, LeaderEpoch(2)));
+    assert_eq!((r.last_epoch, r.log_end), (LeaderEpoch(1), leo(&c[1]).0));
+    assert!(r.log_end > 0, "follower 1 fetched the records");
+    let r2 = c[2].broker.offline_log_end(T, 0, LeaderEpoch(2)).expect("offline at epoch 2");
+    assert!(r2.log_end < r.log_end, "follower 2 never fetched: the shorter log");
+    assert_eq!(c[1].broker.offline_log_end(T, 0, LeaderEpoch(3)), None, "another epoch");
 }
