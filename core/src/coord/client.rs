@@ -329,6 +329,11 @@ impl<R: Runtime> CoordClient<R> {
         self.inner.borrow().expired
     }
 
+    /// The address of the leader that answered last (`None` before any answer).
+    pub fn server(&self) -> Option<String> {
+        self.inner.borrow().server.clone()
+    }
+
     /// How many times the answering leader changed (watches registered before are gone).
     pub fn server_changes(&self) -> u64 {
         self.inner.borrow().server_changes

@@ -20,6 +20,11 @@
 //!   at its election (ZooKeeper does the same), so a session expires only after its owner stopped
 //!   reaching a leader for a whole timeout.
 //! - Snapshots: when Raft reports compaction due, the tree's snapshot is handed to `compact`.
+//! - Peer addresses: a node starts knowing its configured `peers`, and learns more from the
+//!   tree's [`COORDINATOR_ADDRS_PATH`] (`/coordinators/<id>` holding `host:port`, written by
+//!   `gregor coordinators add` before the node is added): every node applies the same entries, so
+//!   the leader can reach a joining node, and the others can point clients at it once it leads.
+//!   An address once known is kept for the process's life (a changed one is logged and ignored).
 //! - With a cluster secret ([`CoordNodeConfig::secret`]) every accepted connection must pass the
 //!   [`super::auth`] handshake before its first request or peer frame is looked at, and then
 //!   carries only the frames of the role it proved (a client's requests, or a peer's Raft
@@ -55,6 +60,9 @@ use crate::runtime::{Connection, Listener, Runtime};
 pub const SESSION_EVENTS_MAX: usize = 10_000;
 /// Peer frames queued per peer at most.
 pub const PEER_OUTBOX_FRAMES_MAX: usize = 4096;
+/// Where the quorum keeps the addresses of nodes that joined after it started: one child per
+/// node, named by its id, holding `host:port`.
+pub const COORDINATOR_ADDRS_PATH: &str = "/coordinators";
 /// Raft calls made in one pump at most (outputs can ask for a sync, which can emit outputs).
 const PUMP_ROUNDS_MAX: usize = 64;
 
@@ -153,6 +161,8 @@ struct Node {
     /// Whether this process has led yet.
     led: bool,
     outboxes: BTreeMap<NodeId, Mailbox<Bytes>>,
+    /// Peers whose sender task is not started yet (the ticker starts them).
+    unsent_peers: Vec<(String, Mailbox<Bytes>)>,
     failed: Option<RaftError>,
 }
 
@@ -200,6 +210,7 @@ impl Node {
                 Ok(tree) => {
                     self.tree = tree;
                     self.applied = index.0;
+                    self.learn_peers();
                     if self.role == Role::Leader {
                         self.restart_session_timers(now_ms);
                     }
@@ -268,6 +279,9 @@ impl Node {
                 Ok(cmd) => {
                     let mut changes = Vec::new();
                     let applied = self.tree.apply(index.0, &cmd, &mut changes);
+                    if changes.iter().any(|c| is_addr_path(&c.path)) {
+                        self.learn_peers();
+                    }
                     for (session, event) in self.watches.fire(&changes) {
                         let queue = self.events.entry(session).or_default();
                         if queue.len() >= SESSION_EVENTS_MAX {
@@ -304,6 +318,43 @@ impl Node {
             match (&result, i == index.0 && proposed_term == term) {
                 (Some(applied), true) => slot.fill(Ok(applied.clone())),
                 _ => slot.fill(Err(RpcError::Unknown)),
+            }
+        }
+    }
+
+    /// Adds every node named under [`COORDINATOR_ADDRS_PATH`] that this node does not know yet
+    /// to its peers (a sender task starts at the next tick). Entries that do not parse are
+    /// logged and skipped: the tree is written by clients.
+    fn learn_peers(&mut self) {
+        let Ok(children) = self.tree.children(COORDINATOR_ADDRS_PATH) else {
+            return;
+        };
+        for name in children {
+            let path = format!("{COORDINATOR_ADDRS_PATH}/{name}");
+            let parsed = match (name.parse::<u64>(), self.tree.get(&path)) {
+                (Ok(id), Ok((data, _))) if id > 0 => match String::from_utf8(data) {
+                    Ok(addr) if is_host_port(&addr) => Some((NodeId(id), addr)),
+                    _ => None,
+                },
+                _ => None,
+            };
+            let Some((id, addr)) = parsed else {
+                tracing::warn!(node = self.config.id.0, %path, "coordinator: not an id=host:port entry; ignored");
+                continue;
+            };
+            match self.config.peers.iter().find(|(p, _)| *p == id) {
+                Some((_, known)) if *known == addr => {}
+                Some((_, known)) => {
+                    tracing::warn!(node = self.config.id.0, peer = id.0, %known, %addr,
+                        "coordinator: a known peer's address changed in the tree; keeping the one in use until restart");
+                }
+                None => {
+                    tracing::info!(node = self.config.id.0, peer = id.0, %addr, "coordinator: learned a peer's address");
+                    let outbox = Mailbox::new(PEER_OUTBOX_FRAMES_MAX);
+                    self.outboxes.insert(id, outbox.clone());
+                    self.unsent_peers.push((addr.clone(), outbox));
+                    self.config.peers.push((id, addr));
+                }
             }
         }
     }
@@ -361,6 +412,19 @@ impl Node {
 
 type Shared = Rc<RefCell<Node>>;
 
+fn is_addr_path(path: &str) -> bool {
+    path.strip_prefix(COORDINATOR_ADDRS_PATH)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+/// `host:port` with a non-empty host, a port 1..=65535, and a bounded length.
+pub fn is_host_port(addr: &str) -> bool {
+    addr.len() <= wire::ADDR_BYTES_MAX
+        && addr
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0))
+}
+
 /// Opens the node's Raft state from disk and returns the future that runs the node: it listens,
 /// connects to its peers and serves until Raft fails (then it returns, to be restarted).
 pub fn start_coordinator<R: Runtime>(rt: R, config: CoordNodeConfig) -> Result<impl Future<Output = ()>, StartError> {
@@ -408,11 +472,16 @@ fn start<R: Runtime>(
     let now = rt.monotonic_ms();
     let seed = rt.random_u64();
     let raft = rt.with_disk(|disk| Raft::open(disk, raft_config, now, seed))?;
-    let outboxes = config
+    let outboxes: BTreeMap<NodeId, Mailbox<Bytes>> = config
         .peers
         .iter()
         .filter(|(id, _)| *id != config.id)
         .map(|(id, _)| (*id, Mailbox::new(PEER_OUTBOX_FRAMES_MAX)))
+        .collect();
+    let unsent_peers = config
+        .peers
+        .iter()
+        .filter_map(|(id, addr)| outboxes.get(id).map(|m| (addr.clone(), m.clone())))
         .collect();
     let node = Rc::new(RefCell::new(Node {
         config,
@@ -431,6 +500,7 @@ fn start<R: Runtime>(
         doomed: BTreeSet::new(),
         led: false,
         outboxes,
+        unsent_peers,
         failed: None,
     }));
     // Outputs of open (RestoreSnapshot, Apply of the durable committed prefix) first.
@@ -439,18 +509,11 @@ fn start<R: Runtime>(
 }
 
 async fn run<R: Runtime>(rt: R, node: Shared, bound: Option<R::Listener>) {
-    let (listen, peers, tick_ms, backoff, secret) = {
+    let (listen, tick_ms, backoff, secret) = {
         let n = node.borrow();
-        let peers: Vec<(String, Mailbox<Bytes>)> = n
-            .config
-            .peers
-            .iter()
-            .filter_map(|(id, addr)| n.outboxes.get(id).map(|m| (addr.clone(), m.clone())))
-            .collect();
         let t = &n.config.timing;
         (
             n.config.listen.clone(),
-            peers,
             t.tick_ms.max(1),
             (t.peer_backoff_ms_min.max(1), t.peer_backoff_ms_max.max(1)),
             n.config.secret.clone(),
@@ -467,14 +530,18 @@ async fn run<R: Runtime>(rt: R, node: Shared, bound: Option<R::Listener>) {
             return;
         }
     };
-    for (addr, outbox) in peers {
-        rt.spawn(peer_sender(rt.clone(), addr, outbox, backoff, secret.clone()));
-    }
-    rt.spawn(acceptor(rt.clone(), node.clone(), listener, secret));
-    // The ticker: Raft's timers and session expiry, until Raft fails.
+    let start_senders = |n: &mut Node| {
+        for (addr, outbox) in std::mem::take(&mut n.unsent_peers) {
+            rt.spawn(peer_sender(rt.clone(), addr, outbox, backoff, secret.clone()));
+        }
+    };
+    start_senders(&mut node.borrow_mut());
+    rt.spawn(acceptor(rt.clone(), node.clone(), listener, secret.clone()));
+    // The ticker: peers' senders, Raft's timers and session expiry, until Raft fails.
     loop {
         let wait_ms = {
             let mut n = node.borrow_mut();
+            start_senders(&mut n);
             let now = rt.monotonic_ms();
             rt.with_disk(|disk| {
                 n.pump(disk, now);
