@@ -7,12 +7,18 @@
 //! (on the leader) when each session was last heard from.
 //!
 //! Contract:
-//! - Only the leader serves clients; other nodes answer `NotLeader` with the leader's address.
+//! - Only the leader serves clients (but for `Local` reads, below); other nodes answer `NotLeader`
+//!   with the leader's address.
 //! - A write is answered when the entry it proposed applies (the leader remembers index and term
 //!   of each proposal; a different term at that index means it was overwritten: `Unknown`, as is
 //!   a proposal still pending when leadership is lost or the write timeout passes).
 //! - A read with `sync` is served after a read-index round confirms leadership and the tree has
 //!   applied that index (linearizable); without, from the leader's applied state.
+//! - A [`Request::Local`] read is served by any node from its own applied state (possibly
+//!   stale, as ZooKeeper's reads), its watch registered on that node and its events sent with
+//!   that node's next response to the session. Its `Sync` asks the leader for its read index
+//!   (a [`Request::ReadIndex`] on a fresh connection) and waits to apply it; a node that cannot
+//!   get that answer within the request timeout refuses rather than answer stale.
 //! - Watch events are queued per session when the change applies and sent, before the answer, in
 //!   the next response to that session: a read that sees a change is preceded by its event.
 //! - Heartbeats are not replicated: the leader keeps the last-heard time of each session and
@@ -49,7 +55,9 @@ use thiserror::Error;
 use super::auth::{self, AuthError, AuthRole, ClusterSecret, HANDSHAKE_MS_MAX};
 use super::tree::{Applied, Command, SessionId, Tree, TreeError, WatchEvent, WatchKind, Watches};
 use super::wait::{timeout, Mailbox, Slot};
-use super::wire::{self, FrameKind, Reply, Request, RequestFrame, Response, RpcError, EVENTS_PER_RESPONSE_MAX};
+use super::wire::{
+    self, FrameKind, LocalRead, Reply, Request, RequestFrame, Response, RpcError, EVENTS_PER_RESPONSE_MAX,
+};
 use crate::consensus::{
     LogIndex, MembershipChange, MembershipError, NodeId, Output, ProposeError, Raft, RaftConfig, RaftError, Role, Term,
 };
@@ -399,6 +407,34 @@ impl Node {
         }
     }
 
+    /// Answers a read from this node's applied tree, registering its watch.
+    fn read(&mut self, session: SessionId, read: LocalRead) -> Result<Reply, RpcError> {
+        match read {
+            LocalRead::Get { path, watch } => {
+                let (data, stat) = self.tree.get(&path).map_err(RpcError::Tree)?;
+                if watch {
+                    self.watches.add(session, &path, WatchKind::Data);
+                }
+                Ok(Reply::Data(data, stat))
+            }
+            LocalRead::Exists { path, watch } => {
+                let stat = self.tree.exists(&path).map_err(RpcError::Tree)?;
+                if watch {
+                    self.watches.add(session, &path, WatchKind::Data);
+                }
+                Ok(Reply::Stat(stat))
+            }
+            LocalRead::Children { path, watch } => {
+                let names = self.tree.children(&path).map_err(RpcError::Tree)?;
+                if watch {
+                    self.watches.add(session, &path, WatchKind::Children);
+                }
+                Ok(Reply::Children(names))
+            }
+            LocalRead::Sync => Err(RpcError::Tree(TreeError::BadArguments)),
+        }
+    }
+
     fn take_events(&mut self, session: SessionId) -> Vec<WatchEvent> {
         match self.events.get_mut(&session) {
             Some(queue) => {
@@ -717,13 +753,16 @@ async fn handle_request<R: Runtime>(rt: &R, node: &Shared, frame: RequestFrame) 
 }
 
 async fn answer<R: Runtime>(rt: &R, node: &Shared, session: SessionId, request: Request) -> Result<Reply, RpcError> {
+    if let Request::Local(read) = request {
+        return local_read(rt, node, session, read).await;
+    }
     let now = rt.monotonic_ms();
     {
         let mut n = node.borrow_mut();
         if n.role != Role::Leader {
             return Err(n.not_leader());
         }
-        let needs_session = !matches!(request, Request::CreateSession { .. });
+        let needs_session = !matches!(request, Request::CreateSession { .. } | Request::ReadIndex);
         if needs_session {
             if !n.tree.session_live(session) {
                 return Err(RpcError::Tree(TreeError::SessionExpired));
@@ -766,38 +805,87 @@ async fn answer<R: Runtime>(rt: &R, node: &Shared, session: SessionId, request: 
         }
         Request::Membership(change) => membership(rt, node, change).await,
         Request::Get { path, watch, sync } => {
-            if sync {
-                read_barrier(rt, node).await?;
-            }
-            let mut n = node.borrow_mut();
-            let r = n.tree.get(&path).map_err(RpcError::Tree)?;
-            if watch {
-                n.watches.add(session, &path, WatchKind::Data);
-            }
-            Ok(Reply::Data(r.0, r.1))
+            leader_read(rt, node, session, LocalRead::Get { path, watch }, sync).await
         }
         Request::Exists { path, watch, sync } => {
-            if sync {
-                read_barrier(rt, node).await?;
-            }
-            let mut n = node.borrow_mut();
-            let r = n.tree.exists(&path).map_err(RpcError::Tree)?;
-            if watch {
-                n.watches.add(session, &path, WatchKind::Data);
-            }
-            Ok(Reply::Stat(r))
+            leader_read(rt, node, session, LocalRead::Exists { path, watch }, sync).await
         }
         Request::Children { path, watch, sync } => {
-            if sync {
-                read_barrier(rt, node).await?;
-            }
-            let mut n = node.borrow_mut();
-            let r = n.tree.children(&path).map_err(RpcError::Tree)?;
-            if watch {
-                n.watches.add(session, &path, WatchKind::Children);
-            }
-            Ok(Reply::Children(r))
+            leader_read(rt, node, session, LocalRead::Children { path, watch }, sync).await
         }
+        Request::ReadIndex => Ok(Reply::ReadIndex(read_barrier(rt, node).await?.0)),
+        // Answered before the leader check above.
+        Request::Local(_) => Err(RpcError::Retry),
+    }
+}
+
+/// A read on the leader; with `sync`, after a read-index round (linearizable).
+async fn leader_read<R: Runtime>(
+    rt: &R,
+    node: &Shared,
+    session: SessionId,
+    read: LocalRead,
+    sync: bool,
+) -> Result<Reply, RpcError> {
+    if sync {
+        read_barrier(rt, node).await?;
+    }
+    node.borrow_mut().read(session, read)
+}
+
+/// [`Request::Local`]: served by any node from its applied state. A node that has not applied
+/// the session's creation cannot tell it from an expired one, so it refuses (`Retry`) rather
+/// than expire a live session; the leader path (pings) decides expiry.
+async fn local_read<R: Runtime>(rt: &R, node: &Shared, session: SessionId, read: LocalRead) -> Result<Reply, RpcError> {
+    if !node.borrow().tree.session_live(session) {
+        return Err(RpcError::Retry);
+    }
+    if read == LocalRead::Sync {
+        catch_up(rt, node).await?;
+        return Ok(Reply::Synced);
+    }
+    node.borrow_mut().read(session, read)
+}
+
+/// ZooKeeper's `sync` on any node: waits until this node has applied the leader's commit index
+/// as of now (asked of the leader, which confirms it still leads first). Refused (`Retry`) when
+/// the leader is unknown or cannot answer within the request timeout, so a node cut off from
+/// the quorum never reports itself caught up.
+async fn catch_up<R: Runtime>(rt: &R, node: &Shared) -> Result<(), RpcError> {
+    if node.borrow().role == Role::Leader {
+        return read_barrier(rt, node).await.map(|_| ());
+    }
+    let (leader, secret, timeout_ms) = {
+        let n = node.borrow();
+        let leader = n.addr_of(n.leader.filter(|l| *l != n.config.id));
+        (leader, n.config.secret.clone(), n.config.timing.request_timeout_ms)
+    };
+    let leader = leader.ok_or(RpcError::Retry)?;
+    let deadline = rt.monotonic_ms() + timeout_ms;
+    let index = match timeout(rt, timeout_ms, ask_read_index(rt, &leader, secret.as_ref())).await {
+        Some(Some(index)) => index,
+        _ => return Err(RpcError::Retry),
+    };
+    wait_applied(rt, node, index, deadline).await
+}
+
+/// One [`Request::ReadIndex`] exchange with the leader at `addr` on a fresh connection (a sync
+/// is rare; its cost is the leader's read-index round anyway). `None` on any failure.
+async fn ask_read_index<R: Runtime>(rt: &R, addr: &str, secret: Option<&ClusterSecret>) -> Option<LogIndex> {
+    let frame = RequestFrame {
+        request_id: 1,
+        session: SessionId(0),
+        request: Request::ReadIndex,
+    };
+    let sent = std::cell::Cell::new(false);
+    match super::client::exchange(rt, None, addr, secret, &frame, &sent)
+        .await
+        .ok()?
+        .1
+        .result
+    {
+        Ok(Reply::ReadIndex(index)) => Some(LogIndex(index)),
+        _ => None,
     }
 }
 
@@ -879,8 +967,9 @@ async fn write<R: Runtime>(rt: &R, node: &Shared, command: Command) -> Result<Ap
     }
 }
 
-/// Waits until a read-index round confirmed leadership and the tree applied that index.
-async fn read_barrier<R: Runtime>(rt: &R, node: &Shared) -> Result<(), RpcError> {
+/// Waits until a read-index round confirmed leadership and the tree applied that index; returns
+/// the index.
+async fn read_barrier<R: Runtime>(rt: &R, node: &Shared) -> Result<LogIndex, RpcError> {
     let slot = Slot::default();
     let timeout_ms = {
         let mut n = node.borrow_mut();
@@ -902,6 +991,12 @@ async fn read_barrier<R: Runtime>(rt: &R, node: &Shared) -> Result<(), RpcError>
         None => return Err(RpcError::Retry),
     };
     // Usually applied already: the leader applies as it commits.
+    wait_applied(rt, node, index, deadline).await?;
+    Ok(index)
+}
+
+/// Waits (until `deadline`, then `Retry`) for this node to apply `index`.
+async fn wait_applied<R: Runtime>(rt: &R, node: &Shared, index: LogIndex, deadline: u64) -> Result<(), RpcError> {
     while node.borrow().applied < index.0 {
         if rt.monotonic_ms() >= deadline {
             return Err(RpcError::Retry);
