@@ -123,20 +123,11 @@ fn load(config: &Option<PathBuf>, keys: &[&str]) -> anyhow::Result<ServerConfig>
 fn parse_peers(peers: &[String]) -> anyhow::Result<Vec<(NodeId, String)>> {
     let mut out = Vec::new();
     for p in peers {
-        let (id, addr) = p
-            .split_once('=')
-            .with_context(|| format!("--peers entry {p:?} is not id=host:port"))?;
-        let id: u64 = id
-            .trim()
-            .parse()
-            .with_context(|| format!("--peers entry {p:?}: {id:?} is not a node id"))?;
-        if id == 0 {
-            bail!("--peers entry {p:?}: node ids start at 1");
-        }
+        let (NodeId(id), addr) = crate::cli::coordinators::parse_node(p).context("--peers entry")?;
         if out.iter().any(|(n, _): &(NodeId, String)| n.0 == id) {
             bail!("--peers names node {id} twice");
         }
-        out.push((NodeId(id), addr.trim().to_string()));
+        out.push((NodeId(id), addr));
     }
     if out.is_empty() {
         bail!("--peers is empty: name every coordinator, this one included");
