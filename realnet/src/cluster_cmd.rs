@@ -55,6 +55,11 @@ pub struct CoordinatorArgs {
     /// Data directory, created if missing; one process at a time (`log.dirs`).
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+    /// This node joins a running quorum: it starts outside the voters (`--peers` then names the
+    /// current members and this node) and waits, never campaigning, until `gregor coordinators
+    /// add` adds it. Once a membership change is in its log, the log rules and the flag is moot.
+    #[arg(long)]
+    pub join: bool,
     /// A file holding the cluster secret that brokers and the other coordinators must prove
     /// before this coordinator serves them (`coordinator.auth.secret.file`; unset: anyone may
     /// connect, with a warning).
@@ -118,20 +123,11 @@ fn load(config: &Option<PathBuf>, keys: &[&str]) -> anyhow::Result<ServerConfig>
 fn parse_peers(peers: &[String]) -> anyhow::Result<Vec<(NodeId, String)>> {
     let mut out = Vec::new();
     for p in peers {
-        let (id, addr) = p
-            .split_once('=')
-            .with_context(|| format!("--peers entry {p:?} is not id=host:port"))?;
-        let id: u64 = id
-            .trim()
-            .parse()
-            .with_context(|| format!("--peers entry {p:?}: {id:?} is not a node id"))?;
-        if id == 0 {
-            bail!("--peers entry {p:?}: node ids start at 1");
-        }
+        let (NodeId(id), addr) = crate::cli::coordinators::parse_node(p).context("--peers entry")?;
         if out.iter().any(|(n, _): &(NodeId, String)| n.0 == id) {
             bail!("--peers names node {id} twice");
         }
-        out.push((NodeId(id), addr.trim().to_string()));
+        out.push((NodeId(id), addr));
     }
     if out.is_empty() {
         bail!("--peers is empty: name every coordinator, this one included");
@@ -185,14 +181,19 @@ pub fn coordinator(args: CoordinatorArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .find(|(n, _)| n.0 == id)
         .map(|(_, addr)| addr.clone())
-        .with_context(|| format!("node {id} is not one of the quorum's voters"))?;
+        .with_context(|| format!("node {id} is not one of --peers"))?;
+    if args.join && peers.len() < 2 {
+        bail!("--join needs --peers to name the running quorum's members as well as this node");
+    }
     explicit_port(&listen, "--peers")?;
     let secret = coordinator_secret(args.coordinator_auth_secret_file.as_deref(), &file)?;
     let (rt, lock) = open(&data_dir)?;
     let config = CoordNodeConfig {
         id: NodeId(id),
+        voters: args
+            .join
+            .then(|| peers.iter().map(|(n, _)| *n).filter(|n| n.0 != id).collect()),
         peers,
-        voters: None,
         listen: listen.clone(),
         dir: "coordinator".into(),
         timing: CoordTiming::default(),

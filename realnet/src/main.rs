@@ -80,6 +80,8 @@ enum Command {
         #[command(subcommand)]
         command: cli::partitions::BrokersCommand,
     },
+    /// Lists the coordinator quorum's members; adds or removes one (talks to the coordinators).
+    Coordinators(cli::coordinators::CoordinatorsArgs),
     /// Bounded load from Gregor's client: records/s, MB/s, latency percentiles.
     Perf {
         #[command(subcommand)]
@@ -116,6 +118,7 @@ fn main() -> ExitCode {
         Command::Brokers { connect, command } => {
             cli::partitions::run_brokers(&connect, command).map(|()| ExitCode::SUCCESS)
         }
+        Command::Coordinators(args) => cli::coordinators::run(args).map(|()| ExitCode::SUCCESS),
         Command::Perf { command } => cli::perf::run(command).map(|()| ExitCode::SUCCESS),
     };
     match result {

@@ -810,3 +810,129 @@ fn broker_with_a_wrong_cluster_secret_cannot_register_while_the_members_serve() 
         );
     }
 }
+
+/// Issue 9, item 4, from the command line: coordinator 4 starts outside the quorum (`--join`),
+/// `gregor coordinators add` makes it a voter and `remove 1` takes coordinator 1 out; then 1 and
+/// also 2 are killed, so the remaining majority of {2,3,4} is 3 and 4: every commit needs the new
+/// node. The brokers were only ever given coordinators 1 to 3, and reach 4 through the
+/// leader hints when it leads. The cluster still creates a topic (the controller writes to the
+/// coordinators) and serves produce and consume, and `list` shows voters 2,3,4. Bad input is
+/// refused with its reason, before anything is proposed.
+#[test]
+fn coordinator_added_and_removed_from_the_cli_while_the_cluster_serves() {
+    let mut cluster = start_cluster();
+    let dir = cluster.dir.path().to_path_buf();
+    let coordinators = cluster.coordinators.clone();
+    let port4 = free_port();
+    let addr4 = format!("127.0.0.1:{port4}");
+    let mut peers: Vec<String> = coordinators
+        .split(',')
+        .enumerate()
+        .map(|(i, a)| format!("{}={a}", i + 1))
+        .collect();
+    peers.push(format!("4={addr4}"));
+    let _coord4 = Proc::start(
+        vec![
+            "coordinator".into(),
+            "--id".into(),
+            "4".into(),
+            "--peers".into(),
+            peers.join(","),
+            "--join".into(),
+            "--data-dir".into(),
+            dir.join("c3").display().to_string(),
+        ],
+        dir.join("c3.log"),
+    );
+    let admin = |args: &[&str], via: &str| {
+        let mut all = vec!["coordinators", "--coordinators", via];
+        all.extend_from_slice(args);
+        let (ok, out) = gregor(&all);
+        println!("gregor coordinators {}: ok={ok}\n{}", args.join(" "), out.trim());
+        (ok, out)
+    };
+    let (ok, out) = admin(&["list"], &coordinators);
+    assert!(
+        ok && out.contains("voters: 1,2,3\n") && out.contains("learners: \n"),
+        "{out}"
+    );
+
+    // Refusals, each with its reason; none changes the membership.
+    let refusals: [(&[&str], &str); 4] = [
+        (&["remove", "9"], "not a member"),
+        (&["add", "5=nowhere"], "is not HOST:PORT"),
+        (&["add", "x=127.0.0.1:1"], "is not a node id"),
+        (&["add", "2=127.0.0.1:1"], "already a voter"),
+    ];
+    for (args, why) in refusals {
+        let (ok, out) = admin(args, &coordinators);
+        assert!(!ok && out.contains(why), "{args:?} should fail with {why:?}: {out}");
+        assert!(!out.contains("panicked"), "{out}");
+    }
+
+    let (ok, out) = admin(&["add", &format!("4={addr4}")], &coordinators);
+    assert!(ok && out.contains("voters: 1,2,3,4; learners: \n"), "{out}");
+    let (ok, out) = admin(&["remove", "1"], &coordinators);
+    assert!(ok && out.contains("voters: 2,3,4; learners: \n"), "{out}");
+    println!("SIGKILL coordinator 1 (removed) and coordinator 2 (a voter): commits now need 4");
+    cluster.coords[0].kill();
+    cluster.coords[1].kill();
+    let survivors = format!(
+        "{},{addr4}",
+        coordinators.split(',').nth(2).expect("three coordinators")
+    );
+    let (ok, out) = admin(&["list"], &survivors);
+    assert!(ok && out.contains("voters: 2,3,4\n"), "{out}");
+
+    // The cluster serves: a topic is created (the controller writes to the coordinators) and
+    // records produced with acks=all come back.
+    let bootstrap = cluster.bootstrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (ok, out) = gregor(&[
+            "topics",
+            "--bootstrap-server",
+            &bootstrap,
+            "create",
+            "after",
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "3",
+        ]);
+        if ok || out.contains("already exists") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "topic creation kept failing: {out}");
+        thread::sleep(Duration::from_millis(500));
+    }
+    while leader_of_partition_0(&bootstrap, "after").is_none() {
+        assert!(Instant::now() < deadline, "no leader for after-0");
+        thread::sleep(Duration::from_millis(200));
+    }
+    let sent: Vec<String> = (0..20).map(|i| format!("record-{i:02}")).collect();
+    let input: String = sent.iter().map(|l| format!("{l}\n")).collect();
+    let (ok, out) = gregor_with_input(
+        &["produce", "--bootstrap-server", &bootstrap, "after", "--acks", "all"],
+        input.as_bytes(),
+    );
+    assert!(ok, "produce failed: {out}");
+    let (ok, out) = gregor(&[
+        "consume",
+        "--bootstrap-server",
+        &bootstrap,
+        "after",
+        "--from-beginning",
+        "--max-messages",
+        "20",
+        "--timeout-ms",
+        "10000",
+    ]);
+    assert!(ok, "consume failed: {out}");
+    let got: Vec<&str> = out.lines().filter(|l| l.starts_with("record-")).collect();
+    assert_eq!(got, sent, "consumed records differ from produced ones");
+    println!(
+        "compared {} records produced and consumed after the replacement",
+        got.len()
+    );
+}

@@ -900,3 +900,113 @@ fn three_coordinators_with_a_secret_serve_only_clients_proving_it() {
     println!("right secret, wrong secret, none: {outcomes:?}");
     assert_eq!(outcomes, ["Ok(())", "Err(Unavailable)", "Err(Unavailable)"]);
 }
+
+/// Waits (bounded: 60 s of simulated time) until `phase` reaches `at_least`.
+async fn await_phase(phase: &Mutex<u32>, at_least: u32) {
+    for _ in 0..1200 {
+        if *phase.lock().expect("phase") >= at_least {
+            return;
+        }
+        madsim::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("phase {at_least} never came");
+}
+
+/// Follower reads (ZooKeeper's): a follower cut off from the other two coordinators still
+/// answers a read from its own, stale, state; its `sync` is refused while it cannot ask the
+/// leader (it never claims to be caught up); once healed, `sync` and then a read on it return the
+/// latest committed write. The client reaches every coordinator throughout: only the follower's
+/// links to its peers are cut.
+#[test]
+fn follower_read_is_stale_when_cut_off_and_sync_catches_it_up_once_healed() {
+    let checked = run_seed(41, |world| async move {
+        let addrs = add_coordinators(&world, 3);
+        let client = idle_node(&world, "client");
+        madsim::time::sleep(Duration::from_millis(1500)).await;
+        // 1: the client found the follower and saw it caught up; 2: it is cut off;
+        // 3: the client is done with the cut-off checks; 4: healed.
+        let phase = Arc::new(Mutex::new(0u32));
+        let follower = Arc::new(Mutex::new(None::<usize>));
+        let (servers, script_phase, script_follower) = (addrs.clone(), phase.clone(), follower.clone());
+        let script = world.spawn_on(client, move |rt| async move {
+            let mut config = client_config(&servers, 20_000);
+            // Longer than the server's own request timeout: the refusal is the server's.
+            config.request_timeout_ms = 5_000;
+            let c = connect(rt.clone(), config).await;
+            c.create("/k", b"v1", CreateMode::Persistent).await.expect("create /k");
+            let leader = c.server().expect("a leader answered");
+            let f = servers.iter().position(|a| *a != leader).expect("three servers");
+            let at = servers[f].clone();
+            let mut seen = None;
+            for _ in 0..50 {
+                seen = c.get_at(&at, "/k", false).await.ok().map(|(d, _)| d);
+                if seen.as_deref() == Some(b"v1".as_slice()) {
+                    break;
+                }
+                rt.sleep(Duration::from_millis(100)).await;
+            }
+            assert_eq!(seen.as_deref(), Some(b"v1".as_slice()), "follower {f} never served v1");
+            *script_follower.lock().expect("follower") = Some(f);
+            *script_phase.lock().expect("phase") = 1;
+            await_phase(&script_phase, 2).await;
+
+            c.set_data("/k", b"v2", None)
+                .await
+                .expect("the leader's majority commits v2");
+            let stale = c
+                .get_at(&at, "/k", false)
+                .await
+                .expect("a cut-off follower still answers reads");
+            println!(
+                "cut-off follower {f} read /k = {:?} after v2 committed",
+                String::from_utf8_lossy(&stale.0)
+            );
+            assert_eq!(stale.0, b"v1", "the cut-off follower cannot know v2");
+            let sync = c.sync_at(&at).await;
+            println!("sync on the cut-off follower: {sync:?}");
+            assert_eq!(
+                sync,
+                Err(CoordError::Unavailable),
+                "a cut-off follower must not report itself synced"
+            );
+            *script_phase.lock().expect("phase") = 3;
+            await_phase(&script_phase, 4).await;
+
+            // Healed: a sync succeeds within a few elections, and the read after it is current.
+            for attempt in 0..30 {
+                match c.sync_at(&at).await {
+                    Ok(()) => {
+                        let (data, _) = c.get_at(&at, "/k", false).await.expect("read after sync");
+                        println!(
+                            "after healing: sync ok at attempt {attempt}, /k = {:?}",
+                            String::from_utf8_lossy(&data)
+                        );
+                        assert_eq!(data, b"v2", "a read after sync must see the write committed before it");
+                        return 3;
+                    }
+                    Err(e) => println!("after healing: sync attempt {attempt}: {e}"),
+                }
+                rt.sleep(Duration::from_millis(200)).await;
+            }
+            panic!("sync never succeeded after healing");
+        });
+        await_phase(&phase, 1).await;
+        let f = follower.lock().expect("follower").expect("set with phase 1");
+        let others: Vec<usize> = (0..3).filter(|i| *i != f).collect();
+        for o in &others {
+            world.inject(&Fault::Partition(NodeIndex(f), NodeIndex(*o)));
+        }
+        *phase.lock().expect("phase") = 2;
+        await_phase(&phase, 3).await;
+        for o in &others {
+            world.inject(&Fault::Repair(NodeIndex(f), NodeIndex(*o)));
+        }
+        *phase.lock().expect("phase") = 4;
+        madsim::time::timeout(Duration::from_secs(120), script)
+            .await
+            .expect("the script ends")
+            .expect("the script ran")
+    });
+    println!("compared {checked} follower reads (stale, refused sync, synced)");
+    assert_eq!(checked, 3);
+}

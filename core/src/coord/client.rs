@@ -18,6 +18,9 @@
 //!   registered them: after the client changes server it delivers [`WatchEvent`]s no more for the
 //!   old registrations, and callers re-read (as on ZooKeeper's `Disconnected`) — see
 //!   [`CoordClient::server_changes`].
+//! - Reads go to the leader unless the caller picks a server with the `*_at` calls (ZooKeeper's
+//!   follower reads: possibly stale, `sync_at` first to catch that server up). Brokers and the
+//!   controller use the leader path only.
 //!
 //! Fault model: servers crash, stall and are partitioned; every request has a timeout; frames
 //! that do not decode close the connection and count as a lost answer.
@@ -32,7 +35,7 @@ use thiserror::Error;
 use super::auth::{self, AuthRole, ClusterSecret};
 use super::tree::{CreateMode, Op, OpResult, SessionId, Stat, TreeError, WatchEvent};
 use super::wait::{timeout, Mailbox};
-use super::wire::{Reply, Request, RequestFrame, Response, RpcError};
+use super::wire::{LocalRead, Reply, Request, RequestFrame, Response, RpcError};
 use crate::runtime::{Connection, Runtime};
 
 /// Watch events buffered for the caller at most (older ones are dropped).
@@ -99,6 +102,8 @@ struct Inner<R: Runtime> {
     /// The address served by the last answering leader, and how often it changed.
     server: Option<String>,
     server_changes: u64,
+    /// The connection of the last [`CoordClient::get_at`]-style call, kept for the next one.
+    local_conn: Option<(String, R::Conn)>,
 }
 
 /// A session with the coordinator. Cheap to share by reference; single-threaded.
@@ -186,33 +191,7 @@ async fn call<R: Runtime>(
             (addr, conn, frame)
         };
         let sent = std::cell::Cell::new(false);
-        let exchange = async {
-            let mut conn = match conn {
-                Some(c) => c,
-                None => {
-                    let mut c = rt.connect(&addr).await.map_err(|_| ())?;
-                    if let Some(secret) = &secret {
-                        if let Err(e) = auth::authenticate_to(rt, &mut c, secret, AuthRole::Client).await {
-                            tracing::warn!(coordinator = %addr, error = %e, "coordinator client: authentication failed");
-                            return Err(());
-                        }
-                    }
-                    c
-                }
-            };
-            sent.set(true);
-            conn.send(Bytes::from(frame.encode())).await.map_err(|_| ())?;
-            let bytes = conn.recv().await.map_err(|_| ())?.ok_or(())?;
-            if let Some(reason) = auth::refusal_reason(&bytes) {
-                tracing::warn!(coordinator = %addr, %reason, "coordinator client: refused");
-                return Err(());
-            }
-            let response = Response::decode(&bytes).map_err(|_| ())?;
-            if response.request_id != frame.request_id {
-                return Err(());
-            }
-            Ok((conn, response))
-        };
+        let exchange = exchange(rt, conn, &addr, secret.as_ref(), &frame, &sent);
         let outcome = timeout(rt, request_timeout_ms, exchange).await;
         let (conn, response) = match outcome {
             Some(Ok(x)) => x,
@@ -276,6 +255,43 @@ async fn call<R: Runtime>(
     Err(CoordError::Unavailable)
 }
 
+/// One request and its response on `conn` (or a new, authenticated connection to `addr`);
+/// `sent` tells whether the request may have left. `Err` on any failure.
+pub(super) async fn exchange<R: Runtime>(
+    rt: &R,
+    conn: Option<R::Conn>,
+    addr: &str,
+    secret: Option<&ClusterSecret>,
+    frame: &RequestFrame,
+    sent: &std::cell::Cell<bool>,
+) -> Result<(R::Conn, Response), ()> {
+    let mut conn = match conn {
+        Some(c) => c,
+        None => {
+            let mut c = rt.connect(addr).await.map_err(|_| ())?;
+            if let Some(secret) = secret {
+                if let Err(e) = auth::authenticate_to(rt, &mut c, secret, AuthRole::Client).await {
+                    tracing::warn!(coordinator = %addr, error = %e, "coordinator client: authentication failed");
+                    return Err(());
+                }
+            }
+            c
+        }
+    };
+    sent.set(true);
+    conn.send(Bytes::from(frame.encode())).await.map_err(|_| ())?;
+    let bytes = conn.recv().await.map_err(|_| ())?.ok_or(())?;
+    if let Some(reason) = auth::refusal_reason(&bytes) {
+        tracing::warn!(coordinator = %addr, %reason, "coordinator client: refused");
+        return Err(());
+    }
+    let response = Response::decode(&bytes).map_err(|_| ())?;
+    if response.request_id != frame.request_id {
+        return Err(());
+    }
+    Ok((conn, response))
+}
+
 fn unexpected(reply: Reply) -> CoordError {
     tracing::error!(?reply, "coordinator client: reply does not match the request");
     CoordError::Unknown
@@ -297,6 +313,7 @@ impl<R: Runtime> CoordClient<R> {
             next_request_id: 0,
             server: None,
             server_changes: 0,
+            local_conn: None,
         }));
         let events = Mailbox::new(CLIENT_EVENTS_MAX);
         let request = Request::CreateSession {
@@ -327,6 +344,11 @@ impl<R: Runtime> CoordClient<R> {
     /// Whether the session is known to be expired (then every op fails with `SessionExpired`).
     pub fn is_expired(&self) -> bool {
         self.inner.borrow().expired
+    }
+
+    /// The address of the leader that answered last (`None` before any answer).
+    pub fn server(&self) -> Option<String> {
+        self.inner.borrow().server.clone()
     }
 
     /// How many times the answering leader changed (watches registered before are gone).
@@ -442,6 +464,97 @@ impl<R: Runtime> CoordClient<R> {
         match self.call(Request::Sync, Kind::Idempotent).await? {
             Reply::Synced => Ok(()),
             other => Err(unexpected(other)),
+        }
+    }
+
+    /// ZooKeeper's read from one chosen server: `server` (leader or not) answers from its own
+    /// applied state, so the answer may be stale (never ahead of the quorum); call
+    /// [`CoordClient::sync_at`] first to read at least what was committed before the sync.
+    /// A watch registers on that server; its event comes with that server's next answer to this
+    /// session (a later `*_at` call). One attempt, no retry: [`CoordError::Unavailable`] when the
+    /// server cannot answer (unreachable, or not caught up to this session's creation).
+    pub async fn get_at(&self, server: &str, path: &str, watch: bool) -> Result<(Vec<u8>, Stat), CoordError> {
+        let read = LocalRead::Get {
+            path: path.into(),
+            watch,
+        };
+        match self.call_at(server, read).await? {
+            Reply::Data(data, stat) => Ok((data, stat)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// As [`CoordClient::get_at`], for a node's stat.
+    pub async fn exists_at(&self, server: &str, path: &str, watch: bool) -> Result<Option<Stat>, CoordError> {
+        let read = LocalRead::Exists {
+            path: path.into(),
+            watch,
+        };
+        match self.call_at(server, read).await? {
+            Reply::Stat(stat) => Ok(stat),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// As [`CoordClient::get_at`], for a node's children.
+    pub async fn children_at(&self, server: &str, path: &str, watch: bool) -> Result<Vec<String>, CoordError> {
+        let read = LocalRead::Children {
+            path: path.into(),
+            watch,
+        };
+        match self.call_at(server, read).await? {
+            Reply::Children(names) => Ok(names),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// ZooKeeper's `sync` on `server`: answered once it has applied everything the leader had
+    /// committed when the server asked it, so the next `*_at` read on it sees at least that.
+    /// [`CoordError::Unavailable`] when the server cannot reach the leader in time: it then
+    /// does not claim to be caught up.
+    pub async fn sync_at(&self, server: &str) -> Result<(), CoordError> {
+        match self.call_at(server, LocalRead::Sync).await? {
+            Reply::Synced => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// One [`Request::Local`] exchange with `server`, bounded by the request timeout.
+    async fn call_at(&self, server: &str, read: LocalRead) -> Result<Reply, CoordError> {
+        let (conn, frame, request_timeout_ms, secret) = {
+            let mut i = self.inner.borrow_mut();
+            if i.closed {
+                return Err(CoordError::Closed);
+            }
+            if i.expired {
+                return Err(CoordError::SessionExpired);
+            }
+            let conn = match i.local_conn.take() {
+                Some((a, c)) if a == server => Some(c),
+                _ => None,
+            };
+            i.next_request_id += 1;
+            let frame = RequestFrame {
+                request_id: i.next_request_id,
+                session: i.session,
+                request: Request::Local(read),
+            };
+            (conn, frame, i.config.request_timeout_ms, i.config.secret.clone())
+        };
+        let sent = std::cell::Cell::new(false);
+        let exchanged = exchange(&self.rt, conn, server, secret.as_ref(), &frame, &sent);
+        let Some(Ok((conn, response))) = timeout(&self.rt, request_timeout_ms, exchanged).await else {
+            return Err(CoordError::Unavailable);
+        };
+        for event in response.events {
+            self.events.push(event);
+        }
+        self.inner.borrow_mut().local_conn = Some((server.to_string(), conn));
+        match response.result {
+            Ok(reply) => Ok(reply),
+            Err(RpcError::Tree(e)) => Err(CoordError::Tree(e)),
+            Err(RpcError::MultiFailed { index, error }) => Err(CoordError::MultiFailed { index, error }),
+            Err(RpcError::NotLeader { .. } | RpcError::Retry | RpcError::Unknown) => Err(CoordError::Unavailable),
         }
     }
 

@@ -7,12 +7,18 @@
 //! (on the leader) when each session was last heard from.
 //!
 //! Contract:
-//! - Only the leader serves clients; other nodes answer `NotLeader` with the leader's address.
+//! - Only the leader serves clients (but for `Local` reads, below); other nodes answer `NotLeader`
+//!   with the leader's address.
 //! - A write is answered when the entry it proposed applies (the leader remembers index and term
 //!   of each proposal; a different term at that index means it was overwritten: `Unknown`, as is
 //!   a proposal still pending when leadership is lost or the write timeout passes).
 //! - A read with `sync` is served after a read-index round confirms leadership and the tree has
 //!   applied that index (linearizable); without, from the leader's applied state.
+//! - A [`Request::Local`] read is served by any node from its own applied state (possibly
+//!   stale, as ZooKeeper's reads), its watch registered on that node and its events sent with
+//!   that node's next response to the session. Its `Sync` asks the leader for its read index
+//!   (a [`Request::ReadIndex`] on a fresh connection) and waits to apply it; a node that cannot
+//!   get that answer within the request timeout refuses rather than answer stale.
 //! - Watch events are queued per session when the change applies and sent, before the answer, in
 //!   the next response to that session: a read that sees a change is preceded by its event.
 //! - Heartbeats are not replicated: the leader keeps the last-heard time of each session and
@@ -20,6 +26,11 @@
 //!   at its election (ZooKeeper does the same), so a session expires only after its owner stopped
 //!   reaching a leader for a whole timeout.
 //! - Snapshots: when Raft reports compaction due, the tree's snapshot is handed to `compact`.
+//! - Peer addresses: a node starts knowing its configured `peers`, and learns more from the
+//!   tree's [`COORDINATOR_ADDRS_PATH`] (`/coordinators/<id>` holding `host:port`, written by
+//!   `gregor coordinators add` before the node is added): every node applies the same entries, so
+//!   the leader can reach a joining node, and the others can point clients at it once it leads.
+//!   An address once known is kept for the process's life (a changed one is logged and ignored).
 //! - With a cluster secret ([`CoordNodeConfig::secret`]) every accepted connection must pass the
 //!   [`super::auth`] handshake before its first request or peer frame is looked at, and then
 //!   carries only the frames of the role it proved (a client's requests, or a peer's Raft
@@ -44,7 +55,9 @@ use thiserror::Error;
 use super::auth::{self, AuthError, AuthRole, ClusterSecret, HANDSHAKE_MS_MAX};
 use super::tree::{Applied, Command, SessionId, Tree, TreeError, WatchEvent, WatchKind, Watches};
 use super::wait::{timeout, Mailbox, Slot};
-use super::wire::{self, FrameKind, Reply, Request, RequestFrame, Response, RpcError, EVENTS_PER_RESPONSE_MAX};
+use super::wire::{
+    self, FrameKind, LocalRead, Reply, Request, RequestFrame, Response, RpcError, EVENTS_PER_RESPONSE_MAX,
+};
 use crate::consensus::{
     LogIndex, MembershipChange, MembershipError, NodeId, Output, ProposeError, Raft, RaftConfig, RaftError, Role, Term,
 };
@@ -55,6 +68,9 @@ use crate::runtime::{Connection, Listener, Runtime};
 pub const SESSION_EVENTS_MAX: usize = 10_000;
 /// Peer frames queued per peer at most.
 pub const PEER_OUTBOX_FRAMES_MAX: usize = 4096;
+/// Where the quorum keeps the addresses of nodes that joined after it started: one child per
+/// node, named by its id, holding `host:port`.
+pub const COORDINATOR_ADDRS_PATH: &str = "/coordinators";
 /// Raft calls made in one pump at most (outputs can ask for a sync, which can emit outputs).
 const PUMP_ROUNDS_MAX: usize = 64;
 
@@ -153,6 +169,8 @@ struct Node {
     /// Whether this process has led yet.
     led: bool,
     outboxes: BTreeMap<NodeId, Mailbox<Bytes>>,
+    /// Peers whose sender task is not started yet (the ticker starts them).
+    unsent_peers: Vec<(String, Mailbox<Bytes>)>,
     failed: Option<RaftError>,
 }
 
@@ -200,6 +218,7 @@ impl Node {
                 Ok(tree) => {
                     self.tree = tree;
                     self.applied = index.0;
+                    self.learn_peers();
                     if self.role == Role::Leader {
                         self.restart_session_timers(now_ms);
                     }
@@ -268,6 +287,9 @@ impl Node {
                 Ok(cmd) => {
                     let mut changes = Vec::new();
                     let applied = self.tree.apply(index.0, &cmd, &mut changes);
+                    if changes.iter().any(|c| is_addr_path(&c.path)) {
+                        self.learn_peers();
+                    }
                     for (session, event) in self.watches.fire(&changes) {
                         let queue = self.events.entry(session).or_default();
                         if queue.len() >= SESSION_EVENTS_MAX {
@@ -304,6 +326,43 @@ impl Node {
             match (&result, i == index.0 && proposed_term == term) {
                 (Some(applied), true) => slot.fill(Ok(applied.clone())),
                 _ => slot.fill(Err(RpcError::Unknown)),
+            }
+        }
+    }
+
+    /// Adds every node named under [`COORDINATOR_ADDRS_PATH`] that this node does not know yet
+    /// to its peers (a sender task starts at the next tick). Entries that do not parse are
+    /// logged and skipped: the tree is written by clients.
+    fn learn_peers(&mut self) {
+        let Ok(children) = self.tree.children(COORDINATOR_ADDRS_PATH) else {
+            return;
+        };
+        for name in children {
+            let path = format!("{COORDINATOR_ADDRS_PATH}/{name}");
+            let parsed = match (name.parse::<u64>(), self.tree.get(&path)) {
+                (Ok(id), Ok((data, _))) if id > 0 => match String::from_utf8(data) {
+                    Ok(addr) if is_host_port(&addr) => Some((NodeId(id), addr)),
+                    _ => None,
+                },
+                _ => None,
+            };
+            let Some((id, addr)) = parsed else {
+                tracing::warn!(node = self.config.id.0, %path, "coordinator: not an id=host:port entry; ignored");
+                continue;
+            };
+            match self.config.peers.iter().find(|(p, _)| *p == id) {
+                Some((_, known)) if *known == addr => {}
+                Some((_, known)) => {
+                    tracing::warn!(node = self.config.id.0, peer = id.0, %known, %addr,
+                        "coordinator: a known peer's address changed in the tree; keeping the one in use until restart");
+                }
+                None => {
+                    tracing::info!(node = self.config.id.0, peer = id.0, %addr, "coordinator: learned a peer's address");
+                    let outbox = Mailbox::new(PEER_OUTBOX_FRAMES_MAX);
+                    self.outboxes.insert(id, outbox.clone());
+                    self.unsent_peers.push((addr.clone(), outbox));
+                    self.config.peers.push((id, addr));
+                }
             }
         }
     }
@@ -348,6 +407,34 @@ impl Node {
         }
     }
 
+    /// Answers a read from this node's applied tree, registering its watch.
+    fn read(&mut self, session: SessionId, read: LocalRead) -> Result<Reply, RpcError> {
+        match read {
+            LocalRead::Get { path, watch } => {
+                let (data, stat) = self.tree.get(&path).map_err(RpcError::Tree)?;
+                if watch {
+                    self.watches.add(session, &path, WatchKind::Data);
+                }
+                Ok(Reply::Data(data, stat))
+            }
+            LocalRead::Exists { path, watch } => {
+                let stat = self.tree.exists(&path).map_err(RpcError::Tree)?;
+                if watch {
+                    self.watches.add(session, &path, WatchKind::Data);
+                }
+                Ok(Reply::Stat(stat))
+            }
+            LocalRead::Children { path, watch } => {
+                let names = self.tree.children(&path).map_err(RpcError::Tree)?;
+                if watch {
+                    self.watches.add(session, &path, WatchKind::Children);
+                }
+                Ok(Reply::Children(names))
+            }
+            LocalRead::Sync => Err(RpcError::Tree(TreeError::BadArguments)),
+        }
+    }
+
     fn take_events(&mut self, session: SessionId) -> Vec<WatchEvent> {
         match self.events.get_mut(&session) {
             Some(queue) => {
@@ -360,6 +447,19 @@ impl Node {
 }
 
 type Shared = Rc<RefCell<Node>>;
+
+fn is_addr_path(path: &str) -> bool {
+    path.strip_prefix(COORDINATOR_ADDRS_PATH)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+/// `host:port` with a non-empty host, a port 1..=65535, and a bounded length.
+pub fn is_host_port(addr: &str) -> bool {
+    addr.len() <= wire::ADDR_BYTES_MAX
+        && addr
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0))
+}
 
 /// Opens the node's Raft state from disk and returns the future that runs the node: it listens,
 /// connects to its peers and serves until Raft fails (then it returns, to be restarted).
@@ -408,11 +508,16 @@ fn start<R: Runtime>(
     let now = rt.monotonic_ms();
     let seed = rt.random_u64();
     let raft = rt.with_disk(|disk| Raft::open(disk, raft_config, now, seed))?;
-    let outboxes = config
+    let outboxes: BTreeMap<NodeId, Mailbox<Bytes>> = config
         .peers
         .iter()
         .filter(|(id, _)| *id != config.id)
         .map(|(id, _)| (*id, Mailbox::new(PEER_OUTBOX_FRAMES_MAX)))
+        .collect();
+    let unsent_peers = config
+        .peers
+        .iter()
+        .filter_map(|(id, addr)| outboxes.get(id).map(|m| (addr.clone(), m.clone())))
         .collect();
     let node = Rc::new(RefCell::new(Node {
         config,
@@ -431,6 +536,7 @@ fn start<R: Runtime>(
         doomed: BTreeSet::new(),
         led: false,
         outboxes,
+        unsent_peers,
         failed: None,
     }));
     // Outputs of open (RestoreSnapshot, Apply of the durable committed prefix) first.
@@ -439,18 +545,11 @@ fn start<R: Runtime>(
 }
 
 async fn run<R: Runtime>(rt: R, node: Shared, bound: Option<R::Listener>) {
-    let (listen, peers, tick_ms, backoff, secret) = {
+    let (listen, tick_ms, backoff, secret) = {
         let n = node.borrow();
-        let peers: Vec<(String, Mailbox<Bytes>)> = n
-            .config
-            .peers
-            .iter()
-            .filter_map(|(id, addr)| n.outboxes.get(id).map(|m| (addr.clone(), m.clone())))
-            .collect();
         let t = &n.config.timing;
         (
             n.config.listen.clone(),
-            peers,
             t.tick_ms.max(1),
             (t.peer_backoff_ms_min.max(1), t.peer_backoff_ms_max.max(1)),
             n.config.secret.clone(),
@@ -467,14 +566,18 @@ async fn run<R: Runtime>(rt: R, node: Shared, bound: Option<R::Listener>) {
             return;
         }
     };
-    for (addr, outbox) in peers {
-        rt.spawn(peer_sender(rt.clone(), addr, outbox, backoff, secret.clone()));
-    }
-    rt.spawn(acceptor(rt.clone(), node.clone(), listener, secret));
-    // The ticker: Raft's timers and session expiry, until Raft fails.
+    let start_senders = |n: &mut Node| {
+        for (addr, outbox) in std::mem::take(&mut n.unsent_peers) {
+            rt.spawn(peer_sender(rt.clone(), addr, outbox, backoff, secret.clone()));
+        }
+    };
+    start_senders(&mut node.borrow_mut());
+    rt.spawn(acceptor(rt.clone(), node.clone(), listener, secret.clone()));
+    // The ticker: peers' senders, Raft's timers and session expiry, until Raft fails.
     loop {
         let wait_ms = {
             let mut n = node.borrow_mut();
+            start_senders(&mut n);
             let now = rt.monotonic_ms();
             rt.with_disk(|disk| {
                 n.pump(disk, now);
@@ -650,13 +753,16 @@ async fn handle_request<R: Runtime>(rt: &R, node: &Shared, frame: RequestFrame) 
 }
 
 async fn answer<R: Runtime>(rt: &R, node: &Shared, session: SessionId, request: Request) -> Result<Reply, RpcError> {
+    if let Request::Local(read) = request {
+        return local_read(rt, node, session, read).await;
+    }
     let now = rt.monotonic_ms();
     {
         let mut n = node.borrow_mut();
         if n.role != Role::Leader {
             return Err(n.not_leader());
         }
-        let needs_session = !matches!(request, Request::CreateSession { .. });
+        let needs_session = !matches!(request, Request::CreateSession { .. } | Request::ReadIndex);
         if needs_session {
             if !n.tree.session_live(session) {
                 return Err(RpcError::Tree(TreeError::SessionExpired));
@@ -699,38 +805,87 @@ async fn answer<R: Runtime>(rt: &R, node: &Shared, session: SessionId, request: 
         }
         Request::Membership(change) => membership(rt, node, change).await,
         Request::Get { path, watch, sync } => {
-            if sync {
-                read_barrier(rt, node).await?;
-            }
-            let mut n = node.borrow_mut();
-            let r = n.tree.get(&path).map_err(RpcError::Tree)?;
-            if watch {
-                n.watches.add(session, &path, WatchKind::Data);
-            }
-            Ok(Reply::Data(r.0, r.1))
+            leader_read(rt, node, session, LocalRead::Get { path, watch }, sync).await
         }
         Request::Exists { path, watch, sync } => {
-            if sync {
-                read_barrier(rt, node).await?;
-            }
-            let mut n = node.borrow_mut();
-            let r = n.tree.exists(&path).map_err(RpcError::Tree)?;
-            if watch {
-                n.watches.add(session, &path, WatchKind::Data);
-            }
-            Ok(Reply::Stat(r))
+            leader_read(rt, node, session, LocalRead::Exists { path, watch }, sync).await
         }
         Request::Children { path, watch, sync } => {
-            if sync {
-                read_barrier(rt, node).await?;
-            }
-            let mut n = node.borrow_mut();
-            let r = n.tree.children(&path).map_err(RpcError::Tree)?;
-            if watch {
-                n.watches.add(session, &path, WatchKind::Children);
-            }
-            Ok(Reply::Children(r))
+            leader_read(rt, node, session, LocalRead::Children { path, watch }, sync).await
         }
+        Request::ReadIndex => Ok(Reply::ReadIndex(read_barrier(rt, node).await?.0)),
+        // Answered before the leader check above.
+        Request::Local(_) => Err(RpcError::Retry),
+    }
+}
+
+/// A read on the leader; with `sync`, after a read-index round (linearizable).
+async fn leader_read<R: Runtime>(
+    rt: &R,
+    node: &Shared,
+    session: SessionId,
+    read: LocalRead,
+    sync: bool,
+) -> Result<Reply, RpcError> {
+    if sync {
+        read_barrier(rt, node).await?;
+    }
+    node.borrow_mut().read(session, read)
+}
+
+/// [`Request::Local`]: served by any node from its applied state. A node that has not applied
+/// the session's creation cannot tell it from an expired one, so it refuses (`Retry`) rather
+/// than expire a live session; the leader path (pings) decides expiry.
+async fn local_read<R: Runtime>(rt: &R, node: &Shared, session: SessionId, read: LocalRead) -> Result<Reply, RpcError> {
+    if !node.borrow().tree.session_live(session) {
+        return Err(RpcError::Retry);
+    }
+    if read == LocalRead::Sync {
+        catch_up(rt, node).await?;
+        return Ok(Reply::Synced);
+    }
+    node.borrow_mut().read(session, read)
+}
+
+/// ZooKeeper's `sync` on any node: waits until this node has applied the leader's commit index
+/// as of now (asked of the leader, which confirms it still leads first). Refused (`Retry`) when
+/// the leader is unknown or cannot answer within the request timeout, so a node cut off from
+/// the quorum never reports itself caught up.
+async fn catch_up<R: Runtime>(rt: &R, node: &Shared) -> Result<(), RpcError> {
+    if node.borrow().role == Role::Leader {
+        return read_barrier(rt, node).await.map(|_| ());
+    }
+    let (leader, secret, timeout_ms) = {
+        let n = node.borrow();
+        let leader = n.addr_of(n.leader.filter(|l| *l != n.config.id));
+        (leader, n.config.secret.clone(), n.config.timing.request_timeout_ms)
+    };
+    let leader = leader.ok_or(RpcError::Retry)?;
+    let deadline = rt.monotonic_ms() + timeout_ms;
+    let index = match timeout(rt, timeout_ms, ask_read_index(rt, &leader, secret.as_ref())).await {
+        Some(Some(index)) => index,
+        _ => return Err(RpcError::Retry),
+    };
+    wait_applied(rt, node, index, deadline).await
+}
+
+/// One [`Request::ReadIndex`] exchange with the leader at `addr` on a fresh connection (a sync
+/// is rare; its cost is the leader's read-index round anyway). `None` on any failure.
+async fn ask_read_index<R: Runtime>(rt: &R, addr: &str, secret: Option<&ClusterSecret>) -> Option<LogIndex> {
+    let frame = RequestFrame {
+        request_id: 1,
+        session: SessionId(0),
+        request: Request::ReadIndex,
+    };
+    let sent = std::cell::Cell::new(false);
+    match super::client::exchange(rt, None, addr, secret, &frame, &sent)
+        .await
+        .ok()?
+        .1
+        .result
+    {
+        Ok(Reply::ReadIndex(index)) => Some(LogIndex(index)),
+        _ => None,
     }
 }
 
@@ -812,8 +967,9 @@ async fn write<R: Runtime>(rt: &R, node: &Shared, command: Command) -> Result<Ap
     }
 }
 
-/// Waits until a read-index round confirmed leadership and the tree applied that index.
-async fn read_barrier<R: Runtime>(rt: &R, node: &Shared) -> Result<(), RpcError> {
+/// Waits until a read-index round confirmed leadership and the tree applied that index; returns
+/// the index.
+async fn read_barrier<R: Runtime>(rt: &R, node: &Shared) -> Result<LogIndex, RpcError> {
     let slot = Slot::default();
     let timeout_ms = {
         let mut n = node.borrow_mut();
@@ -835,6 +991,12 @@ async fn read_barrier<R: Runtime>(rt: &R, node: &Shared) -> Result<(), RpcError>
         None => return Err(RpcError::Retry),
     };
     // Usually applied already: the leader applies as it commits.
+    wait_applied(rt, node, index, deadline).await?;
+    Ok(index)
+}
+
+/// Waits (until `deadline`, then `Retry`) for this node to apply `index`.
+async fn wait_applied<R: Runtime>(rt: &R, node: &Shared, index: LogIndex, deadline: u64) -> Result<(), RpcError> {
     while node.borrow().applied < index.0 {
         if rt.monotonic_ms() >= deadline {
             return Err(RpcError::Retry);

@@ -90,6 +90,32 @@ pub enum Request {
     /// The quorum's membership as the leader uses it; with a change, answered once the change
     /// committed (KIP-853's AddVoter/RemoveVoter, one node at a time).
     Membership(Option<MembershipChange>),
+    /// A read the receiving server answers from its own applied state, leader or not
+    /// (ZooKeeper's reads): possibly stale, never ahead of the quorum.
+    Local(LocalRead),
+    /// Leader only, needs no session: confirm leadership (a read-index round) and answer the
+    /// commit index as of the request. A follower's [`LocalRead::Sync`] asks this.
+    ReadIndex,
+}
+
+/// What [`Request::Local`] asks of one server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LocalRead {
+    Get {
+        path: String,
+        watch: bool,
+    },
+    Exists {
+        path: String,
+        watch: bool,
+    },
+    Children {
+        path: String,
+        watch: bool,
+    },
+    /// ZooKeeper's `sync`: answered once this server has applied at least the leader's commit
+    /// index as of the request; refused (`Retry`) when the leader cannot be asked in time.
+    Sync,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -112,7 +138,12 @@ pub enum Reply {
     Stat(Option<Stat>),
     Children(Vec<String>),
     Synced,
-    Membership { voters: Vec<NodeId>, learners: Vec<NodeId> },
+    Membership {
+        voters: Vec<NodeId>,
+        learners: Vec<NodeId>,
+    },
+    /// The leader's confirmed commit index (the answer to [`Request::ReadIndex`]).
+    ReadIndex(u64),
 }
 
 /// A failed answer.
@@ -260,6 +291,16 @@ impl RequestFrame {
                 w.u8(code);
                 w.u64(id.0);
             }
+            Request::Local(read) => {
+                w.u8(11);
+                match read {
+                    LocalRead::Get { path, watch } => encode_read(&mut w, 1, path, *watch, false),
+                    LocalRead::Exists { path, watch } => encode_read(&mut w, 2, path, *watch, false),
+                    LocalRead::Children { path, watch } => encode_read(&mut w, 3, path, *watch, false),
+                    LocalRead::Sync => w.u8(4),
+                }
+            }
+            Request::ReadIndex => w.u8(12),
         }
         w.buf
     }
@@ -310,6 +351,23 @@ impl RequestFrame {
                     t => return Err(DecodeError::Tag(t)),
                 })
             }
+            11 => Request::Local(match r.u8()? {
+                tag @ 1..=3 => {
+                    let path = r.string("path", PATH_BYTES_MAX)?;
+                    let watch = r.bool()?;
+                    if r.bool()? {
+                        return Err(DecodeError::Invalid("a local read carries no sync flag"));
+                    }
+                    match tag {
+                        1 => LocalRead::Get { path, watch },
+                        2 => LocalRead::Exists { path, watch },
+                        _ => LocalRead::Children { path, watch },
+                    }
+                }
+                4 => LocalRead::Sync,
+                t => return Err(DecodeError::Tag(t)),
+            }),
+            12 => Request::ReadIndex,
             t => return Err(DecodeError::Tag(t)),
         };
         r.finish()?;
@@ -384,6 +442,10 @@ impl Response {
                                 w.u64(id.0);
                             }
                         }
+                    }
+                    Reply::ReadIndex(index) => {
+                        w.u8(11);
+                        w.u64(*index);
                     }
                 }
             }
@@ -491,6 +553,7 @@ impl Response {
                     let [voters, learners] = sets;
                     Reply::Membership { voters, learners }
                 }
+                11 => Reply::ReadIndex(r.u64()?),
                 t => return Err(DecodeError::Tag(t)),
             })
         };
@@ -551,6 +614,20 @@ mod tests {
             Request::Membership(Some(MembershipChange::AddLearner(NodeId(4)))),
             Request::Membership(Some(MembershipChange::PromoteLearner(NodeId(4)))),
             Request::Membership(Some(MembershipChange::Remove(NodeId(1)))),
+            Request::Local(LocalRead::Get {
+                path: "/a".into(),
+                watch: true,
+            }),
+            Request::Local(LocalRead::Exists {
+                path: "/a".into(),
+                watch: false,
+            }),
+            Request::Local(LocalRead::Children {
+                path: "/".into(),
+                watch: true,
+            }),
+            Request::Local(LocalRead::Sync),
+            Request::ReadIndex,
         ];
         for (i, request) in requests.into_iter().enumerate() {
             let frame = RequestFrame {
@@ -591,6 +668,7 @@ mod tests {
                 voters: vec![NodeId(2), NodeId(3), NodeId(4)],
                 learners: vec![NodeId(5)],
             }),
+            Ok(Reply::ReadIndex(42)),
             Err(RpcError::Tree(TreeError::BadVersion)),
             Err(RpcError::MultiFailed {
                 index: 2,

@@ -9,6 +9,7 @@
 
 pub mod acls;
 pub mod consume;
+pub mod coordinators;
 pub mod groups;
 pub mod partitions;
 pub mod perf;
