@@ -315,6 +315,19 @@ pub fn broker(args: BrokerArgs) -> anyhow::Result<ExitCode> {
     // only when asked (`auto.leader.rebalance.enable = true`, or ElectLeaders). On by default
     // with `auto.rebalance.enable`: the planner's leader moves take effect through it.
     cluster.controller.auto_leader_rebalance = file.number("auto.leader.rebalance.enable")?.unwrap_or(auto_rebalance);
+    // Kafka's defaults (10%, every 300 s) unless set.
+    if let Some(percentage) = file.number("leader.imbalance.per.broker.percentage")? {
+        cluster.controller.leader_imbalance_per_broker_percentage = percentage;
+    }
+    if let Some(interval_s) = file.number::<u64>("leader.imbalance.check.interval.seconds")? {
+        if interval_s < 1 {
+            bail!(
+                "{}: leader.imbalance.check.interval.seconds must be at least 1",
+                file.file
+            );
+        }
+        cluster.controller.leader_imbalance_check_interval_ms = interval_s.saturating_mul(1_000);
+    }
     // Kafka's defaults: 50 partitions, replication factor 3 (capped at the live brokers when the
     // topic is created on the first FindCoordinator).
     let offsets_partitions: i32 = file.number("offsets.topic.num.partitions")?.unwrap_or(50);

@@ -291,6 +291,8 @@ pub const BROKER_KEYS: &[&str] = &[
     "super.users",
     "allow.everyone.if.no.acl.found",
     "auto.leader.rebalance.enable",
+    "leader.imbalance.per.broker.percentage",
+    "leader.imbalance.check.interval.seconds",
     "auto.rebalance.enable",
     "ssl.certificate.location",
     "ssl.key.location",
