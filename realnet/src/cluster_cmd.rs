@@ -98,6 +98,11 @@ pub struct BrokerArgs {
     /// of the same name also sets it).
     #[arg(long)]
     pub follower_replication_throttled_rate: Option<u64>,
+    /// `leader.replication.throttled.rate`: bytes per second this broker, as leader, serves to
+    /// the replicas a reassignment is adding that are not in the ISR yet (unset: unthrottled;
+    /// the server.properties key of the same name also sets it).
+    #[arg(long)]
+    pub leader_replication_throttled_rate: Option<u64>,
     /// A file holding the cluster secret this broker proves to the coordinators
     /// (`coordinator.auth.secret.file`; needed when they have one).
     #[arg(long)]
@@ -249,6 +254,12 @@ pub fn broker(args: BrokerArgs) -> anyhow::Result<ExitCode> {
     let mut config = NodeConfig::single_node(&listen, &advertised_host, i32::from(port), "gregor");
     config.broker.broker_id = BrokerId(id);
     config.fetch_zero_copy = runtime::fetch_zero_copy_from_env();
+    config.leader_throttle = match args.leader_replication_throttled_rate {
+        Some(rate) => Some(rate),
+        None => file.number("leader.replication.throttled.rate")?,
+    }
+    .filter(|&rate| rate > 0)
+    .map(|rate| Rc::new(RefCell::new(gregor_core::node::throttle::Throttle::new(rate))));
     if protocol.uses_sasl() {
         config.sasl = Some(Rc::new(sasl_config(&file)?));
     }

@@ -271,6 +271,7 @@ pub const BROKER_KEYS: &[&str] = &[
     "zookeeper.session.timeout.ms",
     "replica.lag.time.max.ms",
     "follower.replication.throttled.rate",
+    "leader.replication.throttled.rate",
     "min.insync.replicas",
     "num.partitions",
     "log.retention.ms",
