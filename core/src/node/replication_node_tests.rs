@@ -223,26 +223,7 @@ fn apply(rt: &Rt, broker: &SharedBroker, record: &TopicRecord, state: &Partition
 }
 
 fn produce_request(marker: u8) -> Request {
-    let batch = build_batch(
-        &[NewRecord {
-            timestamp: 1,
-            key: None,
-            value: Some(vec![marker; 4]),
-        }],
-        ProducerFields::none(),
-    );
-    Request::Produce(ProduceRequest {
-        transactional_id: None,
-        acks: -1,
-        timeout_ms: 10_000,
-        topics: vec![ProduceTopic {
-            name: T.into(),
-            partitions: vec![ProducePartition {
-                index: 0,
-                records: Some(batch.into()),
-            }],
-        }],
-    })
+    produce_sized(marker, -1, 4)
 }
 
 #[test]
