@@ -21,6 +21,7 @@ mod auto_balance;
 pub mod balance;
 mod elect;
 pub mod election;
+mod imbalance;
 mod reassign;
 mod topics;
 
@@ -31,6 +32,9 @@ use crate::ids::BrokerId;
 
 pub use assign::assign_replicas;
 pub use auto_balance::AutoRebalance;
+pub use imbalance::{
+    ImbalanceSchedule, LEADER_IMBALANCE_CHECK_INTERVAL_MS_DEFAULT, LEADER_IMBALANCE_PER_BROKER_PERCENTAGE_DEFAULT,
+};
 pub use reassign::ReassignError;
 pub use topics::{CreateTopicDraw, CreateTopicError, PARTITIONS_PER_TOPIC_MAX};
 
@@ -152,15 +156,22 @@ pub struct PartitionChange {
 }
 
 /// The controller's settings that are not per topic.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ControllerConfig {
     /// `unclean.leader.election.enable` for topics that do not set it (Kafka's default: false).
     pub unclean_leader_election_default: bool,
-    /// `auto.leader.rebalance.enable`: after each scan, leadership goes back to each partition's
-    /// preferred (first) replica when it is live, in the ISR and not restarted since the state
-    /// was written ([`Controller::preferred_leader_elections`]). Kafka's default is true (checked
-    /// every 300 s against a 10% imbalance); off here unless configured.
+    /// `auto.leader.rebalance.enable`: every `leader_imbalance_check_interval_ms`, the
+    /// leaderships of each broker whose leader imbalance exceeds
+    /// `leader_imbalance_per_broker_percentage` go back to their preferred (first) replica when
+    /// it is live, in the ISR and not restarted since the state was written
+    /// ([`Controller::leader_imbalance_elections`]). Kafka's default is true; off here unless
+    /// configured.
     pub auto_leader_rebalance: bool,
+    /// `leader.imbalance.per.broker.percentage` (Kafka's default 10): a broker's preferred
+    /// leaderships move back only when more than this share of them is led elsewhere.
+    pub leader_imbalance_per_broker_percentage: u32,
+    /// `leader.imbalance.check.interval.seconds`, in ms (Kafka's default 300 s).
+    pub leader_imbalance_check_interval_ms: u64,
     /// `auto.rebalance.enable`: the controller moves replicas itself with the balancing planner
     /// when the live brokers change ([`Controller::auto_rebalance_step`]). Off unless configured.
     pub auto_rebalance: bool,
@@ -171,6 +182,20 @@ pub struct ControllerConfig {
     /// The brokers' `min.insync.replicas` for topics that do not set it: whether an ISR change
     /// makes the replicas that left eligible leader replicas (KIP-966). 0 reads as 1.
     pub min_insync_replicas_default: i32,
+}
+
+impl Default for ControllerConfig {
+    /// Kafka's defaults, except the two switches that are off unless configured (see above).
+    fn default() -> ControllerConfig {
+        ControllerConfig {
+            unclean_leader_election_default: false,
+            auto_leader_rebalance: false,
+            leader_imbalance_per_broker_percentage: LEADER_IMBALANCE_PER_BROKER_PERCENTAGE_DEFAULT,
+            leader_imbalance_check_interval_ms: LEADER_IMBALANCE_CHECK_INTERVAL_MS_DEFAULT,
+            auto_rebalance: false,
+            mutant_switch_before_isr: false,
+        }
+    }
 }
 
 /// The elected controller: its broker id, its epoch and the `/controller_epoch` version that

@@ -103,6 +103,11 @@ pub struct BrokerArgs {
     /// of the same name also sets it).
     #[arg(long)]
     pub follower_replication_throttled_rate: Option<u64>,
+    /// `leader.replication.throttled.rate`: bytes per second this broker, as leader, serves to
+    /// the replicas a reassignment is adding that are not in the ISR yet (unset: unthrottled;
+    /// the server.properties key of the same name also sets it).
+    #[arg(long)]
+    pub leader_replication_throttled_rate: Option<u64>,
     /// A file holding the cluster secret this broker proves to the coordinators
     /// (`coordinator.auth.secret.file`; needed when they have one).
     #[arg(long)]
@@ -250,6 +255,12 @@ pub fn broker(args: BrokerArgs) -> anyhow::Result<ExitCode> {
     let mut config = NodeConfig::single_node(&listen, &advertised_host, i32::from(port), "gregor");
     config.broker.broker_id = BrokerId(id);
     config.fetch_zero_copy = runtime::fetch_zero_copy_from_env();
+    config.leader_throttle = match args.leader_replication_throttled_rate {
+        Some(rate) => Some(rate),
+        None => file.number("leader.replication.throttled.rate")?,
+    }
+    .filter(|&rate| rate > 0)
+    .map(|rate| Rc::new(RefCell::new(gregor_core::node::throttle::Throttle::new(rate))));
     if protocol.uses_sasl() {
         config.sasl = Some(Rc::new(sasl_config(&file)?));
     }
@@ -316,6 +327,19 @@ pub fn broker(args: BrokerArgs) -> anyhow::Result<ExitCode> {
     // only when asked (`auto.leader.rebalance.enable = true`, or ElectLeaders). On by default
     // with `auto.rebalance.enable`: the planner's leader moves take effect through it.
     cluster.controller.auto_leader_rebalance = file.number("auto.leader.rebalance.enable")?.unwrap_or(auto_rebalance);
+    // Kafka's defaults (10%, every 300 s) unless set.
+    if let Some(percentage) = file.number("leader.imbalance.per.broker.percentage")? {
+        cluster.controller.leader_imbalance_per_broker_percentage = percentage;
+    }
+    if let Some(interval_s) = file.number::<u64>("leader.imbalance.check.interval.seconds")? {
+        if interval_s < 1 {
+            bail!(
+                "{}: leader.imbalance.check.interval.seconds must be at least 1",
+                file.file
+            );
+        }
+        cluster.controller.leader_imbalance_check_interval_ms = interval_s.saturating_mul(1_000);
+    }
     // Kafka's defaults: 50 partitions, replication factor 3 (capped at the live brokers when the
     // topic is created on the first FindCoordinator).
     let offsets_partitions: i32 = file.number("offsets.topic.num.partitions")?.unwrap_or(50);

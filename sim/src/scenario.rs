@@ -88,6 +88,8 @@
 //! "mutant.switch.before.isr" = false  # negative control: moves complete before the new replicas catch up
 //! "auto.rebalance.enable" = false      # the controller balances by itself; no admin submits moves
 //!                          # (rebalance_at_s is then unused; target_brokers must be all brokers)
+//! "leader.imbalance.check.interval.seconds" = 300  # the controller's preferred leader elections:
+//! "leader.imbalance.per.broker.percentage" = 10     # how often, and above which imbalance (Kafka's)
 //!
 //! [quorum]                # optional (clusters only): the coordinator quorum is reconfigured
 //! initial_coordinators = 3 # coordinators 1..=3 start as the quorum; the others are held back,
@@ -209,6 +211,19 @@ pub struct Elastic {
     /// and the admin submits nothing.
     #[serde(rename = "auto.rebalance.enable", default)]
     pub auto_rebalance: bool,
+    /// The controller's `leader.imbalance.check.interval.seconds` (Kafka's default 300, longer
+    /// than any scenario: the balanced scenarios set it).
+    #[serde(
+        rename = "leader.imbalance.check.interval.seconds",
+        default = "defaults::leader_imbalance_check_interval_s"
+    )]
+    pub leader_imbalance_check_interval_s: u64,
+    /// The controller's `leader.imbalance.per.broker.percentage` (Kafka's default 10).
+    #[serde(
+        rename = "leader.imbalance.per.broker.percentage",
+        default = "defaults::leader_imbalance_per_broker_percentage"
+    )]
+    pub leader_imbalance_per_broker_percentage: u32,
 }
 
 /// A pinned seed: a TOML integer, or a string holding any u64 (TOML integers are signed).
@@ -230,6 +245,12 @@ fn seed_number_or_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Optio
 }
 
 mod defaults {
+    pub fn leader_imbalance_check_interval_s() -> u64 {
+        gregor_core::controller::LEADER_IMBALANCE_CHECK_INTERVAL_MS_DEFAULT / 1_000
+    }
+    pub fn leader_imbalance_per_broker_percentage() -> u32 {
+        gregor_core::controller::LEADER_IMBALANCE_PER_BROKER_PERCENTAGE_DEFAULT
+    }
     pub fn duration_s() -> u64 {
         30
     }
@@ -849,13 +870,14 @@ impl Scenario {
                 && e.rebalance_at_s >= e.join_at_s
                 && e.rebalance_at_s < scenario.duration_s as f64
                 && (!e.auto_rebalance || e.target_brokers == c.brokers)
+                && e.leader_imbalance_check_interval_s >= 1
                 && c.coordinators > 0;
             if !ok {
                 return bad(
                     key_at("elastic", "target_brokers"),
                     "elastic",
                     format!(
-                        "initial_brokers and target_brokers must be from the replication factor {rf} to the {} brokers, and 0 <= join_at_s <= rebalance_at_s < duration_s (with auto.rebalance.enable, target_brokers = brokers)",
+                        "initial_brokers and target_brokers must be from the replication factor {rf} to the {} brokers, and 0 <= join_at_s <= rebalance_at_s < duration_s (with auto.rebalance.enable, target_brokers = brokers; leader.imbalance.check.interval.seconds at least 1)",
                         c.brokers
                     ),
                 );

@@ -291,7 +291,8 @@ impl Restarts<'_> {
 impl Controller {
     /// Moves leadership back to each partition's preferred (first) replica when it is live, in
     /// the ISR and has not restarted since the state was written (Kafka's preferred leader
-    /// election, run after every scan with `auto.leader.rebalance.enable`), bumping the epoch.
+    /// election: ElectLeaders; `auto.leader.rebalance.enable` runs it for the imbalanced brokers
+    /// only, [`Controller::leader_imbalance_elections`]), bumping the epoch.
     pub fn preferred_leader_elections(&self, view: &ClusterView) -> Vec<PartitionChange> {
         let mut changes = Vec::new();
         for (name, topic) in &view.topics {

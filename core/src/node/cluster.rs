@@ -10,8 +10,10 @@
 //!    for Metadata, [`Broker::apply_partition_state`] for each partition it hosts (which makes it
 //!    leader or follower), [`Broker::remove_replica`] for topics that are gone;
 //! 3. runs for the controller office ([`controller::election`]) and, while it holds it, writes
-//!    what [`Controller::reconcile`] decides (leader elections, ISR clean-up) and carries out
-//!    deletion requests, every write fenced by the controller epoch;
+//!    what [`Controller::reconcile`] decides (leader elections, ISR clean-up), every
+//!    `leader.imbalance.check.interval.seconds` the preferred leader elections of imbalanced
+//!    brokers ([`Controller::leader_imbalance_elections`]), and carries out deletion requests,
+//!    every write fenced by the controller epoch;
 //! 4. writes the ISR changes the broker proposes as leader ([`Broker::poll_isr_proposals`]) by
 //!    compare-and-set on the partition's state znode and reports the result back;
 //! 5. serves CreateTopics and DeleteTopics handed over by connections ([`AdminQueue`]): creation
@@ -52,7 +54,7 @@ use crate::cluster::{
     DELETE_TOPICS_PATH, LOG_ENDS_PATH, TOPICS_PATH,
 };
 use crate::controller::{
-    self, election, ClusterView, Controller, ControllerConfig, CreateTopicDraw, TopicView, Versioned,
+    self, election, ClusterView, Controller, ControllerConfig, CreateTopicDraw, ImbalanceSchedule, TopicView, Versioned,
 };
 use crate::coord::client::{CoordClient, CoordClientConfig, CoordError};
 use crate::coord::tree::{CreateMode, Op, TreeError};
@@ -692,6 +694,7 @@ async fn cluster_main<R: Runtime>(
             controller: None,
             balanced_for: None,
             log_ends_written: None,
+            imbalance_schedule: None,
         };
         let End::Expired = session.run().await;
         tracing::warn!(target: "cluster", broker = registration.id.0, "coordinator session expired; opening a new one");
@@ -713,6 +716,9 @@ struct Session<R: Runtime> {
     balanced_for: Option<BTreeSet<BrokerId>>,
     /// What this session last wrote to `/brokers/log_ends/{id}` (`None`: nothing yet).
     log_ends_written: Option<BTreeMap<(String, i32), LogEndReport>>,
+    /// `leader.imbalance.check.interval.seconds`: when this controller next checks the leader
+    /// imbalance (`None`: not controller).
+    imbalance_schedule: Option<ImbalanceSchedule>,
 }
 
 /// Everything read in one scan.
@@ -1235,8 +1241,13 @@ impl<R: Runtime> Session<R> {
                 Err(e) => return self.write_failed(e, &change.write.what),
             }
         }
-        if controller.config.auto_leader_rebalance {
-            for change in controller.preferred_leader_elections(view) {
+        let imbalance_due = controller.config.auto_leader_rebalance
+            && self
+                .imbalance_schedule
+                .as_mut()
+                .is_some_and(|s| s.due(self.rt.monotonic_ms()));
+        if imbalance_due {
+            for change in controller.leader_imbalance_elections(view) {
                 match self.execute(&change.write.ops).await {
                     Ok(()) => {
                         tracing::info!(target: "controller", what = %change.write.what, "preferred leader elected")
@@ -1324,6 +1335,8 @@ impl<R: Runtime> Session<R> {
                 tracing::info!(target: "controller", broker = self.me().0, controller_epoch = epoch, "became controller");
                 self.controller = Some(c);
                 self.balanced_for = None;
+                let interval_ms = self.cluster.controller.leader_imbalance_check_interval_ms;
+                self.imbalance_schedule = Some(ImbalanceSchedule::new(self.rt.monotonic_ms(), interval_ms));
             }
             Err(e) if fatal(&e) => return Err(End::Expired),
             Err(e) => {

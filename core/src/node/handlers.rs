@@ -468,7 +468,22 @@ pub fn init_producer_id<D: Disk>(
 /// byte limits (the first batch always, as KIP-74). Returns the response and the bytes of
 /// records in it, so the driver can wait for data when there was none (`max_wait_ms`).
 pub fn fetch<D: Disk>(broker: &Broker, disk: &D, req: &FetchRequest, version: i16) -> (FetchResponse, u64) {
-    fetch_with(broker, disk, req, version, false)
+    fetch_with(broker, disk, req, version, false, None)
+}
+
+/// Whether a follower's fetch of this partition counts against the leader's
+/// `leader.replication.throttled.rate`: the follower is a replica a reassignment is adding and
+/// is not in the ISR yet (Kafka throttles only out-of-sync replicas of moving partitions).
+/// Replicas in the ISR carry the producers' acks=all and are never throttled.
+pub fn throttled_replica(broker: &Broker, topic: &str, partition: i32, replica: BrokerId) -> bool {
+    let Some((record, states)) = broker.cluster_view().and_then(|v| v.topics.get(topic)) else {
+        return false;
+    };
+    record
+        .reassigning
+        .get(&partition)
+        .is_some_and(|r| r.adding.contains(&replica))
+        && !states.get(&partition).is_some_and(|s| s.isr.contains(&replica))
 }
 
 /// As [`fetch`]; with `zero_copy` the batches are left in their segment files as
@@ -476,12 +491,19 @@ pub fn fetch<D: Disk>(broker: &Broker, disk: &D, req: &FetchRequest, version: i1
 /// file. Regions are whole batches below the high watermark, which only an unclean leader
 /// change truncates; a region that shrank by send time fails the send (the connection closes and
 /// the client fetches again).
+///
+/// `leader_quota` (the bucket of `leader.replication.throttled.rate` and the monotonic `now`):
+/// a follower's fetch of a [`throttled_replica`] asks at most what the bucket holds, and while
+/// the bucket is in debt that partition answers no records (its offsets only), as Kafka's leader
+/// does when the quota is exceeded; the bytes served are charged to the bucket. Consumers'
+/// fetches and replicas in the ISR are never throttled.
 pub fn fetch_with<D: Disk>(
     broker: &Broker,
     disk: &D,
     req: &FetchRequest,
     version: i16,
     zero_copy: bool,
+    mut leader_quota: Option<(&mut super::throttle::Throttle, u64)>,
 ) -> (FetchResponse, u64) {
     let mut remaining = u64::try_from(req.max_bytes.max(0)).unwrap_or(0);
     let mut total = 0u64;
@@ -524,7 +546,17 @@ pub fn fetch_with<D: Disk>(
                             return resp;
                         }
                         let max = u64::try_from(p.partition_max_bytes.max(0)).unwrap_or(0).min(remaining);
-                        let limit = if first { max.max(1) } else { max };
+                        let mut limit = if first { max.max(1) } else { max };
+                        let throttled = req.replica_id >= 0
+                            && leader_quota.is_some()
+                            && throttled_replica(broker, name, p.partition, BrokerId(req.replica_id));
+                        if let Some((bucket, now_ms)) = leader_quota.as_mut().filter(|_| throttled) {
+                            if bucket.wait_ms(*now_ms) > 0 {
+                                limit = 0; // over the quota: no records this time
+                            } else {
+                                limit = limit.min(u64::try_from(bucket.fetch_bytes_max(*now_ms)).unwrap_or(1));
+                            }
+                        }
                         if limit == 0 {
                             if let Ok((start, hw, _)) = broker.offsets(name, p.partition) {
                                 (resp.high_watermark, resp.last_stable_offset, resp.log_start_offset) = (hw.0, hw.0, start.0);
@@ -538,6 +570,9 @@ pub fn fetch_with<D: Disk>(
                         };
                         match read {
                             Ok(ok) => {
+                                if let Some((bucket, now_ms)) = leader_quota.as_mut().filter(|_| throttled) {
+                                    bucket.fetched(*now_ms, ok.slice.len);
+                                }
                                 resp.high_watermark = ok.high_watermark.0;
                                 resp.last_stable_offset = ok.last_stable_offset.0;
                                 resp.log_start_offset = ok.log_start_offset.0;
@@ -605,10 +640,10 @@ pub fn fetch_recording<D: Disk>(
     version: i16,
     now_ms: i64,
 ) -> (FetchResponse, u64) {
-    fetch_recording_with(broker, disk, req, version, now_ms, false)
+    fetch_recording_with(broker, disk, req, version, now_ms, false, None)
 }
 
-/// As [`fetch_recording`], with [`fetch_with`]'s `zero_copy`.
+/// As [`fetch_recording`], with [`fetch_with`]'s `zero_copy` and `leader_quota`.
 pub fn fetch_recording_with<D: Disk>(
     broker: &mut Broker,
     disk: &D,
@@ -616,6 +651,7 @@ pub fn fetch_recording_with<D: Disk>(
     version: i16,
     now_ms: i64,
     zero_copy: bool,
+    leader_quota: Option<(&mut super::throttle::Throttle, u64)>,
 ) -> (FetchResponse, u64) {
     if req.replica_id >= 0 {
         for t in &req.topics {
@@ -639,7 +675,7 @@ pub fn fetch_recording_with<D: Disk>(
             }
         }
     }
-    fetch_with(broker, disk, req, version, zero_copy)
+    fetch_with(broker, disk, req, version, zero_copy, leader_quota)
 }
 
 /// OffsetForLeaderEpoch: where each asked epoch ends in the leader's log (KIP-279).

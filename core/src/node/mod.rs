@@ -75,6 +75,10 @@ pub struct NodeConfig {
     /// Cluster mode with SASL: where AlterUserScramCredentials goes (the coordinator holds the
     /// SCRAM users, [`scram_sync`]); `None` on a single node, whose `sasl` is the store.
     pub users: Option<scram_sync::UserAdmin>,
+    /// `leader.replication.throttled.rate`: bytes per second this broker, as leader, serves to
+    /// the replicas a reassignment is adding that are not in the ISR yet, over all partitions
+    /// ([`handlers::fetch_with`]); `None`: unthrottled. Clones of the config share the bucket.
+    pub leader_throttle: Option<Rc<RefCell<throttle::Throttle>>>,
 }
 
 impl NodeConfig {
@@ -97,6 +101,7 @@ impl NodeConfig {
             sasl: None,
             acls: None,
             users: None,
+            leader_throttle: None,
         }
     }
 }
@@ -240,6 +245,30 @@ fn client_host(peer: &str) -> String {
     format!("/{}", host.trim_start_matches('[').trim_end_matches(']'))
 }
 
+/// The longest a cluster broker holds a Metadata request that arrived before its first read of
+/// the cluster state; then it answers LEADER_NOT_AVAILABLE, which clients retry.
+const FIRST_SCAN_WAIT_MS_MAX: u64 = 10_000;
+
+/// KRaft brokers do not serve before they caught up with the metadata: a cluster broker that
+/// has not read the cluster state yet (it just started) holds a Metadata request until it has
+/// (the cluster task pokes every waiter after each scan), at most [`FIRST_SCAN_WAIT_MS_MAX`].
+/// Answered at once, the client saw its topics without partitions (a confluent-kafka producer
+/// then took a topic for empty).
+async fn wait_for_first_scan<R: Runtime>(rt: &R, broker: &SharedBroker, config: &NodeConfig) {
+    let deadline = rt.monotonic_ms().saturating_add(FIRST_SCAN_WAIT_MS_MAX);
+    loop {
+        let now = rt.monotonic_ms();
+        if broker.borrow().cluster_view().is_some() || now >= deadline {
+            return;
+        }
+        let recheck = config.wait_recheck_ms.min(deadline - now).max(1);
+        config
+            .watch
+            .wait(Vec::new(), rt.sleep(Duration::from_millis(recheck)))
+            .await;
+    }
+}
+
 /// One request frame on the connection `ctx` (its peer, its principal) to its outcome.
 pub(crate) async fn handle_frame_from<R: Runtime>(
     rt: &R,
@@ -273,6 +302,9 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
     let gate = authz::Gate::new(config.acls.as_ref(), ctx);
     // The checks split a request into the part the principal may make and the refused rest.
     let mut request = request;
+    if matches!(request, Request::Metadata(_)) && config.admin.is_some() {
+        wait_for_first_scan(rt, broker, config).await;
+    }
     let body = match &mut request {
         Request::ApiVersions(_) => handlers::api_versions().encode(version),
         Request::Metadata(req) if config.admin.is_some() && broker.borrow().cluster_view().is_none() => {
@@ -370,10 +402,14 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
                     .collect()
             };
             loop {
+                let mut quota = config.leader_throttle.as_ref().map(|t| t.borrow_mut());
+                let leader_quota = quota.as_deref_mut().map(|t| (t, rt.monotonic_ms()));
                 let (mut resp, bytes) = rt.with_disk(|disk| {
                     let now = rt.now_ms();
-                    handlers::fetch_recording_with(&mut broker.borrow_mut(), disk, req, version, now, zero_copy)
+                    let b = &mut broker.borrow_mut();
+                    handlers::fetch_recording_with(b, disk, req, version, now, zero_copy, leader_quota)
                 });
+                drop(quota);
                 resp.topics.extend(refused.iter().cloned());
                 if follower {
                     // The follower's fetch offset may have moved the high watermark.

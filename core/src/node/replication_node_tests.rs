@@ -189,11 +189,22 @@ fn view(record: &TopicRecord, state: &PartitionState, live: &[i32]) -> ClusterVi
 /// Starts broker `i` (its accept loop spawned), hands it the state; with `fetcher`, its
 /// replica fetcher too.
 fn start(rt: &Rt, i: i32, slot: &Rc<RefCell<BTreeMap<i32, SharedBroker>>>) {
+    start_with(rt, i, slot, |_| {});
+}
+
+/// As [`start`], with the node's config changed by `configure` first.
+fn start_with(
+    rt: &Rt,
+    i: i32,
+    slot: &Rc<RefCell<BTreeMap<i32, SharedBroker>>>,
+    configure: impl FnOnce(&mut NodeConfig) + 'static,
+) {
     let rt2 = rt.clone();
     let slot = slot.clone();
     rt.spawn(async move {
         let mut config = NodeConfig::single_node(&addr(i), &format!("b{i}"), 9092, "c");
         config.broker.broker_id = BrokerId(i);
+        configure(&mut config);
         let (broker, accept) = start_broker(rt2.clone(), config).await.expect("start");
         rt2.spawn(accept);
         slot.borrow_mut().insert(i, broker);
@@ -212,26 +223,7 @@ fn apply(rt: &Rt, broker: &SharedBroker, record: &TopicRecord, state: &Partition
 }
 
 fn produce_request(marker: u8) -> Request {
-    let batch = build_batch(
-        &[NewRecord {
-            timestamp: 1,
-            key: None,
-            value: Some(vec![marker; 4]),
-        }],
-        ProducerFields::none(),
-    );
-    Request::Produce(ProduceRequest {
-        transactional_id: None,
-        acks: -1,
-        timeout_ms: 10_000,
-        topics: vec![ProduceTopic {
-            name: T.into(),
-            partitions: vec![ProducePartition {
-                index: 0,
-                records: Some(batch.into()),
-            }],
-        }],
-    })
+    produce_sized(marker, -1, 4)
 }
 
 #[test]
@@ -390,4 +382,303 @@ fn acks_all_is_answered_after_the_follower_fetched_and_a_late_follower_catches_u
         ),
         "broker 0 truncated (nothing to cut) and fetched: {tasks_now:?}"
     );
+}
+
+/// A produce of one batch of `value_bytes`-byte value with `acks`.
+fn produce_sized(marker: u8, acks: i16, value_bytes: usize) -> Request {
+    let batch = build_batch(
+        &[NewRecord {
+            timestamp: 1,
+            key: None,
+            value: Some(vec![marker; value_bytes]),
+        }],
+        ProducerFields::none(),
+    );
+    Request::Produce(ProduceRequest {
+        transactional_id: None,
+        acks,
+        timeout_ms: 10_000,
+        topics: vec![ProduceTopic {
+            name: T.into(),
+            partitions: vec![ProducePartition {
+                index: 0,
+                records: Some(batch.into()),
+            }],
+        }],
+    })
+}
+
+/// A follower's fetch of partition 0 from `offset`, as replica `replica` (-1: a consumer).
+fn fetch_as(replica: i32, offset: i64) -> crate::protocol::api::fetch::FetchRequest {
+    use crate::protocol::api::fetch::{FetchPartition, FetchRequest, FetchTopic};
+    FetchRequest {
+        replica_id: replica,
+        max_bytes: 1 << 20,
+        topics: vec![FetchTopic {
+            topic: T.into(),
+            partitions: vec![FetchPartition {
+                partition: 0,
+                current_leader_epoch: -1,
+                fetch_offset: offset,
+                last_fetched_epoch: -1,
+                log_start_offset: -1,
+                partition_max_bytes: 1 << 20,
+            }],
+            ..FetchTopic::default()
+        }],
+        ..FetchRequest::default()
+    }
+}
+
+/// Record bytes in a fetch answer's partition 0.
+fn fetched_bytes(resp: &crate::protocol::api::fetch::FetchResponse) -> usize {
+    resp.topics[0].partitions[0].records.as_ref().map_or(0, |r| r.len())
+}
+
+/// `leader.replication.throttled.rate` on the leader: broker 2 is being added to the partition
+/// by a reassignment and is out of the ISR, so the leader serves its catch-up at most at the rate
+/// (over quota: no records), while broker 1 (in the ISR) and consumers are served in full. The
+/// catch-up still completes, and an acks=all produce on the same leader is answered while it runs.
+#[test]
+fn the_leader_throttles_an_added_replica_and_not_the_isr_nor_acks_all() {
+    const RATE: u64 = 2_000;
+    const BACKLOG: u8 = 20;
+    const VALUE_BYTES: usize = 1_000;
+    let net = Rc::new(Net::default());
+    let rts: Vec<Rt> = (0..3).map(|_| rt_for(&net)).collect();
+    let brokers: Rc<RefCell<BTreeMap<i32, SharedBroker>>> = Rc::default();
+    let mut tasks = Vec::new();
+    let leader_throttle = Some(Rc::new(RefCell::new(super::throttle::Throttle::new(RATE))));
+    start_with(&rts[0], 0, &brokers, move |c| c.leader_throttle = leader_throttle);
+    start(&rts[1], 1, &brokers);
+    start(&rts[2], 2, &brokers);
+    run(&net, &mut tasks, 100, || brokers.borrow().len() == 3);
+    let record = TopicRecord {
+        topic_id_hex: crate::broker::TopicId::from_random(3, 4).to_hex(),
+        assignment: [(0, vec![BrokerId(0), BrokerId(1), BrokerId(2)])].into(),
+        reassigning: [(
+            0,
+            crate::cluster::Reassignment {
+                adding: vec![BrokerId(2)],
+                removing: vec![],
+            },
+        )]
+        .into(),
+        configs: [("min.insync.replicas".to_string(), "2".to_string())].into(),
+    };
+    let state = PartitionState {
+        leader: Some(BrokerId(0)),
+        leader_epoch: LeaderEpoch(1),
+        isr: vec![BrokerId(0), BrokerId(1)],
+        controller_epoch: 1,
+    };
+    let b = |i: i32| brokers.borrow()[&i].clone();
+    for i in 0..3 {
+        apply(&rts[i as usize], &b(i), &record, &state, &[0, 1, 2]);
+    }
+    // A backlog on the leader (acks=1), then broker 1 (in the ISR) catches up unthrottled.
+    let (client_rt, acked) = (rts[0].clone(), Rc::new(Cell::new(0u8)));
+    let acked2 = acked.clone();
+    rts[0].spawn(async move {
+        let mut conn = KafkaConn::connect(&client_rt, &addr(0), "test", 20_000)
+            .await
+            .expect("connect");
+        for m in 0..BACKLOG {
+            conn.call(&produce_sized(m, 1, VALUE_BYTES), 9).await.expect("answer");
+            acked2.set(m + 1);
+        }
+    });
+    run(&net, &mut tasks, 1_000, || acked.get() == BACKLOG);
+    rts[1].spawn(run_replica_fetcher(
+        rts[1].clone(),
+        b(1),
+        ReplicaFetcherConfig::default(),
+    ));
+    let end = Offset(i64::from(BACKLOG));
+    run(&net, &mut tasks, 1_000, || {
+        b(0).borrow().offsets(T, 0).expect("hosted").1 == end
+    });
+    let batch_bytes = match produce_sized(0, 1, VALUE_BYTES) {
+        Request::Produce(p) => p.topics[0].partitions[0].records.as_ref().map_or(0, |r| r.len()),
+        _ => 0,
+    };
+    let backlog_bytes = batch_bytes * usize::from(BACKLOG);
+
+    // The quota on the leader, request by request, with a bucket in debt.
+    let mut drained = super::throttle::Throttle::new(RATE);
+    let now = rts[0].monotonic_ms();
+    drained.fetched(now, 10_000);
+    let answers: Vec<(i32, usize)> = [2, 1, -1]
+        .into_iter()
+        .map(|replica| {
+            let (resp, _) = rts[0].with_disk(|d| {
+                handlers::fetch_with(
+                    &b(0).borrow(),
+                    d,
+                    &fetch_as(replica, 0),
+                    9,
+                    false,
+                    Some((&mut drained, now)),
+                )
+            });
+            (replica, fetched_bytes(&resp))
+        })
+        .collect();
+    println!("over quota, bytes served to replica 2 (adding), 1 (ISR), -1 (consumer): {answers:?}");
+    assert_eq!(answers[0], (2, 0), "the added replica is served nothing over quota");
+    assert!(
+        answers[1].1 >= backlog_bytes && answers[2].1 >= backlog_bytes,
+        "{answers:?}"
+    );
+    // Within quota: at most what the bucket holds, rounded up to one whole batch (KIP-74).
+    let mut fresh = super::throttle::Throttle::new(RATE);
+    let (resp, _) = rts[0]
+        .with_disk(|d| handlers::fetch_with(&b(0).borrow(), d, &fetch_as(2, 0), 9, false, Some((&mut fresh, now))));
+    println!(
+        "within quota: {} bytes served to replica 2 (burst {} B, one batch {batch_bytes} B)",
+        fetched_bytes(&resp),
+        RATE / 10
+    );
+    assert_eq!(fetched_bytes(&resp), batch_bytes);
+
+    // Broker 2 catches up through the throttled leader; an acks=all produce meanwhile.
+    let started_ms = net.now_ms.get();
+    rts[2].spawn(run_replica_fetcher(
+        rts[2].clone(),
+        b(2),
+        ReplicaFetcherConfig::default(),
+    ));
+    let answer: Rc<RefCell<Option<Response>>> = Rc::default();
+    let (client_rt, answer2) = (rts[0].clone(), answer.clone());
+    rts[0].spawn(async move {
+        let mut conn = KafkaConn::connect(&client_rt, &addr(0), "test", 20_000)
+            .await
+            .expect("connect");
+        let resp = conn.call(&produce_request(99), 9).await.expect("answer");
+        *answer2.borrow_mut() = Some(resp);
+    });
+    let answered_in = run(&net, &mut tasks, 2_000, || answer.borrow().is_some());
+    let Some(Response::Produce(resp)) = answer.borrow().clone() else {
+        panic!("not a produce answer")
+    };
+    let p = &resp.topics[0].partitions[0];
+    assert_eq!(p.error_code, 0, "{p:?}");
+    let behind = b(2).borrow().offsets(T, 0).expect("hosted").2;
+    println!(
+        "acks=all answered after {answered_in} ms; broker 2 then at offset {} of {}",
+        behind.0,
+        BACKLOG + 1
+    );
+    assert!(
+        behind.0 < i64::from(BACKLOG),
+        "the catch-up was not throttled: broker 2 at {behind:?}"
+    );
+    let leader_end = b(0).borrow().offsets(T, 0).expect("hosted").2;
+    run(&net, &mut tasks, 100_000, || {
+        b(2).borrow().offsets(T, 0).expect("hosted").2 == leader_end
+    });
+    let took_ms = u64::try_from(net.now_ms.get() - started_ms).expect("forward");
+    let allowed = RATE * took_ms / 1_000 + RATE / 10 + batch_bytes as u64;
+    println!(
+        "broker 2 caught up {} bytes in {took_ms} virtual ms through the leader's {RATE} B/s quota (at most {allowed} B in that time)",
+        backlog_bytes + batch_bytes
+    );
+    assert!(
+        (backlog_bytes as u64) <= allowed,
+        "served faster than the quota: {backlog_bytes} > {allowed}"
+    );
+}
+
+/// A cluster broker that has not read the cluster state yet (just restarted) holds a Metadata
+/// request until its first scan, then answers with the topic's partitions. Before, it answered at
+/// once: LEADER_NOT_AVAILABLE and no partitions, which a confluent-kafka producer took for an
+/// empty topic.
+#[test]
+fn metadata_before_the_first_cluster_scan_waits_for_it() {
+    use crate::protocol::api::metadata::{MetadataRequest, MetadataRequestTopic};
+    let net = Rc::new(Net::default());
+    let rt = rt_for(&net);
+    let brokers: Rc<RefCell<BTreeMap<i32, SharedBroker>>> = Rc::default();
+    let mut tasks = Vec::new();
+    let watch = watch::PartitionWatch::default();
+    let w = watch.clone();
+    start_with(&rt, 0, &brokers, move |c| {
+        c.admin = Some(cluster::AdminQueue::default());
+        c.watch = w;
+    });
+    run(&net, &mut tasks, 100, || brokers.borrow().len() == 1);
+    let answer: Rc<RefCell<Option<Response>>> = Rc::default();
+    let (client_rt, answer2) = (rt.clone(), answer.clone());
+    rt.spawn(async move {
+        let mut conn = KafkaConn::connect(&client_rt, &addr(0), "test", 20_000)
+            .await
+            .expect("connect");
+        let req = Request::Metadata(MetadataRequest {
+            topics: Some(vec![MetadataRequestTopic {
+                topic_id: Default::default(),
+                name: Some(T.into()),
+            }]),
+            allow_auto_topic_creation: false,
+            include_cluster_authorized_operations: false,
+            include_topic_authorized_operations: false,
+        });
+        let resp = conn.call(&req, 9).await.expect("answer");
+        *answer2.borrow_mut() = Some(resp);
+    });
+    idle(&net, &mut tasks, 1_000);
+    println!("before the first scan: answered = {}", answer.borrow().is_some());
+    assert!(
+        answer.borrow().is_none(),
+        "answered before the first scan: {:?}",
+        answer.borrow()
+    );
+    // The cluster task's first scan: the view, then every waiter poked.
+    let record = TopicRecord {
+        topic_id_hex: crate::broker::TopicId::from_random(3, 4).to_hex(),
+        assignment: [(0, vec![BrokerId(0)])].into(),
+        reassigning: BTreeMap::new(),
+        configs: BTreeMap::new(),
+    };
+    let state = PartitionState {
+        leader: Some(BrokerId(0)),
+        leader_epoch: LeaderEpoch(1),
+        isr: vec![BrokerId(0)],
+        controller_epoch: 1,
+    };
+    let b0 = brokers.borrow()[&0].clone();
+    b0.borrow_mut().set_cluster_view(view(&record, &state, &[0]));
+    watch.poke_all();
+    let took = run(&net, &mut tasks, 50, || answer.borrow().is_some());
+    let Some(Response::Metadata(resp)) = answer.borrow().clone() else {
+        panic!("not a metadata answer")
+    };
+    let t = &resp.topics[0];
+    println!(
+        "answered {took} ms after the scan: error {}, {} partition(s)",
+        t.error_code,
+        t.partitions.len()
+    );
+    assert_eq!((t.error_code, t.partitions.len()), (0, 1), "{t:?}");
+    assert_eq!(t.partitions[0].leader_id, 0);
+    // Bounded: with no scan at all, the answer comes at the bound, retriable.
+    let b1 = rt_for(&net);
+    start_with(&b1, 1, &brokers, |c| c.admin = Some(cluster::AdminQueue::default()));
+    run(&net, &mut tasks, 100, || brokers.borrow().len() == 2);
+    let late: Rc<RefCell<Option<Response>>> = Rc::default();
+    let (client_rt, late2) = (b1.clone(), late.clone());
+    b1.spawn(async move {
+        let mut conn = KafkaConn::connect(&client_rt, &addr(1), "test", 60_000)
+            .await
+            .expect("connect");
+        let req = Request::Metadata(MetadataRequest {
+            topics: None,
+            allow_auto_topic_creation: false,
+            include_cluster_authorized_operations: false,
+            include_topic_authorized_operations: false,
+        });
+        *late2.borrow_mut() = Some(conn.call(&req, 9).await.expect("answer"));
+    });
+    let waited = run(&net, &mut tasks, 20_000, || late.borrow().is_some());
+    println!("with no scan, answered after {waited} ms (bound {FIRST_SCAN_WAIT_MS_MAX} ms)");
+    assert!(u64::from(waited) >= FIRST_SCAN_WAIT_MS_MAX, "{waited}");
 }

@@ -111,15 +111,18 @@ impl PartitionWatch {
 
     /// Wakes the waiters whose interest in `topic`/`partition` these offsets meet.
     pub fn poke_offsets(&self, topic: &str, partition: i32, log_end: i64, high_watermark: i64) {
-        self.wake(|i| {
-            i.topic == topic
-                && i.partition == partition
-                && (i.log_end_above.is_some_and(|o| log_end > o)
-                    || i.high_watermark_at_least.is_some_and(|o| high_watermark >= o))
+        self.wake(|interests| {
+            interests.iter().any(|i| {
+                i.topic == topic
+                    && i.partition == partition
+                    && (i.log_end_above.is_some_and(|o| log_end > o)
+                        || i.high_watermark_at_least.is_some_and(|o| high_watermark >= o))
+            })
         });
     }
 
-    /// Wakes every waiter (leadership, ISR or partition state changed).
+    /// Wakes every waiter (leadership, ISR or partition state changed), those waiting on no
+    /// partition included (a Metadata request held until the broker's first cluster scan).
     pub fn poke_all(&self) {
         self.wake(|_| true);
     }
@@ -129,12 +132,12 @@ impl PartitionWatch {
         self.0.borrow().waiters.len()
     }
 
-    fn wake(&self, met: impl Fn(&Interest) -> bool) {
+    fn wake(&self, met: impl Fn(&[Interest]) -> bool) {
         let mut wakers = Vec::new();
         {
             let mut inner = self.0.borrow_mut();
             for w in inner.waiters.values_mut() {
-                if !w.woken && w.interests.iter().any(&met) {
+                if !w.woken && met(&w.interests) {
                     w.woken = true;
                     wakers.extend(w.waker.take());
                 }

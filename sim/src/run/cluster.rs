@@ -146,6 +146,9 @@ async fn broker_main(rt: SimRuntime, s: Arc<Scenario>, index: usize) {
     cluster.follower_throttled_rate_bytes_per_s = s.broker.follower_replication_throttled_rate.filter(|&r| r > 0);
     if let Some(e) = &s.elastic {
         cluster.controller.auto_leader_rebalance = true;
+        cluster.controller.leader_imbalance_check_interval_ms =
+            e.leader_imbalance_check_interval_s.saturating_mul(1_000);
+        cluster.controller.leader_imbalance_per_broker_percentage = e.leader_imbalance_per_broker_percentage;
         cluster.controller.mutant_switch_before_isr = e.mutant_switch_before_isr;
         cluster.controller.auto_rebalance = e.auto_rebalance;
     }
