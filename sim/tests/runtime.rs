@@ -507,3 +507,64 @@ fn disk_latency_delays_the_nodes_next_answer() {
     assert!(without < 25, "no disk work, no disk delay");
     assert!(with >= 52, "50 ms of fsync must show in virtual time");
 }
+
+/// Sleeps of 50 ms or more wait in the runtime's alarm queue (`gregor_sim::runtime::alarms`):
+/// each ends at its own deadline, whatever order they were made in, a dropped one leaves the queue
+/// at once (a request timeout that did not fire), and the rest still end on time after it.
+#[test]
+fn sleeps_end_at_their_deadlines_and_dropped_ones_leave_the_queue() {
+    run_seed(11, |world| async move {
+        let node = idle_node(&world, "sleeper");
+        let (ended, waiting_after_drops, waiting_at_end) = world
+            .spawn_on(node, |rt| async move {
+                let start = rt.monotonic_ms();
+                // Forty 30 s timeouts, each dropped when its "request" (a 2 ms sleep) finishes.
+                for _ in 0..40 {
+                    let timeout = rt.sleep(Duration::from_secs(30));
+                    let answer = rt.sleep(Duration::from_millis(2));
+                    let answered = gregor_core::client::conn::with_timeout(&rt, 30_000, answer).await;
+                    assert!(answered.is_some(), "the 2 ms sleep ends before the 30 s one");
+                    drop(timeout);
+                }
+                let waiting_after_drops = rt.sleeps_waiting();
+                // Sleeps made longest first end shortest first, each at its deadline.
+                let ended = Arc::new(Mutex::new(Vec::new()));
+                let done = Arc::new(Mutex::new(0usize));
+                let begun = rt.monotonic_ms();
+                for ms in [500u64, 70, 300, 50, 120] {
+                    let (rt2, ended, done) = (rt.clone(), ended.clone(), done.clone());
+                    rt.spawn(async move {
+                        rt2.sleep(Duration::from_millis(ms)).await;
+                        ended.lock().expect("lock").push((ms, rt2.monotonic_ms() - begun));
+                        *done.lock().expect("lock") += 1;
+                    });
+                }
+                // A sleep dropped while earlier and later ones wait must not stall the later ones.
+                drop(rt.sleep(Duration::from_millis(100)));
+                for _ in 0..100 {
+                    if *done.lock().expect("lock") == 5 {
+                        break;
+                    }
+                    rt.sleep(Duration::from_millis(10)).await;
+                }
+                assert!(
+                    rt.monotonic_ms() - start < 30_000,
+                    "no sleep waited for a dropped timeout"
+                );
+                let ended = ended.lock().expect("lock").clone();
+                (ended, waiting_after_drops, rt.sleeps_waiting())
+            })
+            .await
+            .expect("ran");
+        println!(
+            "sleeps ended (asked ms, took ms): {ended:?}; waiting after 40 dropped timeouts: {waiting_after_drops}"
+        );
+        assert_eq!(waiting_after_drops, 0, "dropped sleeps leave the queue");
+        assert_eq!(waiting_at_end, 0, "every sleep ended or was dropped");
+        assert_eq!(
+            ended,
+            vec![(50, 50), (70, 70), (120, 120), (300, 300), (500, 500)],
+            "each sleep ends at its own deadline, in deadline order"
+        );
+    });
+}

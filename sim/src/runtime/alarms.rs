@@ -1,0 +1,222 @@
+//! Alarms: the sleeps of one node incarnation, kept in a queue that can drop them, behind at most
+//! a few madsim timers.
+//!
+//! Why: madsim's timer heap (naive-timer) cannot remove an entry. Every request timeout (30 s),
+//! fetch wait and recheck a node arms would sit in that heap until it expires, finished or not:
+//! under load the heap held tens of thousands of dead entries and every timer push and pop paid
+//! for them (BENCHMARKS.md, "The simulator"). Here a sleep that is dropped (its request answered)
+//! leaves the queue at once, and madsim's heap holds one timer for the queue's earliest deadline
+//! (plus stale ones left when an earlier deadline arrived, at most one per deadline, which fire
+//! and do nothing), kept armed by a driver task on the node.
+//!
+//! Contract:
+//! - A [`AlarmSleep`] completes at its first poll at or after its deadline (madsim's virtual
+//!   time), like madsim's `Sleep`: the deadline is computed by madsim's `TimeHandle::sleep`, so
+//!   it is at least 1 ms away. Its task is woken when the deadline passes.
+//! - Waiters due at one instant are woken in deadline order, then in registration order: a pure
+//!   function of the calls made, so runs stay deterministic.
+//! - Dropping a sleep removes it from the queue; a queue with no sleeps arms no timer.
+//!
+//! Fault model: none of its own. A killed node's tasks are dropped by madsim, and their sleeps
+//! with them; a timer that fires for a queue nobody waits on any more does nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+use madsim::time::TimeHandle;
+
+/// One waiter's place in the queue: its deadline, then the order it registered in.
+type Key = (Instant, u64);
+
+#[derive(Debug, Default)]
+struct Queue {
+    next_seq: u64,
+    waiting: BTreeMap<Key, Waker>,
+    /// The deadlines madsim timers of this queue are pending for: at most one timer per
+    /// deadline (a deadline whose waiters were dropped keeps its timer; it fires and does nothing).
+    pending: BTreeSet<Instant>,
+    /// The queue's driver task, woken to arm the next timer (see [`Fire`]).
+    driver: Option<Waker>,
+}
+
+/// The alarm queue of one node incarnation. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Alarms {
+    queue: Arc<Mutex<Queue>>,
+}
+
+/// The waker handed to madsim's timer for one deadline.
+///
+/// madsim runs timer callbacks while it holds its timer heap's lock and before it advances the
+/// clock, so a callback can neither add a timer nor read the new time. When it fires it therefore
+/// only wakes: every waiter due by its deadline, and the queue's [`Driver`] task, which arms the
+/// timer for the next waiter from task context before virtual time moves on.
+#[derive(Debug)]
+struct Fire {
+    queue: Arc<Mutex<Queue>>,
+    deadline: Instant,
+}
+
+impl Wake for Fire {
+    fn wake(self: Arc<Self>) {
+        let mut wake = Vec::new();
+        {
+            let mut queue = lock(&self.queue);
+            while let Some(entry) = queue.waiting.first_entry() {
+                if entry.key().0 > self.deadline {
+                    break;
+                }
+                wake.push(entry.remove());
+            }
+            queue.pending.remove(&self.deadline);
+            if needs_timer(&queue) {
+                wake.extend(queue.driver.clone());
+            }
+        }
+        for waker in wake {
+            waker.wake();
+        }
+    }
+}
+
+fn lock(queue: &Mutex<Queue>) -> std::sync::MutexGuard<'_, Queue> {
+    queue.lock().expect("never poisoned: no code panics holding it")
+}
+
+/// Whether the earliest waiter has no madsim timer pending for it or before it.
+fn needs_timer(queue: &Queue) -> bool {
+    match (queue.waiting.keys().next(), queue.pending.first()) {
+        (None, _) => false,
+        (Some(_), None) => true,
+        (Some(&(next, _)), Some(&pending)) => pending > next,
+    }
+}
+
+/// Arms a madsim timer for the earliest waiter unless one is already pending for it or earlier.
+/// Call it from task context only (see [`Fire`]).
+fn arm_next(shared: &Arc<Mutex<Queue>>, queue: &mut Queue, time: &TimeHandle) {
+    if !needs_timer(queue) {
+        return;
+    }
+    let Some(&(next, _)) = queue.waiting.keys().next() else {
+        return;
+    };
+    queue.pending.insert(next);
+    let waker = Waker::from(Arc::new(Fire {
+        queue: shared.clone(),
+        deadline: next,
+    }));
+    // madsim's Sleep adds its timer at a pending poll; `next` is in the future (every waiter
+    // still queued is: a poll at or after its deadline removes it), so this adds one.
+    let mut timer = time.sleep_until(next);
+    let polled = Pin::new(&mut timer).poll(&mut Context::from_waker(&waker));
+    debug_assert!(polled.is_pending(), "an alarm deadline is in the future");
+}
+
+impl Alarms {
+    /// A queue for the node of the calling task, with its driver task spawned there (it dies
+    /// with the node, as the node's sleeps do).
+    pub fn spawn() -> Self {
+        let alarms = Alarms { queue: Arc::default() };
+        drop(madsim::task::spawn_local(Driver {
+            queue: alarms.queue.clone(),
+        }));
+        alarms
+    }
+
+    /// A sleep of `duration` on this queue.
+    pub fn sleep(&self, duration: Duration) -> AlarmSleep {
+        let deadline = TimeHandle::current().sleep(duration).deadline();
+        AlarmSleep {
+            queue: self.queue.clone(),
+            deadline,
+            key: None,
+        }
+    }
+
+    /// How many sleeps are waiting (for tests).
+    pub fn waiting(&self) -> usize {
+        lock(&self.queue).waiting.len()
+    }
+}
+
+/// A sleep in an [`Alarms`] queue; see the module's contract.
+#[derive(Debug)]
+pub struct AlarmSleep {
+    queue: Arc<Mutex<Queue>>,
+    deadline: Instant,
+    /// Its place in the queue once it waits.
+    key: Option<Key>,
+}
+
+impl Future for AlarmSleep {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let time = TimeHandle::current();
+        let this = &mut *self;
+        let mut queue = lock(&this.queue);
+        if time.now_instant() >= this.deadline {
+            if let Some(key) = this.key.take() {
+                queue.waiting.remove(&key);
+            }
+            return Poll::Ready(());
+        }
+        match this.key {
+            Some(key) => match queue.waiting.get_mut(&key) {
+                Some(waker) => {
+                    if !waker.will_wake(cx.waker()) {
+                        waker.clone_from(cx.waker());
+                    }
+                }
+                // Only due waiters leave the queue before they are dropped, and a due one is
+                // ready above; wait again rather than never.
+                None => {
+                    queue.waiting.insert(key, cx.waker().clone());
+                }
+            },
+            None => {
+                let key = (this.deadline, queue.next_seq);
+                queue.next_seq += 1;
+                queue.waiting.insert(key, cx.waker().clone());
+                this.key = Some(key);
+            }
+        }
+        arm_next(&this.queue, &mut queue, &time);
+        Poll::Pending
+    }
+}
+
+impl Drop for AlarmSleep {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            lock(&self.queue).waiting.remove(&key);
+        }
+    }
+}
+
+/// The task that keeps a madsim timer pending for the queue's earliest waiter: woken by a timer
+/// that fired, it arms the next one. It never finishes; it ends with its node.
+#[derive(Debug)]
+struct Driver {
+    queue: Arc<Mutex<Queue>>,
+}
+
+impl Future for Driver {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let time = TimeHandle::current();
+        let mut queue = lock(&self.queue);
+        match &mut queue.driver {
+            Some(waker) if waker.will_wake(cx.waker()) => {}
+            slot => *slot = Some(cx.waker().clone()),
+        }
+        arm_next(&self.queue, &mut queue, &time);
+        Poll::Pending
+    }
+}
