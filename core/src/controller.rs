@@ -194,6 +194,7 @@ impl Default for ControllerConfig {
             leader_imbalance_check_interval_ms: LEADER_IMBALANCE_CHECK_INTERVAL_MS_DEFAULT,
             auto_rebalance: false,
             mutant_switch_before_isr: false,
+            min_insync_replicas_default: 1,
         }
     }
 }

@@ -136,6 +136,7 @@ mod tests {
                     leader_epoch: LeaderEpoch(3),
                     isr: r.clone(),
                     controller_epoch: 6,
+                    elr: Vec::new(),
                 };
                 (p, Versioned { value, version: 4 })
             })

@@ -471,6 +471,7 @@ fn the_leader_throttles_an_added_replica_and_not_the_isr_nor_acks_all() {
         leader_epoch: LeaderEpoch(1),
         isr: vec![BrokerId(0), BrokerId(1)],
         controller_epoch: 1,
+        elr: Vec::new(),
     };
     let b = |i: i32| brokers.borrow()[&i].clone();
     for i in 0..3 {
@@ -644,6 +645,7 @@ fn metadata_before_the_first_cluster_scan_waits_for_it() {
         leader_epoch: LeaderEpoch(1),
         isr: vec![BrokerId(0)],
         controller_epoch: 1,
+        elr: Vec::new(),
     };
     let b0 = brokers.borrow()[&0].clone();
     b0.borrow_mut().set_cluster_view(view(&record, &state, &[0]));
