@@ -246,7 +246,10 @@ fn isr_shrinks_after_lag_and_expands_after_catching_up() {
     assert_eq!(proposals.len(), 1, "follower 2 fell behind: {proposals:?}");
     let p = &proposals[0];
     assert_eq!((p.new_state.isr.clone(), p.expected_zk_version), (ids(&[0, 1]), 0));
-    assert!(p.new_state.elr.is_empty(), "the ISR stays at min ISR 2: nobody needs to stay eligible");
+    assert!(
+        p.new_state.elr.is_empty(),
+        "the ISR stays at min ISR 2: nobody needs to stay eligible"
+    );
     assert!(
         c[0].broker.poll_isr_proposals(1_500).is_empty(),
         "one proposal in flight at a time"
@@ -678,17 +681,30 @@ fn an_offline_replica_reports_its_log_end_for_the_offline_epoch_only() {
     produce(&mut c[0], 1, -1, 100).expect("appended");
     produce(&mut c[0], 2, -1, 110).expect("appended");
     pump(&mut c, 1, 0, 200);
-    assert_eq!(c[1].broker.offline_log_end(T, 0, LeaderEpoch(1)), None, "following, not offline");
+    assert_eq!(
+        c[1].broker.offline_log_end(T, 0, LeaderEpoch(1)),
+        None,
+        "following, not offline"
+    );
     let offline = ZkState {
         leader: None,
         ..zk(0, 2, &[0, 1, 2])
     };
     apply(&mut c, &[1, 2], &rec, &offline, 1, 300);
-    let r = c[1].broker.offline_log_end(T, 0, LeaderEpoch(2)).expect("offline at epoch 2");
-    println!("follower 1 offline: {r:?}; follower 2: {:?}", c[2].broker.offline_log_end(T, 0, LeaderEpoch(2)));
+    let r = c[1]
+        .broker
+        .offline_log_end(T, 0, LeaderEpoch(2))
+        .expect("offline at epoch 2");
+    println!(
+        "follower 1 offline: {r:?}; follower 2: {:?}",
+        c[2].broker.offline_log_end(T, 0, LeaderEpoch(2))
+    );
     assert_eq!((r.last_epoch, r.log_end), (LeaderEpoch(1), leo(&c[1]).0));
     assert!(r.log_end > 0, "follower 1 fetched the records");
-    let r2 = c[2].broker.offline_log_end(T, 0, LeaderEpoch(2)).expect("offline at epoch 2");
+    let r2 = c[2]
+        .broker
+        .offline_log_end(T, 0, LeaderEpoch(2))
+        .expect("offline at epoch 2");
     assert!(r2.log_end < r.log_end, "follower 2 never fetched: the shorter log");
     assert_eq!(c[1].broker.offline_log_end(T, 0, LeaderEpoch(3)), None, "another epoch");
 }
