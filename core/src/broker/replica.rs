@@ -150,6 +150,9 @@ pub(crate) struct Replication {
     pub isr: Vec<BrokerId>,
     /// The state's eligible leader replicas (KIP-966), carried into this leader's ISR changes.
     pub elr: Vec<BrokerId>,
+    /// The topic's `min.insync.replicas`: below it (with at least that many replicas) the
+    /// high watermark stands still (KIP-966).
+    pub min_isr: i32,
     pub controller_epoch: i32,
     pub zk_version: i32,
     pub role: Role,
@@ -161,6 +164,7 @@ impl Replication {
             replicas: Vec::new(),
             isr: Vec::new(),
             elr: Vec::new(),
+            min_isr: 1,
             controller_epoch: -1,
             zk_version: -1,
             role: Role::Offline,
@@ -219,6 +223,15 @@ fn leader_hw_candidate(part: &Part) -> Option<Offset> {
     // new epoch first would deadlock a partition whose ISR is below min.insync.replicas: no
     // append is allowed, so the HW could never pass the new leader's epoch start, and no
     // follower could rejoin.
+    // KIP-966: while the ISR is below min.insync.replicas the HW stands still. The replicas
+    // that left it stay eligible to lead (the ELR) because no acks=all write is acknowledged
+    // meanwhile; a HW moving over records only this small ISR holds would let consumers read
+    // records that an eligible leader lacks, and that its election then truncates (a campaign
+    // seed: a consumer read offset 247, the ELR member elected next had 246 records).
+    let min_isr = usize::try_from(repl.min_isr).unwrap_or(1);
+    if repl.isr.len() < min_isr && repl.replicas.len() >= min_isr {
+        return None;
+    }
     let leo = part.log.log_end_offset();
     let maximal = repl.isr.iter().chain(in_flight.iter().flatten());
     let mut hw = leo;
@@ -289,6 +302,7 @@ impl Broker {
                 })?;
         }
         let policy = self.config.truncation;
+        let min_isr = self.topics.get(topic).map_or(1, |m| m.min_insync_replicas);
         let part = self.partitions.get_mut(&key(topic, partition)).expect("created above");
         let repl = part.repl.get_or_insert_with(Replication::offline);
         let held = part.leader_epoch;
@@ -310,6 +324,7 @@ impl Broker {
         repl.replicas = replicas.clone();
         repl.isr = state.isr.clone();
         repl.elr = state.elr.clone();
+        repl.min_isr = min_isr;
         repl.controller_epoch = state.controller_epoch;
         repl.zk_version = zk_version;
         if same_role {
@@ -459,12 +474,14 @@ impl Broker {
         if part.leader_epoch != epoch || part.repl.as_ref().is_some_and(|r| !r.is_leader()) {
             return AckWait::Failed(ErrorCode::NotLeaderOrFollower);
         }
-        if part.high_watermark < end_offset {
-            return AckWait::Pending;
-        }
+        // Below min ISR first: the HW stands still there (KIP-966), so waiting would only end
+        // in a timeout.
         let min_isr = self.topics.get(topic).map_or(1, |m| m.min_insync_replicas);
         if (Self::isr_size(part) as i64) < i64::from(min_isr) {
             return AckWait::Failed(ErrorCode::NotEnoughReplicasAfterAppend);
+        }
+        if part.high_watermark < end_offset {
+            return AckWait::Pending;
         }
         AckWait::Done
     }

@@ -227,8 +227,8 @@ fn min_isr_rejection_leaves_the_log_unchanged() {
     assert_eq!((leo(&c[0]), contents(&c[0])), before, "nothing appended");
     produce(&mut c[0], 2, 1, 0).expect("acks=1 does not need the ISR");
     assert_eq!(leo(&c[0]), Offset(1));
-    // The ISR alone (leader only) moves the HW.
-    assert_eq!(hw(&c[0]), Offset(1));
+    // Below min ISR the HW stands still (KIP-966): before, the leader alone moved it.
+    assert_eq!(hw(&c[0]), Offset(0));
 }
 
 #[test]
@@ -294,6 +294,13 @@ fn isr_shrinks_after_lag_and_expands_after_catching_up() {
         c[0].broker.acks_all_status(T, 0, ok.end_offset, ok.leader_epoch),
         AckWait::Failed(ErrorCode::NotEnoughReplicasAfterAppend)
     );
+    // KIP-966: below min ISR the HW stands still, even for acks=1 records only the leader has
+    // (an eligible leader replica lacks them; consumers must not read them).
+    let frozen = hw(&c[0]);
+    produce(&mut c[0], 3, 1, 3_600).expect("acks=1 appended");
+    println!("ISR [0] below min ISR 2: HW {frozen:?}, log end {:?}", leo(&c[0]));
+    assert!(leo(&c[0]) > frozen);
+    assert_eq!(hw(&c[0]), frozen, "the HW moved over records only the leader holds");
 }
 
 /// KIP-841: a follower that caught up but is not registered (a broker in controlled shutdown,
