@@ -1243,6 +1243,70 @@ fn negative_control_two_uncommitted_changes_are_caught() {
     );
 }
 
+/// Node 4 is cut off from the start, added as a learner while the log is short (within
+/// `append_entries_max` of the commit index), then promoted: returns the refused or accepted
+/// promotion, and whether a promotion after healing and catching up committed on every node.
+fn promote_unheard_learner(seed: u64, mutant: Mutant) -> (Result<LogIndex, MembershipError>, bool) {
+    let mut c = Cluster::quiet_joining(seed, 4, 3, mutant);
+    c.group[3] = 1;
+    c.settle(2_000);
+    let l = c.leader().expect("three connected voters elect a leader");
+    c.write_many(l, "s", 2);
+    let added = c.change(l, MembershipChange::AddLearner(NodeId(4))).unwrap();
+    c.settle(500);
+    let leader = c.raft(l);
+    assert!(
+        leader.commit_index() >= added,
+        "seed {seed}: adding a learner needs no ack from it"
+    );
+    assert!(
+        leader.commit_index().0 < config(NodeId(1), 3).append_entries_max as u64,
+        "seed {seed}: the log is short, so the lag test alone would pass"
+    );
+    assert_eq!(leader.match_index_of(NodeId(4)), Some(LogIndex(0)), "seed {seed}");
+    let cut_off = c.change(l, MembershipChange::PromoteLearner(NodeId(4)));
+    if cut_off.is_ok() {
+        return (cut_off, false);
+    }
+    c.heal_partition();
+    c.settle(1_000);
+    let promoted = c.change(l, MembershipChange::PromoteLearner(NodeId(4)));
+    c.settle(1_000);
+    let committed = promoted
+        .as_ref()
+        .is_ok_and(|index| (0..4).all(|i| c.raft(i).commit_index() >= *index && c.voters(i) == vec![1, 2, 3, 4]));
+    assert!(
+        c.checker.violations.is_empty(),
+        "seed {seed}: {:?}",
+        c.checker.violations
+    );
+    (cut_off, committed)
+}
+
+#[test]
+fn learner_never_heard_from_is_not_promoted_until_it_catches_up() {
+    let mut compared = 0;
+    for seed in 0..8 {
+        let (cut_off, committed) = promote_unheard_learner(seed, Mutant::None);
+        assert!(
+            matches!(cut_off, Err(MembershipError::NotCaughtUp { id: NodeId(4), .. })),
+            "seed {seed}: a learner that never acknowledged anything: {cut_off:?}"
+        );
+        assert!(committed, "seed {seed}: the healed, caught-up learner was not promoted");
+        compared += 1;
+    }
+    println!("{compared} runs: an unheard learner was refused (NotCaughtUp), then promoted once healed and caught up");
+}
+
+#[test]
+fn negative_control_promoting_an_unheard_learner_is_caught() {
+    let caught = (0..8)
+        .filter(|seed| promote_unheard_learner(*seed, Mutant::PromoteUnheardLearner).0.is_ok())
+        .count();
+    assert_eq!(caught, 8, "the old check refused an unheard learner");
+    println!("the old check promoted the unheard learner in {caught} of 8 runs; the test above refuses it");
+}
+
 mod fuzz {
     //! Arbitrary (even Byzantine) messages never panic a node, and its own invariants hold.
 
