@@ -40,6 +40,8 @@ pub(crate) enum Mutant {
     VoteTwice,
     /// The leader accepts a membership change while another is uncommitted.
     ConcurrentChanges,
+    /// The leader promotes a learner it never heard from, if the log is short (the old check).
+    PromoteUnheardLearner,
 }
 
 /// The leader's view of one follower or learner.
@@ -338,9 +340,10 @@ impl Raft {
 
     /// Appends a configuration entry making one single-server `change`, if this node leads, no
     /// other change is uncommitted, an entry of this term committed, and (for a promotion) the
-    /// learner is within `append_entries_max` entries of the commit index. The new membership
-    /// rules from now on; the change is done when the returned index commits (watch
-    /// `commit_index`). A leader that removed itself steps down then.
+    /// learner acknowledged an append or snapshot in this term and is within `append_entries_max`
+    /// entries of the commit index. The new membership rules from now on; the change is done when
+    /// the returned index commits (watch `commit_index`). A leader that removed itself steps down
+    /// then.
     pub fn change_membership<D: Disk>(
         &mut self,
         disk: &mut D,
@@ -367,8 +370,17 @@ impl Raft {
         }
         let next = self.membership().apply(change).map_err(MembershipError::Refused)?;
         if let MembershipChange::PromoteLearner(id) = change {
-            let matched = self.peers.get(&id).map_or(LogIndex(0), |p| p.match_index);
-            if matched.0.saturating_add(self.config.append_entries_max as u64) < self.commit_index.0 {
+            // Only an acknowledgement in this term tells us the learner holds anything: without
+            // one, a short log would pass the lag test below for a learner that is unreachable,
+            // and promoting it would cost the quorum a voter's worth of fault tolerance.
+            let (known, matched) = self
+                .peers
+                .get(&id)
+                .map_or((false, LogIndex(0)), |p| (p.match_known, p.match_index));
+            #[cfg(test)]
+            let known = known || self.mutant == Mutant::PromoteUnheardLearner;
+            let lagging = matched.0.saturating_add(self.config.append_entries_max as u64) < self.commit_index.0;
+            if !known || lagging {
                 return Err(MembershipError::NotCaughtUp {
                     id,
                     match_index: matched,

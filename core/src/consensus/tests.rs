@@ -143,6 +143,12 @@ struct Cluster {
     snapshots_installed: u64,
     /// Prints elections, crashes and role changes (flip to replay a failing seed).
     trace: bool,
+    /// During the chaos, the leader also adds the last node as a learner, promotes it and then
+    /// removes one of the first voters (see `membership_step`).
+    reconfigure: bool,
+    /// Membership changes the leader accepted, and refused as in progress or not caught up.
+    changes_accepted: u64,
+    changes_refused: u64,
 }
 
 fn config(id: NodeId, n: u64) -> RaftConfig {
@@ -189,6 +195,9 @@ impl Cluster {
             crashes: 0,
             snapshots_installed: 0,
             trace: false,
+            reconfigure: false,
+            changes_accepted: 0,
+            changes_refused: 0,
         };
         for i in 1..=n {
             cluster.nodes.push(Node {
@@ -458,6 +467,63 @@ impl Cluster {
         }
     }
 
+    /// The next of: add the last node as a learner, promote it, remove one of the first
+    /// `voters` (not the leader); nothing once that is done. A change that was cut off shows up
+    /// as the old membership again and is retried.
+    fn membership_step(&mut self) {
+        let Some((_, i)) = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, node)| {
+                node.raft
+                    .as_ref()
+                    .filter(|r| r.role() == Role::Leader)
+                    .map(|r| (r.term(), i))
+            })
+            .max()
+        else {
+            return;
+        };
+        let joiner = NodeId(self.nodes.len() as u64);
+        let m = self.nodes[i].raft.as_ref().expect("found above").membership().clone();
+        let change = if !m.contains(joiner) {
+            MembershipChange::AddLearner(joiner)
+        } else if m.learners.contains(&joiner) {
+            MembershipChange::PromoteLearner(joiner)
+        } else if m.voters.len() as u64 > self.voters {
+            let leader = self.nodes[i].id;
+            let first: Vec<NodeId> = m
+                .voters
+                .iter()
+                .copied()
+                .filter(|id| id.0 <= self.voters && *id != leader)
+                .collect();
+            if first.is_empty() {
+                return;
+            }
+            MembershipChange::Remove(first[self.rng.below(first.len() as u64) as usize])
+        } else {
+            return;
+        };
+        let now = self.now_ms;
+        let node = &mut self.nodes[i];
+        let result = node
+            .raft
+            .as_mut()
+            .expect("found above")
+            .change_membership(&mut node.disk, change, now);
+        self.drain(i);
+        if self.trace {
+            println!("{now} node {} {change:?}: {result:?}", i + 1);
+        }
+        match result {
+            Ok(_) => self.changes_accepted += 1,
+            Err(MembershipError::InProgress { .. } | MembershipError::NotCaughtUp { .. }) => self.changes_refused += 1,
+            Err(e) => self.checker.violations.push(format!("{change:?} failed: {e}")),
+        }
+    }
+
     fn heal(&mut self) {
         for g in self.group.iter_mut() {
             *g = 0;
@@ -553,6 +619,9 @@ impl Cluster {
             if now >= next_nemesis_ms {
                 next_nemesis_ms = now + 200 + self.rng.below(1200);
                 if !healed {
+                    if self.reconfigure && self.rng.chance(50) {
+                        self.membership_step();
+                    }
                     self.nemesis_step();
                 }
             }
@@ -712,6 +781,58 @@ fn sweep(seeds: std::ops::Range<u64>, n: u64, mutant: Mutant) -> Totals {
     t
 }
 
+/// `sweep` on three voters plus a joiner that the leader adds, promotes, and then removes one of
+/// the first three, amid the same faults. Returns the totals and the runs whose final membership
+/// (at the leader) is the joiner and two of the first voters.
+fn sweep_reconfiguring(seeds: std::ops::Range<u64>) -> (Totals, u64, u64) {
+    let mut t = Totals::default();
+    let (mut accepted, mut completed) = (0, 0);
+    let (chaos_ms, settle_ms, liveness_ms_max) = (6_000, 8_000, 8_000);
+    for seed in seeds {
+        let mut c = Cluster::build(seed.wrapping_mul(0x1000_0000_01B3) ^ 0x4a, 4, 3, Mutant::None);
+        c.reconfigure = true;
+        c.run(chaos_ms, settle_ms);
+        c.final_checks(chaos_ms, liveness_ms_max);
+        t.runs += 1;
+        t.leaders += c.checker.leaders.len() as u64;
+        t.applies += c.checker.applies_compared;
+        t.restores += c.checker.restores_compared;
+        t.acked += c.checker.acked.len() as u64;
+        t.acked_compared += c.checker.acked_compared;
+        t.reads += c.checker.reads_checked;
+        t.crashes += c.crashes;
+        accepted += c.changes_accepted;
+        if let Some(l) = c.leader() {
+            let m = c.raft(l).membership();
+            if m.voters.len() == 3
+                && m.voters.contains(&NodeId(4))
+                && c.raft(l).membership_index() <= c.raft(l).commit_index()
+            {
+                completed += 1;
+            }
+        }
+        if let Some(v) = c.checker.violations.first() {
+            t.failed_runs.push((seed, v.clone()));
+        }
+    }
+    println!(
+        "3 voters + joiner, reconfiguring: {} runs, {} leaders (terms) checked, {} applies and {} restored \
+         entries compared, {} acknowledged commands compared {} times, {} reads checked, {} crashes; {accepted} \
+         changes accepted, {completed} runs ended with the joiner promoted and a first voter removed; {} runs \
+         with violations",
+        t.runs,
+        t.leaders,
+        t.applies,
+        t.restores,
+        t.acked,
+        t.acked_compared,
+        t.reads,
+        t.crashes,
+        t.failed_runs.len()
+    );
+    (t, accepted, completed)
+}
+
 fn assert_clean(t: &Totals) {
     for (seed, v) in t.failed_runs.iter().take(5) {
         println!("seed {seed}: {v}");
@@ -734,6 +855,16 @@ fn three_voters_stay_safe_and_live_under_faults() {
     assert!(
         t.crashes > 0 && t.snapshots_installed > 0,
         "no crash or snapshot exercised: {t:?}"
+    );
+}
+
+#[test]
+fn three_voters_stay_safe_and_live_while_a_node_joins_and_another_leaves_under_faults() {
+    let (t, accepted, completed) = sweep_reconfiguring(0..150);
+    assert_clean(&t);
+    assert!(
+        accepted > 0 && completed > 0,
+        "no membership change was exercised: {t:?}"
     );
 }
 
@@ -1241,6 +1372,70 @@ fn negative_control_two_uncommitted_changes_are_caught() {
         caught[0].0,
         caught[0].1
     );
+}
+
+/// Node 4 is cut off from the start, added as a learner while the log is short (within
+/// `append_entries_max` of the commit index), then promoted: returns the refused or accepted
+/// promotion, and whether a promotion after healing and catching up committed on every node.
+fn promote_unheard_learner(seed: u64, mutant: Mutant) -> (Result<LogIndex, MembershipError>, bool) {
+    let mut c = Cluster::quiet_joining(seed, 4, 3, mutant);
+    c.group[3] = 1;
+    c.settle(2_000);
+    let l = c.leader().expect("three connected voters elect a leader");
+    c.write_many(l, "s", 2);
+    let added = c.change(l, MembershipChange::AddLearner(NodeId(4))).unwrap();
+    c.settle(500);
+    let leader = c.raft(l);
+    assert!(
+        leader.commit_index() >= added,
+        "seed {seed}: adding a learner needs no ack from it"
+    );
+    assert!(
+        leader.commit_index().0 < config(NodeId(1), 3).append_entries_max as u64,
+        "seed {seed}: the log is short, so the lag test alone would pass"
+    );
+    assert_eq!(leader.match_index_of(NodeId(4)), Some(LogIndex(0)), "seed {seed}");
+    let cut_off = c.change(l, MembershipChange::PromoteLearner(NodeId(4)));
+    if cut_off.is_ok() {
+        return (cut_off, false);
+    }
+    c.heal_partition();
+    c.settle(1_000);
+    let promoted = c.change(l, MembershipChange::PromoteLearner(NodeId(4)));
+    c.settle(1_000);
+    let committed = promoted
+        .as_ref()
+        .is_ok_and(|index| (0..4).all(|i| c.raft(i).commit_index() >= *index && c.voters(i) == vec![1, 2, 3, 4]));
+    assert!(
+        c.checker.violations.is_empty(),
+        "seed {seed}: {:?}",
+        c.checker.violations
+    );
+    (cut_off, committed)
+}
+
+#[test]
+fn learner_never_heard_from_is_not_promoted_until_it_catches_up() {
+    let mut compared = 0;
+    for seed in 0..8 {
+        let (cut_off, committed) = promote_unheard_learner(seed, Mutant::None);
+        assert!(
+            matches!(cut_off, Err(MembershipError::NotCaughtUp { id: NodeId(4), .. })),
+            "seed {seed}: a learner that never acknowledged anything: {cut_off:?}"
+        );
+        assert!(committed, "seed {seed}: the healed, caught-up learner was not promoted");
+        compared += 1;
+    }
+    println!("{compared} runs: an unheard learner was refused (NotCaughtUp), then promoted once healed and caught up");
+}
+
+#[test]
+fn negative_control_promoting_an_unheard_learner_is_caught() {
+    let caught = (0..8)
+        .filter(|seed| promote_unheard_learner(*seed, Mutant::PromoteUnheardLearner).0.is_ok())
+        .count();
+    assert_eq!(caught, 8, "the old check refused an unheard learner");
+    println!("the old check promoted the unheard learner in {caught} of 8 runs; the test above refuses it");
 }
 
 mod fuzz {
