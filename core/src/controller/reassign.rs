@@ -184,21 +184,16 @@ impl Controller {
         if record == t.record {
             return Ok(None);
         }
-        if self.config.mutant_switch_before_isr && !without(&target, &original).is_empty() {
+        let added = without(&target, &original);
+        if self.config.mutant_switch_before_isr && !added.is_empty() {
             // The negative control, at once: the target replaces the replica set in the very
             // write that starts the move, declared in sync, an added replica (with nothing
             // fetched) leading. Done at the controller's next step instead, the switch could
             // come after the added replicas caught up (a race with the admin's next write
             // delays it), and the control would lose nothing.
             let live = |b: &&BrokerId| view.live_brokers.contains(b);
-            if let Some(&leader) = without(&target, &original).iter().find(live) {
-                let after = PartitionState {
-                    leader: Some(leader),
-                    leader_epoch: LeaderEpoch(state.value.leader_epoch.0.saturating_add(1)),
-                    isr: target.clone(),
-                    controller_epoch: self.epoch,
-                    elr: Vec::new(),
-                };
+            if let Some(&leader) = added.iter().find(live) {
+                let after = mutant_switched(&state.value, &target, leader, self.epoch);
                 record.assignment.insert(partition, target.clone());
                 record.reassigning.remove(&partition);
                 let what = format!(
@@ -303,13 +298,7 @@ impl Controller {
                     let Some(&leader) = adding.iter().find(live).or_else(|| target.iter().find(live)) else {
                         continue;
                     };
-                    let after = PartitionState {
-                        leader: Some(leader),
-                        leader_epoch: LeaderEpoch(state.value.leader_epoch.0.saturating_add(1)),
-                        isr: target.clone(),
-                        controller_epoch: self.epoch,
-                        elr: Vec::new(),
-                    };
+                    let after = mutant_switched(&state.value, &target, leader, self.epoch);
                     record.assignment.insert(p, target.clone());
                     record.reassigning.remove(&p);
                     ops.push(Op::Set {
@@ -358,6 +347,23 @@ impl Controller {
             writes.push(self.write(ops, format!("{name}: reassignment complete: {}", done.join("; "))));
         }
         writes
+    }
+}
+
+/// The reassignment mutant's state: `target` declared in sync at once, `leader` leading in a new
+/// epoch (a negative control: it loses acknowledged records).
+fn mutant_switched(
+    state: &PartitionState,
+    target: &[BrokerId],
+    leader: BrokerId,
+    controller_epoch: i32,
+) -> PartitionState {
+    PartitionState {
+        leader: Some(leader),
+        leader_epoch: LeaderEpoch(state.leader_epoch.0.saturating_add(1)),
+        isr: target.to_vec(),
+        controller_epoch,
+        elr: Vec::new(),
     }
 }
 
