@@ -8,10 +8,11 @@
 //!   leader replica (KIP-966's ELR: replicas that left an ISR below `min.insync.replicas`, so
 //!   they hold every acks=all record acknowledged; see [`crate::cluster::next_elr`]), with ISR
 //!   = [it]. Replicas leaving the ISR while it is below min ISR join the ELR.
-//! - Offline (no leader): KIP-966's unclean recovery ([`recover_offline`]): every ISR and ELR
-//!   member reports its log's latest epoch and end for this offline epoch
-//!   (`/brokers/log_ends`), and once all have (or, with unclean election allowed, all live
-//!   ones), the longest log leads; the first member to return does not simply lead again.
+//! - Offline (no leader): KIP-966's unclean recovery ([`recover_offline`]): every replica
+//!   reports its log's latest epoch and end for this offline epoch (`/brokers/log_ends`), and
+//!   once every ISR and ELR member has (or, with unclean election allowed, every live one), and
+//!   every other live replica too, the longest log leads; the first member to return does not
+//!   simply lead again.
 //! - If there is none and unclean election is allowed (the topic's
 //!   `unclean.leader.election.enable`, else the controller default, false), the first live
 //!   replica, with ISR = [it], and the change is marked unclean. Otherwise the partition is
@@ -104,14 +105,24 @@ pub(super) fn next_state(
 }
 
 /// An offline partition's new leader, its ISR and whether the election is unclean (KIP-966's
-/// unclean recovery, "balanced"): every ISR and ELR member that is live reports its log's latest
-/// epoch and end for this state's epoch, and the longest log leads (highest latest epoch, then
-/// highest end; ties in assignment order), with the members whose log ends equal its own as the
-/// ISR. The first ISR member to return is not simply elected, as Kafka's ZooKeeper controller
-/// does: when every member restarted, one after a power loss, that one may be first and lack
-/// acknowledged records the others hold (`scenarios/findings/elastic_all_isr_restarted_...`).
-/// It waits for every member (a dead one may be the only holder), unless unclean election is
-/// allowed: then the live members suffice, and with none live the first live replica leads.
+/// unclean recovery, "balanced"): every live replica reports its log's latest epoch and end for
+/// this state's epoch, and the longest log leads (highest latest epoch, then highest end; ties in
+/// assignment order), with the replicas whose log ends equal its own as the ISR. The first ISR
+/// member to return is not simply elected, as Kafka's ZooKeeper controller does: when every
+/// member restarted, one after a power loss, that one may be first and lack acknowledged records
+/// the others hold (`scenarios/findings/elastic_all_isr_restarted_...`). It waits for every ISR
+/// and ELR member (a dead one may be the only holder), unless unclean election is allowed: then
+/// the live members suffice, and with none live the first live replica leads.
+///
+/// Replicas outside the ISR and ELR count too, as in KIP-966 (the controller asks every replica
+/// with GetReplicaLogInfo): when the members lost power one after another, a replica that left
+/// the ISR because it restarted may be the one that still holds what was acknowledged (a campaign
+/// lost 73 records electing the only ISR member, whose log had emptied, over a restarted replica
+/// holding all 73: acl race seed 6951782326422116578). This is not an unclean election: logs of
+/// the same latest epoch were all copied from that epoch's leader after truncating to its
+/// lineage, so the longer holds the shorter, and a later latest epoch is the newer lineage. Live
+/// non-members are waited for as well, so that the choice does not depend on whose report the
+/// controller read first (a live broker reports an empty log for a replica it cannot open).
 fn recover_offline(
     state: &PartitionState,
     replicas: &[BrokerId],
@@ -119,13 +130,10 @@ fn recover_offline(
     unclean_allowed: bool,
     report: &dyn Fn(BrokerId) -> Option<LogEndReport>,
 ) -> Option<(BrokerId, Vec<BrokerId>, bool)> {
-    let members: Vec<BrokerId> = replicas
-        .iter()
-        .copied()
-        .filter(|b| state.isr.contains(b) || state.elr.contains(b))
-        .collect();
-    let live_members: Vec<BrokerId> = members.iter().copied().filter(|&b| live(b)).collect();
-    if live_members.is_empty() {
+    let member = |b: &BrokerId| state.isr.contains(b) || state.elr.contains(b);
+    let members = replicas.iter().filter(|b| member(b)).count();
+    let live_members = replicas.iter().filter(|&&b| member(&b) && live(b)).count();
+    if live_members == 0 {
         let leader = replicas
             .iter()
             .copied()
@@ -133,11 +141,11 @@ fn recover_offline(
             .filter(|_| unclean_allowed)?;
         return Some((leader, vec![leader], true));
     }
-    if live_members.len() < members.len() && !unclean_allowed {
+    if live_members < members && !unclean_allowed {
         return None;
     }
-    let mut reports = Vec::with_capacity(live_members.len());
-    for &b in &live_members {
+    let mut reports = Vec::with_capacity(replicas.len());
+    for &b in replicas.iter().filter(|&&b| live(b)) {
         let r = report(b).filter(|r| r.offline_epoch == state.leader_epoch)?;
         reports.push((b, r));
     }
@@ -268,14 +276,13 @@ impl Restarts<'_> {
                     ""
                 }
             );
-            let write = this.write(
-                vec![Op::Set {
-                    path: partition_state_path(name, p),
-                    data: after.encode(),
-                    expected_version: Some(state.version),
-                }],
-                what,
-            );
+            let mut ops = vec![Op::Set {
+                path: partition_state_path(name, p),
+                data: after.encode(),
+                expected_version: Some(state.version),
+            }];
+            ops.extend(self.view.registration_checks(&after));
+            let write = this.write(ops, what);
             changes.push(PartitionChange {
                 topic: name.to_string(),
                 partition: p,
@@ -322,12 +329,14 @@ impl Controller {
                     controller_epoch: self.epoch,
                     elr: s.elr.clone(),
                 };
+                let mut ops = vec![Op::Set {
+                    path: partition_state_path(name, p),
+                    data: after.encode(),
+                    expected_version: Some(state.version),
+                }];
+                ops.extend(view.registration_checks(&after));
                 let write = self.write(
-                    vec![Op::Set {
-                        path: partition_state_path(name, p),
-                        data: after.encode(),
-                        expected_version: Some(state.version),
-                    }],
+                    ops,
                     format!(
                         "{name}-{p}: preferred leader {} (epoch {})",
                         preferred.0, after.leader_epoch

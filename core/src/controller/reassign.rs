@@ -244,32 +244,42 @@ impl Controller {
                 ids(&target)
             ),
         };
-        Ok(Some(self.write(
-            vec![
-                Op::Set {
-                    path: topic_path(topic),
-                    data: record.encode(),
-                    expected_version: Some(t.record_version),
-                },
-                // Rewritten only when its content changes: a new version of an unchanged state
-                // would hide a restart of an ISR member that registered after this view was
-                // read (KIP-380 compares the state's write with the registration). Replicas
-                // pick the new replica set up from the topic record alone.
-                if after == state.value {
-                    Op::Check {
-                        path: partition_state_path(topic, partition),
-                        version: state.version,
-                    }
-                } else {
+        let checks = if after == state.value {
+            Vec::new()
+        } else {
+            view.registration_checks(&after)
+        };
+        Ok(Some(
+            self.write(
+                [
                     Op::Set {
-                        path: partition_state_path(topic, partition),
-                        data: after.encode(),
-                        expected_version: Some(state.version),
-                    }
-                },
-            ],
-            what,
-        )))
+                        path: topic_path(topic),
+                        data: record.encode(),
+                        expected_version: Some(t.record_version),
+                    },
+                    // Rewritten only when its content changes: a new version of an unchanged state
+                    // would hide a restart of an ISR member that registered after this view was
+                    // read (KIP-380 compares the state's write with the registration). Replicas
+                    // pick the new replica set up from the topic record alone.
+                    if after == state.value {
+                        Op::Check {
+                            path: partition_state_path(topic, partition),
+                            version: state.version,
+                        }
+                    } else {
+                        Op::Set {
+                            path: partition_state_path(topic, partition),
+                            data: after.encode(),
+                            expected_version: Some(state.version),
+                        }
+                    },
+                ]
+                .into_iter()
+                .chain(checks)
+                .collect(),
+                what,
+            ),
+        ))
     }
 
     /// Completes the reassignments whose target replicas are all in the ISR (see the module
@@ -327,6 +337,7 @@ impl Controller {
                     data: after.encode(),
                     expected_version: Some(state.version),
                 });
+                ops.extend(view.registration_checks(&after));
                 done.push(format!(
                     "{p} -> {:?} leader {:?}",
                     ids(&target),

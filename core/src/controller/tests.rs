@@ -3,8 +3,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::elect::next_state;
 use super::*;
 use crate::broker::topic::TopicId;
+use crate::cluster::{broker_path, partition_state_path, topic_path, CONTROLLER_PATH};
 use crate::cluster::{next_elr, LogEndReport};
-use crate::cluster::{partition_state_path, topic_path, CONTROLLER_PATH};
 use crate::error_code::ErrorCode;
 use crate::ids::LeaderEpoch;
 
@@ -222,9 +222,12 @@ fn live_replica_outside_isr_is_not_elected_when_unclean_is_off() {
     offline.live_brokers.insert(BrokerId(0));
     report(&mut offline, 0, 5, 4, 100);
     assert!(controller().reconcile(&offline).is_empty(), "2 is away");
-    // 2 returns with the same log: 0 leads again, 2 in sync with it.
+    // 2 returns with the same log: it waits for 1 too, live and outside the ISR, to report.
     offline.live_brokers.insert(BrokerId(2));
     report(&mut offline, 2, 5, 4, 100);
+    assert!(controller().reconcile(&offline).is_empty(), "1 has not reported");
+    // 1 holds less: 0 leads again, 2 in sync with it.
+    report(&mut offline, 1, 5, 4, 60);
     let back = &controller().reconcile(&offline)[0];
     assert_eq!(back.after.leader, Some(BrokerId(0)));
     assert_eq!(back.after.isr, b(&[0, 2]));
@@ -502,6 +505,95 @@ fn a_restarted_follower_leaves_the_isr_while_its_leader_stays() {
 }
 
 #[test]
+fn an_election_write_fails_if_a_named_broker_registered_again_since_the_view() {
+    // The acl race campaign's seed 4623362752862586853: broker 2 restarted and registered anew
+    // between the controller's read (its old registration, created at 41) and the controller's
+    // write electing it; the write landed after the new registration, so it looked meant for
+    // the new process, whose log had lost unsynced records. Each broker the new state names
+    // is checked at the registration the view read (KIP-380's broker epoch).
+    let mut v = one_partition(&[1, 2], &[0, 1, 2], Some(0), &[0, 1, 2], false);
+    v.registered_at.insert(BrokerId(1), 40);
+    v.registered_at.insert(BrokerId(2), 41);
+    v.state_written_at.insert(("t".to_string(), 0), 45);
+    let changes = controller().reconcile(&v);
+    assert_eq!(changes.len(), 1);
+    let checks: Vec<&Op> = changes[0]
+        .write
+        .ops
+        .iter()
+        .filter(|op| matches!(op, Op::CheckCreated { .. }))
+        .collect();
+    println!("election {:?} carries {checks:?}", changes[0].after);
+    assert_eq!(
+        checks,
+        vec![
+            &Op::CheckCreated {
+                path: broker_path(BrokerId(1)),
+                czxid: 40
+            },
+            &Op::CheckCreated {
+                path: broker_path(BrokerId(2)),
+                czxid: 41
+            },
+        ]
+    );
+    assert!(fenced(&changes[0].write), "the controller fence stays first");
+    // A dead broker the state still names (the old leader, kept in no ISR here) has no
+    // registration to check; nor has a view that does not detect restarts.
+    let plain = one_partition(&[1, 2], &[0, 1, 2], Some(0), &[0, 1, 2], false);
+    assert!(controller().reconcile(&plain)[0]
+        .write
+        .ops
+        .iter()
+        .all(|op| !matches!(op, Op::CheckCreated { .. })));
+    // Preferred leader elections carry them too.
+    let mut back = one_partition(&[0, 1, 2], &[0, 1, 2], Some(1), &[0, 1, 2], false);
+    back.registered_at.insert(BrokerId(0), 50);
+    back.state_written_at.insert(("t".to_string(), 0), 60);
+    let preferred = controller().preferred_leader_elections(&back);
+    assert_eq!(preferred.len(), 1);
+    assert!(preferred[0].write.ops.contains(&Op::CheckCreated {
+        path: broker_path(BrokerId(0)),
+        czxid: 50
+    }));
+}
+
+#[test]
+fn an_offline_partition_elects_a_longer_log_outside_the_isr() {
+    // The acl race campaign's seed 6951782326422116578: ISR [0, 1]; 0 lost power and restarted
+    // (so left the ISR), then 1, the only ISR member, lost power with nothing synced and the
+    // partition went offline. 1 reports an empty log; 0 kept all 73 records. Electing from the
+    // members alone made 1 leader and 0 truncated to nothing (73 acknowledged records lost).
+    let mut v = one_partition(&[0, 1, 2], &[0, 1, 2], None, &[1], false);
+    report(&mut v, 1, 4, -1, 0);
+    assert!(
+        controller().reconcile(&v).is_empty(),
+        "0 and 2 are live and have not reported: wait"
+    );
+    report(&mut v, 0, 4, 3, 73);
+    assert!(controller().reconcile(&v).is_empty(), "2 has not reported: wait");
+    report(&mut v, 2, 4, 2, 80);
+    let changes = controller().reconcile(&v);
+    println!(
+        "reports 1:(-1,0) 0:(3,73) 2:(2,80) -> {:?}",
+        changes.iter().map(|c| &c.after).collect::<Vec<_>>()
+    );
+    assert_eq!(changes.len(), 1);
+    assert_eq!(
+        (changes[0].after.leader, changes[0].after.isr.clone()),
+        (Some(BrokerId(0)), b(&[0])),
+        "the latest epoch's longest log, not the longer log of an older epoch (2)"
+    );
+    assert!(!changes[0].unclean, "it holds everything the members hold");
+    // A live non-member that never reports is waited for; one that is dead is not.
+    let mut w = one_partition(&[0, 1], &[0, 1, 2], None, &[1], false);
+    report(&mut w, 1, 4, -1, 0);
+    report(&mut w, 0, 4, 3, 73);
+    let changes = controller().reconcile(&w);
+    assert_eq!(changes[0].after.leader, Some(BrokerId(0)));
+}
+
+#[test]
 fn a_restarted_leader_leaves_the_isr_even_when_its_followers_look_dead() {
     // The swarm campaign's finding: leader 0 lost an unsynced record in a power loss and came
     // back (registered after the state was written) while brokers 1 and 2, in the ISR with the
@@ -535,9 +627,13 @@ fn a_restarted_leader_leaves_the_isr_even_when_its_followers_look_dead() {
     assert!(controller().reconcile(&v).is_empty(), "1 may hold more: wait");
     v.live_brokers.insert(BrokerId(1));
     report(&mut v, 1, 5, 4, 10);
+    assert!(controller().reconcile(&v).is_empty(), "0 is live and has not reported");
+    // 0 lost its unsynced record: shorter, it does not lead.
+    report(&mut v, 0, 5, 4, 9);
     let back = controller().reconcile(&v);
     assert_eq!(back.len(), 1);
     assert_eq!(back[0].after.leader, Some(BrokerId(1)));
+    assert_eq!(back[0].after.isr, b(&[1, 2]));
     assert!(!back[0].unclean);
     // The last ISR member restarting still leads again (nobody has more): Kafka's behaviour.
     let mut alone = one_partition(&[0], &[0, 1, 2], Some(0), &[0], false);
@@ -716,18 +812,20 @@ mod prop {
                         if was_unclean {
                             prop_assert!(unclean, "unclean election while disabled");
                             prop_assert!(!state.isr.contains(&l));
-                        } else {
+                        } else if state.leader.is_some() {
                             prop_assert!(
                                 state.isr.contains(&l) || state.elr.contains(&l),
                                 "clean election outside the ISR and ELR: {state:?} -> {after:?}"
                             );
                         }
                         if state.leader.is_none() && !was_unclean {
-                            // Offline recovery: the longest log among the members leads, and
-                            // only once every member is live unless unclean election is allowed.
-                            let members = replicas.iter().filter(|x| state.isr.contains(x) || state.elr.contains(x));
-                            prop_assert!(unclean || members.clone().all(|x| live.contains(x)), "elected while a member is away");
-                            let longest = members
+                            // Offline recovery: the longest log among the live replicas leads
+                            // (a member or not), and only once every member is live unless
+                            // unclean election is allowed.
+                            let mut members = replicas.iter().filter(|x| state.isr.contains(x) || state.elr.contains(x));
+                            prop_assert!(unclean || members.all(|x| live.contains(x)), "elected while a member is away");
+                            let longest = replicas
+                                .iter()
                                 .filter(|x| live.contains(x))
                                 .map(|x| log_ends[usize::try_from(x.0).unwrap_or(0)])
                                 .max();
@@ -806,6 +904,8 @@ impl Tree {
                         return Err(format!("check failed at {path}"));
                     }
                 }
+                // This model keeps no creation indexes (its views know no registrations).
+                Op::CheckCreated { path, .. } => return Err(format!("no creation index in the model for {path}")),
             }
         }
         self.nodes = next;

@@ -98,6 +98,12 @@ pub enum Op {
         path: String,
         expected_version: Option<i32>,
     },
+    /// Fails unless the node exists and was created at log index `czxid` (`BadVersion` when it
+    /// was created at another): a version cannot tell a re-created ephemeral node from the one a
+    /// reader saw (both start at version 0), its creation index can. Kafka's broker epoch
+    /// (KIP-380) is this index of a broker's registration; a controller write made from a view
+    /// carries one per broker it names, so it fails once a named broker registered anew.
+    CheckCreated { path: String, czxid: u64 },
 }
 
 /// A command of the consensus log.
@@ -501,6 +507,14 @@ impl Tree {
                 }
                 Ok(OpResult::Checked)
             }
+            Op::CheckCreated { path, czxid } => {
+                validate_path(path)?;
+                let node = self.nodes.get(path).ok_or(TreeError::NoNode)?;
+                if node.stat.czxid != *czxid {
+                    return Err(TreeError::BadVersion);
+                }
+                Ok(OpResult::Checked)
+            }
         }
     }
 
@@ -681,6 +695,11 @@ pub(crate) fn encode_op(w: &mut Writer, op: &Op) {
             w.str(path);
             w.opt_i32(*expected_version);
         }
+        Op::CheckCreated { path, czxid } => {
+            w.u8(5);
+            w.str(path);
+            w.u64(*czxid);
+        }
     }
 }
 
@@ -704,6 +723,10 @@ pub(crate) fn decode_op(r: &mut Reader<'_>) -> Result<Op, DecodeError> {
         4 => Op::Check {
             path: r.string("path", PATH_BYTES_MAX)?,
             expected_version: r.opt_i32()?,
+        },
+        5 => Op::CheckCreated {
+            path: r.string("path", PATH_BYTES_MAX)?,
+            czxid: r.u64()?,
         },
         t => return Err(DecodeError::Tag(t)),
     })

@@ -184,6 +184,56 @@ fn multi_applies_all_or_nothing() {
 }
 
 #[test]
+fn check_created_tells_a_recreated_ephemeral_from_the_one_read() {
+    let mut t = T::new();
+    let root = t.session();
+    t.op(root, create("/brokers", b"")).unwrap();
+    let first = t.session();
+    let ephemeral = |data: &[u8]| Op::Create {
+        path: "/brokers/2".into(),
+        data: data.to_vec(),
+        mode: CreateMode::Ephemeral,
+    };
+    t.op(first, ephemeral(b"old")).unwrap();
+    let read = t.tree.exists("/brokers/2").unwrap().expect("created").czxid;
+    let created = |czxid| Op::CheckCreated {
+        path: "/brokers/2".into(),
+        czxid,
+    };
+    assert_eq!(t.op(first, created(read)), Ok(OpResult::Checked));
+    // The broker's process restarts: its old session ends, the new one registers again.
+    assert!(matches!(
+        t.apply(Command::CloseSession { session: first }),
+        Applied::SessionClosed
+    ));
+    let second = t.session();
+    t.op(second, ephemeral(b"new")).unwrap();
+    let version_only = Op::Check {
+        path: "/brokers/2".into(),
+        expected_version: Some(0),
+    };
+    assert_eq!(
+        t.op(second, version_only),
+        Ok(OpResult::Checked),
+        "a version check cannot tell the two registrations apart"
+    );
+    assert_eq!(t.op(second, created(read)), Err(TreeError::BadVersion));
+    let now = t.tree.exists("/brokers/2").unwrap().expect("created").czxid;
+    assert_ne!(now, read);
+    assert_eq!(t.op(second, created(now)), Ok(OpResult::Checked));
+    assert_eq!(
+        t.op(
+            second,
+            Op::CheckCreated {
+                path: "/brokers/9".into(),
+                czxid: now
+            }
+        ),
+        Err(TreeError::NoNode)
+    );
+}
+
+#[test]
 fn closing_a_session_removes_its_ephemerals_and_its_writes_then_fail() {
     let mut t = T::new();
     let s1 = t.session();

@@ -589,6 +589,10 @@ mod tests {
                     path: "/e".into(),
                     expected_version: Some(3),
                 },
+                Op::CheckCreated {
+                    path: "/brokers/ids/2".into(),
+                    czxid: u64::MAX - 1,
+                },
                 Op::Delete {
                     path: "/a".into(),
                     expected_version: None,

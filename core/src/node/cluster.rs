@@ -60,7 +60,7 @@ use crate::coord::client::{CoordClient, CoordClientConfig, CoordError};
 use crate::coord::tree::{CreateMode, Op, TreeError};
 use crate::error_code::ErrorCode;
 use crate::group::{Coordination, OFFSETS_TOPIC};
-use crate::ids::BrokerId;
+use crate::ids::{BrokerId, LeaderEpoch};
 use crate::protocol::api::alter_partition_reassignments::{
     AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, ReassignablePartitionResponse,
     ReassignableTopicResponse,
@@ -939,10 +939,12 @@ impl<R: Runtime> Session<R> {
         Ok(())
     }
 
-    /// Tells the controller this broker's log end for each offline partition it may lead (in the
-    /// ISR or the ELR), once the broker applied that offline state: the controller elects the
-    /// longest log among them ([`crate::controller`]'s KIP-966 recovery). Written only when it
-    /// changed; the node is ephemeral, so a dead broker's reports go with it.
+    /// Tells the controller this broker's log end for each offline partition it hosts a replica
+    /// of, once the broker applied that offline state: the controller elects the longest log
+    /// among them ([`crate::controller`]'s KIP-966 recovery), and waits for every live replica's
+    /// report. A replica this broker could not create (a disk error while applying the state)
+    /// reports an empty log, so that the controller is not kept waiting for it. Written only
+    /// when it changed; the node is ephemeral, so a dead broker's reports go with it.
     async fn report_log_ends(&mut self, scan: &Scan) -> Step<()> {
         let me = self.me();
         let mut reports = BTreeMap::new();
@@ -951,11 +953,21 @@ impl<R: Runtime> Session<R> {
             for (name, t) in &scan.controller_view.topics {
                 for (&p, state) in &t.partitions {
                     let s = &state.value;
-                    if s.leader.is_some() || !(s.isr.contains(&me) || s.elr.contains(&me)) {
+                    let hosted = t.record.assignment.get(&p).is_some_and(|r| r.contains(&me));
+                    if s.leader.is_some() || !hosted {
                         continue;
                     }
                     if let Some(r) = b.offline_log_end(name, p, s.leader_epoch) {
                         reports.insert((name.clone(), p), r);
+                    } else if b.log(name, p).is_none() {
+                        reports.insert(
+                            (name.clone(), p),
+                            LogEndReport {
+                                offline_epoch: s.leader_epoch,
+                                last_epoch: LeaderEpoch(-1),
+                                log_end: 0,
+                            },
+                        );
                     }
                 }
             }
@@ -1642,6 +1654,10 @@ fn to_coord_op(op: &controller::Op) -> Op {
         controller::Op::Check { path, version } => Op::Check {
             path: path.clone(),
             expected_version: Some(*version),
+        },
+        controller::Op::CheckCreated { path, czxid } => Op::CheckCreated {
+            path: path.clone(),
+            czxid: *czxid,
         },
     }
 }
