@@ -267,15 +267,21 @@ impl Controller {
         Write { ops: all, what }
     }
 
-    /// Whether a member of the partition's ISR restarted since its state was written (KIP-380,
-    /// see [`elect`]): until the controller's election rewrites the state, no other write may
-    /// touch it, or the new version would hide the restart (a restarted leader would resume with
-    /// a log that lost unsynced records).
+    /// Whether a member of the partition's ISR or ELR restarted since its state was written
+    /// (KIP-380, see [`elect`]): until the controller's election rewrites the state, no other
+    /// write may touch it, or the new version would hide the restart (a restarted leader would
+    /// resume with a log that lost unsynced records, a restarted follower or eligible replica
+    /// would stay eligible to lead with one). The partition's leader obeys it too: it holds its
+    /// ISR changes meanwhile ([`crate::broker::Broker::hold_isr_changes`]).
     pub fn isr_restarted(view: &ClusterView, topic: &str, partition: i32, state: &PartitionState) -> bool {
         let Some(written) = view.state_written_at.get(&(topic.to_string(), partition)) else {
             return false;
         };
-        state.isr.iter().any(|&b| view.restarted_since(b, *written))
+        state
+            .isr
+            .iter()
+            .chain(&state.elr)
+            .any(|&b| view.restarted_since(b, *written))
     }
 
     /// A topic's `min.insync.replicas`: its config, else the brokers' default (at least 1).

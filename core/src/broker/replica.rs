@@ -156,6 +156,9 @@ pub(crate) struct Replication {
     pub controller_epoch: i32,
     pub zk_version: i32,
     pub role: Role,
+    /// No ISR change may be proposed: a member restarted since the state was written, and a
+    /// write by this leader would hide that from the controller ([`Broker::hold_isr_changes`]).
+    pub isr_changes_held: bool,
 }
 
 impl Replication {
@@ -168,6 +171,7 @@ impl Replication {
             controller_epoch: -1,
             zk_version: -1,
             role: Role::Offline,
+            isr_changes_held: false,
         }
     }
 
@@ -616,7 +620,7 @@ impl Broker {
             else {
                 continue;
             };
-            if in_flight.is_some() {
+            if in_flight.is_some() || repl.isr_changes_held {
                 continue;
             }
             let mut isr: Vec<BrokerId> = repl
@@ -669,6 +673,22 @@ impl Broker {
             });
         }
         out
+    }
+
+    /// Holds (or releases) this leader's ISR proposals for a partition while a member of its ISR
+    /// or ELR restarted since the partition's state was written (the cluster integrator decides
+    /// from its view after every scan, [`crate::controller::Controller::isr_restarted`]): a state
+    /// written by this leader would then look newer than the restart, and the restarted
+    /// replica, whose log may have lost unsynced records, would stay in the ISR or ELR, eligible
+    /// to lead. The controller's next pass rewrites the state without it, releasing the hold.
+    pub fn hold_isr_changes(&mut self, topic: &str, partition: i32, hold: bool) {
+        if let Some(repl) = self
+            .partitions
+            .get_mut(&key(topic, partition))
+            .and_then(|part| part.repl.as_mut())
+        {
+            repl.isr_changes_held = hold;
+        }
     }
 
     /// This replica's log end for the controller's offline recovery ([`LogEndReport`]): only once

@@ -559,6 +559,33 @@ fn an_election_write_fails_if_a_named_broker_registered_again_since_the_view() {
 }
 
 #[test]
+fn a_restarted_eligible_replica_holds_other_writes_like_a_restarted_isr_member() {
+    // Leader 0 with ISR [0] below min ISR and 1 eligible (ELR); 1 restarts after the state.
+    // Until the controller drops it from the ELR, nothing else may rewrite the state (nor may
+    // the leader propose ISR changes): the new version would make 1's restart invisible.
+    let mut v = one_partition(&[0, 1, 2], &[0, 1, 2], Some(0), &[0], false);
+    let mut state = v.topics["t"].partitions[&0].value.clone();
+    state.elr = b(&[1]);
+    set_state(&mut v, &state);
+    v.state_written_at.insert(("t".to_string(), 0), 30);
+    v.registered_at.insert(BrokerId(0), 10);
+    v.registered_at.insert(BrokerId(1), 20);
+    assert!(
+        !Controller::isr_restarted(&v, "t", 0, &state),
+        "1 registered before the state"
+    );
+    v.registered_at.insert(BrokerId(1), 40);
+    assert!(Controller::isr_restarted(&v, "t", 0, &state), "1 restarted since");
+    let changes = controller().reconcile(&v);
+    assert_eq!(changes.len(), 1);
+    assert!(
+        changes[0].after.elr.is_empty(),
+        "the controller drops it: {:?}",
+        changes[0].after
+    );
+}
+
+#[test]
 fn an_offline_partition_elects_a_longer_log_outside_the_isr() {
     // The acl race campaign's seed 6951782326422116578: ISR [0, 1]; 0 lost power and restarted
     // (so left the ISR), then 1, the only ISR member, lost power with nothing synced and the

@@ -57,7 +57,7 @@ use crate::controller::{
     self, election, ClusterView, Controller, ControllerConfig, CreateTopicDraw, ImbalanceSchedule, TopicView, Versioned,
 };
 use crate::coord::client::{CoordClient, CoordClientConfig, CoordError};
-use crate::coord::tree::{CreateMode, Op, TreeError};
+use crate::coord::tree::{CreateMode, Op, OpResult, TreeError};
 use crate::error_code::ErrorCode;
 use crate::group::{Coordination, OFFSETS_TOPIC};
 use crate::ids::{BrokerId, LeaderEpoch};
@@ -695,6 +695,7 @@ async fn cluster_main<R: Runtime>(
             balanced_for: None,
             log_ends_written: None,
             imbalance_schedule: None,
+            registrations: ClusterView::default(),
         };
         let End::Expired = session.run().await;
         tracing::warn!(target: "cluster", broker = registration.id.0, "coordinator session expired; opening a new one");
@@ -719,6 +720,9 @@ struct Session<R: Runtime> {
     /// `leader.imbalance.check.interval.seconds`: when this controller next checks the leader
     /// imbalance (`None`: not controller).
     imbalance_schedule: Option<ImbalanceSchedule>,
+    /// The brokers' registrations (creation indexes) as the last scan read them; only
+    /// `registered_at` is set. This leader's ISR writes check them.
+    registrations: ClusterView,
 }
 
 /// Everything read in one scan.
@@ -857,6 +861,7 @@ impl<R: Runtime> Session<R> {
             }
         };
         self.apply(&scan);
+        self.registrations.registered_at = scan.controller_view.registered_at.clone();
         self.watch.poke_all();
         self.report_log_ends(&scan).await?;
         if self.broker.borrow_mut().take_offsets_topic_wanted() {
@@ -906,11 +911,25 @@ impl<R: Runtime> Session<R> {
         }
         for p in proposals {
             let path = partition_state_path(&p.topic, p.partition);
-            let result = match self
-                .client
-                .set_data(&path, &p.new_state.encode(), Some(p.expected_zk_version))
-                .await
-            {
+            // Checked against the registrations of the last scan, as the controller's writes are
+            // (ClusterView::registration_checks): a named member that registered again since then
+            // may have lost unsynced records, and this write would hide its restart.
+            let mut ops = vec![Op::SetData {
+                path,
+                data: p.new_state.encode(),
+                expected_version: Some(p.expected_zk_version),
+            }];
+            ops.extend(
+                self.registrations
+                    .registration_checks(&p.new_state)
+                    .iter()
+                    .map(to_coord_op),
+            );
+            let written = self.client.multi(ops).await.and_then(|results| match results.first() {
+                Some(OpResult::SetData { stat }) => Ok(*stat),
+                _ => Err(CoordError::Unknown),
+            });
+            let result = match written {
                 Ok(stat) => {
                     tracing::info!(target: "replication", topic = %p.topic, partition = p.partition,
                         isr = ?p.new_state.isr.iter().map(|b| b.0).collect::<Vec<_>>(),
@@ -1166,6 +1185,10 @@ impl<R: Runtime> Session<R> {
                     if let Err(e) = b.apply_partition_state(disk, name, &t.record, *p, &state.value, state.version, now) {
                         tracing::error!(target: "replication", topic = %name, partition = p, error = %e,
                             "could not apply the partition's state");
+                    }
+                    if state.value.leader == Some(me) {
+                        let held = Controller::isr_restarted(&scan.controller_view, name, *p, &state.value);
+                        b.hold_isr_changes(name, *p, held);
                     }
                 }
             }
