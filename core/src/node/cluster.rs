@@ -44,10 +44,11 @@
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
+use std::future::Future;
 use std::rc::Rc;
 use std::time::Duration;
 
-use crate::broker::{ClusterView as BrokerView, IsrUpdateResult};
+use crate::broker::{ClusterView as BrokerView, IsrProposal, IsrUpdateResult};
 use crate::cluster::{
     broker_path, decode_log_ends, encode_log_ends, log_ends_path, partition_state_path, topic_path, BrokerRegistration,
     LogEndReport, PartitionState, TopicRecord, BROKER_IDS_PATH, CONTROLLER_EPOCH_PATH, CONTROLLER_PATH,
@@ -664,6 +665,57 @@ fn fatal(e: &CoordError) -> bool {
     )
 }
 
+/// Writes the broker's ISR proposals in turn, each by compare-and-set (`write` returns the
+/// znode's new version), and answers the broker for every one of them, as
+/// [`crate::broker::Broker::poll_isr_proposals`] requires: an unanswered proposal stays in flight,
+/// and its leader proposes nothing more for that partition until a newer state arrives, which
+/// may never happen (nothing else need write it). When the session expires, the write that
+/// failed and every proposal not sent yet are answered `Conflict` (not written: the rest were
+/// never sent) before the session ends.
+async fn write_isr_proposals<W, F>(
+    broker: &SharedBroker,
+    watch: &PartitionWatch,
+    proposals: Vec<IsrProposal>,
+    mut write: W,
+) -> Step<()>
+where
+    W: FnMut(&IsrProposal) -> F,
+    F: Future<Output = Result<i32, CoordError>>,
+{
+    if !proposals.is_empty() {
+        watch.poke_all();
+    }
+    let mut pending = proposals.into_iter();
+    while let Some(p) = pending.next() {
+        let result = match write(&p).await {
+            Ok(zk_version) => {
+                tracing::info!(target: "replication", topic = %p.topic, partition = p.partition,
+                    isr = ?p.new_state.isr.iter().map(|b| b.0).collect::<Vec<_>>(),
+                    epoch = p.new_state.leader_epoch.0, "ISR changed");
+                IsrUpdateResult::Committed { zk_version }
+            }
+            Err(e) if fatal(&e) => {
+                let mut b = broker.borrow_mut();
+                b.isr_update_result(&p.topic, p.partition, IsrUpdateResult::Conflict);
+                for unsent in pending {
+                    tracing::debug!(target: "replication", topic = %unsent.topic, partition = unsent.partition,
+                        "ISR change not sent: the session expired");
+                    b.isr_update_result(&unsent.topic, unsent.partition, IsrUpdateResult::Conflict);
+                }
+                return Err(End::Expired);
+            }
+            Err(e) => {
+                tracing::debug!(target: "replication", topic = %p.topic, partition = p.partition, error = %e,
+                    "ISR change not written; re-reading");
+                IsrUpdateResult::Conflict
+            }
+        };
+        broker.borrow_mut().isr_update_result(&p.topic, p.partition, result);
+        watch.poke_all();
+    }
+    Ok(())
+}
+
 async fn cluster_main<R: Runtime>(
     rt: R,
     broker: SharedBroker,
@@ -906,10 +958,9 @@ impl<R: Runtime> Session<R> {
     async fn isr_proposals(&mut self) -> Step<()> {
         let now = self.rt.now_ms();
         let proposals = self.broker.borrow_mut().poll_isr_proposals(now);
-        if !proposals.is_empty() {
-            self.watch.poke_all();
-        }
-        for p in proposals {
+        let client = &self.client;
+        let registrations = &self.registrations;
+        write_isr_proposals(&self.broker, &self.watch, proposals, |p| {
             let path = partition_state_path(&p.topic, p.partition);
             // Checked against the registrations of the last scan, as the controller's writes are
             // (ClusterView::registration_checks): a named member that registered again since then
@@ -919,43 +970,15 @@ impl<R: Runtime> Session<R> {
                 data: p.new_state.encode(),
                 expected_version: Some(p.expected_zk_version),
             }];
-            ops.extend(
-                self.registrations
-                    .registration_checks(&p.new_state)
-                    .iter()
-                    .map(to_coord_op),
-            );
-            let written = self.client.multi(ops).await.and_then(|results| match results.first() {
-                Some(OpResult::SetData { stat }) => Ok(*stat),
-                _ => Err(CoordError::Unknown),
-            });
-            let result = match written {
-                Ok(stat) => {
-                    tracing::info!(target: "replication", topic = %p.topic, partition = p.partition,
-                        isr = ?p.new_state.isr.iter().map(|b| b.0).collect::<Vec<_>>(),
-                        epoch = p.new_state.leader_epoch.0, "ISR changed");
-                    IsrUpdateResult::Committed {
-                        zk_version: stat.version,
-                    }
+            ops.extend(registrations.registration_checks(&p.new_state).iter().map(to_coord_op));
+            async move {
+                match client.multi(ops).await?.first() {
+                    Some(OpResult::SetData { stat }) => Ok(stat.version),
+                    _ => Err(CoordError::Unknown),
                 }
-                Err(e) if fatal(&e) => {
-                    self.broker
-                        .borrow_mut()
-                        .isr_update_result(&p.topic, p.partition, IsrUpdateResult::Conflict);
-                    return Err(End::Expired);
-                }
-                Err(e) => {
-                    tracing::debug!(target: "replication", topic = %p.topic, partition = p.partition, error = %e,
-                        "ISR change not written; re-reading");
-                    IsrUpdateResult::Conflict
-                }
-            };
-            self.broker
-                .borrow_mut()
-                .isr_update_result(&p.topic, p.partition, result);
-            self.watch.poke_all();
-        }
-        Ok(())
+            }
+        })
+        .await
     }
 
     /// Tells the controller this broker's log end for each offline partition it hosts a replica
@@ -1684,3 +1707,7 @@ fn to_coord_op(op: &controller::Op) -> Op {
         },
     }
 }
+
+#[cfg(test)]
+#[path = "cluster_tests.rs"]
+mod tests;
