@@ -77,8 +77,19 @@ pub struct IsrProposal {
 pub enum IsrUpdateResult {
     /// Written; the znode now has this version.
     Committed { zk_version: i32 },
-    /// The version did not match: re-read the state and call [`Broker::apply_partition_state`].
+    /// Not written (the version did not match, a check failed, or it was never sent): re-read
+    /// the state and call [`Broker::apply_partition_state`]. Until that state is applied the
+    /// proposal's ISR still counts for the high watermark (maximal ISR): a version that moved
+    /// may be this leader's own earlier write of unknown outcome, which did apply.
     Conflict,
+    /// The outcome is unknown (a timeout, a coordinator failover): the write may still apply.
+    /// The proposal stays in flight, its ISR counting for the high watermark (maximal ISR), and
+    /// [`Broker::poll_isr_proposals`] offers it again as it was, until an answer is definite or
+    /// a newer state is applied (Kafka's leader keeps a pending AlterPartition the same way).
+    /// Taken as not written, an expansion that did apply would name a replica in the ISR that
+    /// the high watermark and acks=all no longer wait for, and that replica could be elected
+    /// without records acknowledged meanwhile.
+    Unknown,
 }
 
 /// What the replica fetcher should do next for one followed partition.
@@ -126,6 +137,13 @@ pub(crate) enum Role {
         followers: BTreeMap<BrokerId, Progress>,
         /// An ISR proposed to the coordinator and not yet answered.
         in_flight: Option<Vec<BrokerId>>,
+        /// The proposal in flight, kept to be sent again after an [`IsrUpdateResult::Unknown`]
+        /// answer (`resend`).
+        proposed: Option<Box<IsrProposal>>,
+        resend: bool,
+        /// Answered [`IsrUpdateResult::Conflict`]: in flight until the next state is applied,
+        /// even one of the version this leader already holds (then nothing was written).
+        reread: bool,
     },
     Follower {
         leader: BrokerId,
@@ -316,6 +334,20 @@ impl Broker {
         // the record after the state: the same state then arrives again with the new replicas.
         let replicas_moved = state.leader_epoch == held && zk_version == repl.zk_version && repl.replicas != replicas;
         if !fresh && stale && !replicas_moved {
+            // A proposal answered Conflict waited for this read: the state is unchanged, so
+            // nothing was written and the ISR held is the truth.
+            if let Role::Leader {
+                in_flight,
+                proposed,
+                reread: reread @ true,
+                ..
+            } = &mut repl.role
+            {
+                *in_flight = None;
+                *proposed = None;
+                *reread = false;
+                maybe_advance_hw(part);
+            }
             return Ok(());
         }
         let same_role = !fresh
@@ -333,12 +365,20 @@ impl Broker {
         repl.zk_version = zk_version;
         if same_role {
             if let Role::Leader {
-                in_flight, followers, ..
+                in_flight,
+                followers,
+                proposed,
+                resend,
+                reread,
+                ..
             } = &mut repl.role
             {
                 // The coordinator's state is the truth now; a proposal in flight was answered
                 // (or overtaken) by it.
                 *in_flight = None;
+                *proposed = None;
+                *resend = false;
+                *reread = false;
                 // A reassignment added or removed replicas: new ones start as followers out of
                 // the ISR (they join once caught up), removed ones stop counting.
                 followers.retain(|r, _| replicas.contains(r));
@@ -380,6 +420,9 @@ impl Broker {
                     epoch_start: leo,
                     followers,
                     in_flight: None,
+                    proposed: None,
+                    resend: false,
+                    reread: false,
                 };
                 part.high_watermark = part.high_watermark.min(leo);
                 maybe_advance_hw(part);
@@ -616,11 +659,23 @@ impl Broker {
                 epoch_start,
                 followers,
                 in_flight,
+                proposed,
+                resend,
+                ..
             } = &mut repl.role
             else {
                 continue;
             };
-            if in_flight.is_some() || repl.isr_changes_held {
+            if in_flight.is_some() {
+                // Unanswered for sure, or answered Unknown: then sent again as it was (a hold
+                // does not stop it: the first attempt may apply anyway).
+                if *resend {
+                    *resend = false;
+                    out.extend(proposed.as_deref().cloned());
+                }
+                continue;
+            }
+            if repl.isr_changes_held {
                 continue;
             }
             let mut isr: Vec<BrokerId> = repl
@@ -659,7 +714,7 @@ impl Broker {
                 usize::try_from(min_isr.max(1)).unwrap_or(1),
                 &repl.replicas,
             );
-            out.push(IsrProposal {
+            let proposal = IsrProposal {
                 topic: topic.clone(),
                 partition: *p,
                 new_state: PartitionState {
@@ -670,7 +725,9 @@ impl Broker {
                     elr,
                 },
                 expected_zk_version: repl.zk_version,
-            });
+            };
+            *proposed = Some(Box::new(proposal.clone()));
+            out.push(proposal);
         }
         out
     }
@@ -713,12 +770,38 @@ impl Broker {
             return;
         };
         let Some(repl) = &mut part.repl else { return };
-        let Role::Leader { in_flight, .. } = &mut repl.role else {
+        let Role::Leader {
+            in_flight,
+            proposed,
+            resend,
+            reread,
+            ..
+        } = &mut repl.role
+        else {
             return;
         };
-        let Some(proposed) = in_flight.take() else { return };
-        if let IsrUpdateResult::Committed { zk_version } = result {
-            repl.isr = proposed;
+        if in_flight.is_none() {
+            return;
+        }
+        let zk_version = match result {
+            IsrUpdateResult::Unknown => {
+                // Still in flight, counted in the maximal ISR; offered again by the next poll.
+                *resend = proposed.is_some();
+                return;
+            }
+            IsrUpdateResult::Conflict => {
+                // Still counted until the state read next is applied.
+                *resend = false;
+                *reread = true;
+                return;
+            }
+            IsrUpdateResult::Committed { zk_version } => zk_version,
+        };
+        *proposed = None;
+        *resend = false;
+        *reread = false;
+        if let Some(isr) = in_flight.take() {
+            repl.isr = isr;
             repl.zk_version = zk_version;
         }
         if maybe_advance_hw(part) {

@@ -232,6 +232,71 @@ fn min_isr_rejection_leaves_the_log_unchanged() {
 }
 
 #[test]
+fn an_expansion_of_unknown_outcome_keeps_counting_and_is_sent_again() {
+    // An ISR expansion whose write timed out may still apply: the coordinator's ISR would then
+    // name follower 2. Taken as not written, the HW and acks=all would stop waiting for 2 while
+    // the ISR says it holds everything below the HW: elected next, it would lack those records.
+    let (mut c, rec) = three_in_sync();
+    produce(&mut c[0], 1, -1, 100).expect("appended");
+    pump(&mut c, 1, 0, 200);
+    pump(&mut c, 1, 0, 1_500);
+    let shrink = c[0].broker.poll_isr_proposals(1_500);
+    assert_eq!(shrink[0].new_state.isr, ids(&[0, 1]));
+    c[0].broker
+        .isr_update_result(T, 0, IsrUpdateResult::Committed { zk_version: 1 });
+    pump(&mut c, 2, 0, 1_600);
+    pump(&mut c, 2, 0, 1_700);
+    let expand = c[0].broker.poll_isr_proposals(1_700);
+    assert_eq!(expand.len(), 1);
+    assert_eq!(expand[0].new_state.isr, ids(&[0, 1, 2]));
+    c[0].broker.isr_update_result(T, 0, IsrUpdateResult::Unknown);
+    // 2 stays in the maximal ISR: a record only 0 and 1 hold is not below the HW.
+    let before = hw(&c[0]);
+    println!(
+        "before: hw {before:?} leo {:?} f1 {:?} f2 {:?}",
+        leo(&c[0]),
+        leo(&c[1]),
+        leo(&c[2])
+    );
+    let ok = produce(&mut c[0], 2, -1, 1_800).expect("appended");
+    pump(&mut c, 1, 0, 1_900);
+    pump(&mut c, 1, 0, 1_950);
+    assert_eq!(
+        hw(&c[0]),
+        before,
+        "the HW waited for 2, whose expansion may have applied"
+    );
+    assert_eq!(
+        c[0].broker.acks_all_status(T, 0, ok.end_offset, ok.leader_epoch),
+        AckWait::Pending
+    );
+    // Offered again exactly as it was, once; nothing else meanwhile.
+    let again = c[0].broker.poll_isr_proposals(1_950);
+    println!("first: {expand:?}; again: {again:?}");
+    assert_eq!(again, expand);
+    assert!(c[0].broker.poll_isr_proposals(1_960).is_empty(), "in flight again");
+    // The retry finds the first write applied (its version moved): the state read says so.
+    c[0].broker.isr_update_result(T, 0, IsrUpdateResult::Conflict);
+    apply(&mut c, &[0], &rec, &zk(0, 1, &[0, 1, 2]), 2, 2_000);
+    let (_, isr, leader, version) = c[0].broker.replica_state(T, 0).expect("replicated");
+    assert_eq!((isr, leader, version), (ids(&[0, 1, 2]), true, 2));
+    println!(
+        "after: hw {:?} leo {:?} f1 {:?} f2 {:?}",
+        hw(&c[0]),
+        leo(&c[0]),
+        leo(&c[1]),
+        leo(&c[2])
+    );
+    assert_eq!(hw(&c[0]), before, "still waiting for 2");
+    pump(&mut c, 2, 0, 2_100);
+    pump(&mut c, 2, 0, 2_200);
+    assert_eq!(
+        c[0].broker.acks_all_status(T, 0, ok.end_offset, ok.leader_epoch),
+        AckWait::Done
+    );
+}
+
+#[test]
 fn a_held_leader_proposes_no_isr_change_until_released() {
     // The integrator holds a leader's ISR changes while a member restarted since the state was
     // written: a write by the leader would look newer than that restart to the controller.

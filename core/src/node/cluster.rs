@@ -669,9 +669,11 @@ fn fatal(e: &CoordError) -> bool {
 /// znode's new version), and answers the broker for every one of them, as
 /// [`crate::broker::Broker::poll_isr_proposals`] requires: an unanswered proposal stays in flight,
 /// and its leader proposes nothing more for that partition until a newer state arrives, which
-/// may never happen (nothing else need write it). When the session expires, the write that
-/// failed and every proposal not sent yet are answered `Conflict` (not written: the rest were
-/// never sent) before the session ends.
+/// may never happen (nothing else need write it). A write whose outcome is unknown (a timeout,
+/// a coordinator failover, the session expiring under it) is answered `Unknown`: it may still
+/// apply, so it stays in flight and is sent again. When the session expires, every proposal not
+/// sent yet is answered `Unknown` as well (it may resend an earlier write of unknown outcome), so
+/// the next session sends it.
 async fn write_isr_proposals<W, F>(
     broker: &SharedBroker,
     watch: &PartitionWatch,
@@ -696,18 +698,26 @@ where
             }
             Err(e) if fatal(&e) => {
                 let mut b = broker.borrow_mut();
-                b.isr_update_result(&p.topic, p.partition, IsrUpdateResult::Conflict);
+                // It may have applied before the session ended: unknown, sent again.
+                b.isr_update_result(&p.topic, p.partition, IsrUpdateResult::Unknown);
                 for unsent in pending {
                     tracing::debug!(target: "replication", topic = %unsent.topic, partition = unsent.partition,
                         "ISR change not sent: the session expired");
-                    b.isr_update_result(&unsent.topic, unsent.partition, IsrUpdateResult::Conflict);
+                    // Not sent now, but it may be the resend of a write whose outcome is still
+                    // unknown: kept in flight and sent in the next session.
+                    b.isr_update_result(&unsent.topic, unsent.partition, IsrUpdateResult::Unknown);
                 }
                 return Err(End::Expired);
             }
-            Err(e) => {
+            Err(e @ (CoordError::MultiFailed { .. } | CoordError::Tree(_))) => {
                 tracing::debug!(target: "replication", topic = %p.topic, partition = p.partition, error = %e,
                     "ISR change not written; re-reading");
                 IsrUpdateResult::Conflict
+            }
+            Err(e) => {
+                tracing::debug!(target: "replication", topic = %p.topic, partition = p.partition, error = %e,
+                    "ISR change's outcome unknown; kept in flight and sent again");
+                IsrUpdateResult::Unknown
             }
         };
         broker.borrow_mut().isr_update_result(&p.topic, p.partition, result);

@@ -79,8 +79,9 @@ fn a_session_expiry_answers_the_proposals_not_sent_yet() {
     }));
     assert!(matches!(ended, Err(End::Expired)));
     assert_eq!(*sent.borrow(), [0], "nothing is sent after the session expired");
-    // Neither proposal is left in flight: in the next session both are proposed again (an
-    // unanswered one would block its partition's ISR changes until a newer state arrived).
+    // Neither proposal is left unanswered: in the next session both are sent again (an
+    // unanswered one would block its partition's ISR changes until a newer state arrived), as
+    // they were, since the first may have applied before the session ended.
     let again = proposed(&broker, 30);
     println!(
         "proposed again: {:?}",
