@@ -80,6 +80,8 @@ pub enum Op {
     /// Fails the whole multi unless the node exists and was created at this index (its czxid):
     /// the node a view read, not one created again since ([`ClusterView::registration_checks`]).
     CheckCreated { path: String, czxid: u64 },
+    /// Fails the whole multi if the node exists ([`ClusterView::registration_checks`]).
+    CheckAbsent { path: String },
 }
 
 /// One atomic coordinator multi, and what it is for (for the replay trace).
@@ -145,32 +147,39 @@ impl ClusterView {
         intact > written
     }
 
-    /// KIP-380's broker epoch as a precondition of a write of `state`: for each live broker it
-    /// names (leader, ISR, ELR), a check that the broker's registration is still the one this view
-    /// read. A broker that restarted and registered again between the read and the write has a
-    /// new registration with a new creation index, so the write fails and the controller re-reads
-    /// and sees the restart. Without it the write would land after the new registration, look
-    /// newer than it to [`ClusterView::restarted_since`], and hand a log that may have lost its
-    /// unsynced writes the leadership or an ISR seat (a campaign seed lost 22 acknowledged
-    /// records that way: the acl race scenario, seed 4623362752862586853). A restart registered
-    /// after the write is caught by `restarted_since` itself. Empty when restarts are not
-    /// detected (`registered_at` empty).
-    pub fn registration_checks(&self, state: &PartitionState) -> Vec<Op> {
-        let named: BTreeSet<BrokerId> = state
-            .leader
+    /// KIP-380's broker epoch as a precondition of a write of `state`: for each broker of
+    /// `replicas` and each broker the state names (leader, ISR, ELR), a check that its
+    /// registration is still the one this view read: the same node (its creation index), or
+    /// still none. A broker that restarted and registered again between the read and the write
+    /// has a new registration, so the write fails and the controller re-reads and sees the
+    /// restart. Without it the write would land after the new registration, look newer than it
+    /// to [`ClusterView::restarted_since`], and hand a log that may have lost its unsynced
+    /// writes the leadership or an ISR or ELR seat. Campaign seeds lost records both ways: the
+    /// acl race seed 4623362752862586853 (22 records: a live broker re-registered and was
+    /// elected) and the group-commit seed 6952832580335106510 (one record: a dead broker that
+    /// lost power was made an eligible leader replica as it registered again, and led next). A
+    /// restart registered after the write is caught by `restarted_since` itself. Empty when
+    /// restarts are not detected (`registered_at` empty: the writer itself is registered
+    /// otherwise).
+    pub fn registration_checks(&self, replicas: &[BrokerId], state: &PartitionState) -> Vec<Op> {
+        if self.registered_at.is_empty() {
+            return Vec::new();
+        }
+        let named: BTreeSet<BrokerId> = replicas
             .iter()
+            .chain(&state.leader)
             .chain(&state.isr)
             .chain(&state.elr)
             .copied()
             .collect();
         named
             .into_iter()
-            .filter_map(|b| {
-                let &czxid = self.registered_at.get(&b)?;
-                Some(Op::CheckCreated {
+            .map(|b| match self.registered_at.get(&b) {
+                Some(&czxid) => Op::CheckCreated {
                     path: broker_path(b),
                     czxid,
-                })
+                },
+                None => Op::CheckAbsent { path: broker_path(b) },
             })
             .collect()
     }

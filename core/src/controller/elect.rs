@@ -281,7 +281,7 @@ impl Restarts<'_> {
                 data: after.encode(),
                 expected_version: Some(state.version),
             }];
-            ops.extend(self.view.registration_checks(&after));
+            ops.extend(self.view.registration_checks(replicas, &after));
             let write = this.write(ops, what);
             changes.push(PartitionChange {
                 topic: name.to_string(),
@@ -334,7 +334,9 @@ impl Controller {
                     data: after.encode(),
                     expected_version: Some(state.version),
                 }];
-                ops.extend(view.registration_checks(&after));
+                ops.extend(
+                    view.registration_checks(topic.record.assignment.get(&p).map_or(&[][..], Vec::as_slice), &after),
+                );
                 let write = self.write(
                     ops,
                     format!(

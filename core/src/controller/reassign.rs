@@ -247,7 +247,7 @@ impl Controller {
         let checks = if after == state.value {
             Vec::new()
         } else {
-            view.registration_checks(&after)
+            view.registration_checks(&new_full, &after)
         };
         Ok(Some(
             self.write(
@@ -337,7 +337,7 @@ impl Controller {
                     data: after.encode(),
                     expected_version: Some(state.version),
                 });
-                ops.extend(view.registration_checks(&after));
+                ops.extend(view.registration_checks(&target, &after));
                 done.push(format!(
                     "{p} -> {:?} leader {:?}",
                     ids(&target),

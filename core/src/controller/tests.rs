@@ -521,12 +521,15 @@ fn an_election_write_fails_if_a_named_broker_registered_again_since_the_view() {
         .write
         .ops
         .iter()
-        .filter(|op| matches!(op, Op::CheckCreated { .. }))
+        .filter(|op| matches!(op, Op::CheckCreated { .. } | Op::CheckAbsent { .. }))
         .collect();
     println!("election {:?} carries {checks:?}", changes[0].after);
     assert_eq!(
         checks,
         vec![
+            &Op::CheckAbsent {
+                path: broker_path(BrokerId(0))
+            },
             &Op::CheckCreated {
                 path: broker_path(BrokerId(1)),
                 czxid: 40
@@ -538,14 +541,15 @@ fn an_election_write_fails_if_a_named_broker_registered_again_since_the_view() {
         ]
     );
     assert!(fenced(&changes[0].write), "the controller fence stays first");
-    // A dead broker the state still names (the old leader, kept in no ISR here) has no
-    // registration to check; nor has a view that does not detect restarts.
+    // Dead broker 0 is checked to be still unregistered: had it registered since the view,
+    // this decision (it leads no more, it may have lost unsynced records) would be unfounded.
+    // A view that does not detect restarts checks nothing.
     let plain = one_partition(&[1, 2], &[0, 1, 2], Some(0), &[0, 1, 2], false);
     assert!(controller().reconcile(&plain)[0]
         .write
         .ops
         .iter()
-        .all(|op| !matches!(op, Op::CheckCreated { .. })));
+        .all(|op| !matches!(op, Op::CheckCreated { .. } | Op::CheckAbsent { .. })));
     // Preferred leader elections carry them too.
     let mut back = one_partition(&[0, 1, 2], &[0, 1, 2], Some(1), &[0, 1, 2], false);
     back.registered_at.insert(BrokerId(0), 50);
@@ -582,6 +586,38 @@ fn a_restarted_eligible_replica_holds_other_writes_like_a_restarted_isr_member()
         changes[0].after.elr.is_empty(),
         "the controller drops it: {:?}",
         changes[0].after
+    );
+}
+
+#[test]
+fn a_dead_replica_made_eligible_is_checked_still_unregistered() {
+    // The group-commit campaign seed 6952832580335106510: leader 1 (ISR [0, 1], min ISR 2) lost
+    // power; the new controller's view had 1 dead and 0 live, so it elected 0 with ELR [1]. 1
+    // registered again (its log missing an unsynced record) before that write landed, so the
+    // state looked newer than its restart and 1 stayed eligible, and led once 0 restarted too.
+    let mut v = one_partition(&[0, 2], &[0, 1, 2], Some(1), &[0, 1], false);
+    v.topics
+        .get_mut("t")
+        .expect("topic")
+        .record
+        .configs
+        .insert("min.insync.replicas".to_string(), "2".to_string());
+    v.registered_at.insert(BrokerId(0), 10);
+    v.registered_at.insert(BrokerId(2), 11);
+    v.state_written_at.insert(("t".to_string(), 0), 20);
+    let changes = controller().reconcile(&v);
+    assert_eq!(changes.len(), 1);
+    let after = &changes[0].after;
+    assert_eq!(
+        (after.leader, after.isr.clone(), after.elr.clone()),
+        (Some(BrokerId(0)), b(&[0]), b(&[1]))
+    );
+    println!("{after:?} written with {:?}", changes[0].write.ops);
+    assert!(
+        changes[0].write.ops.contains(&Op::CheckAbsent {
+            path: broker_path(BrokerId(1))
+        }),
+        "the write must fail if 1 registered since the view"
     );
 }
 
@@ -933,6 +969,11 @@ impl Tree {
                 }
                 // This model keeps no creation indexes (its views know no registrations).
                 Op::CheckCreated { path, .. } => return Err(format!("no creation index in the model for {path}")),
+                Op::CheckAbsent { path } => {
+                    if next.contains_key(path) {
+                        return Err(format!("{path} exists"));
+                    }
+                }
             }
         }
         self.nodes = next;

@@ -104,6 +104,9 @@ pub enum Op {
     /// (KIP-380) is this index of a broker's registration; a controller write made from a view
     /// carries one per broker it names, so it fails once a named broker registered anew.
     CheckCreated { path: String, czxid: u64 },
+    /// Fails (`NodeExists`) if the node exists: a write decided while a broker was not
+    /// registered fails once it registers.
+    CheckAbsent { path: String },
 }
 
 /// A command of the consensus log.
@@ -515,6 +518,13 @@ impl Tree {
                 }
                 Ok(OpResult::Checked)
             }
+            Op::CheckAbsent { path } => {
+                validate_path(path)?;
+                if self.nodes.contains_key(path) {
+                    return Err(TreeError::NodeExists);
+                }
+                Ok(OpResult::Checked)
+            }
         }
     }
 
@@ -700,6 +710,12 @@ pub(crate) fn encode_op(w: &mut Writer, op: &Op) {
             w.str(path);
             w.u64(*czxid);
         }
+        Op::CheckAbsent { path } => {
+            w.u8(6);
+            w.str(path);
+            // The one-byte field every op has (OP_BYTES_MIN), for a decoder's bound.
+            w.u8(0);
+        }
     }
 }
 
@@ -728,6 +744,13 @@ pub(crate) fn decode_op(r: &mut Reader<'_>) -> Result<Op, DecodeError> {
             path: r.string("path", PATH_BYTES_MAX)?,
             czxid: r.u64()?,
         },
+        6 => {
+            let path = r.string("path", PATH_BYTES_MAX)?;
+            match r.u8()? {
+                0 => Op::CheckAbsent { path },
+                t => return Err(DecodeError::Tag(t)),
+            }
+        }
         t => return Err(DecodeError::Tag(t)),
     })
 }

@@ -231,6 +231,10 @@ fn check_created_tells_a_recreated_ephemeral_from_the_one_read() {
         ),
         Err(TreeError::NoNode)
     );
+    // The opposite precondition: a write decided while a broker was unregistered.
+    let absent = |path: &str| Op::CheckAbsent { path: path.into() };
+    assert_eq!(t.op(second, absent("/brokers/9")), Ok(OpResult::Checked));
+    assert_eq!(t.op(second, absent("/brokers/2")), Err(TreeError::NodeExists));
 }
 
 #[test]

@@ -593,6 +593,9 @@ mod tests {
                     path: "/brokers/ids/2".into(),
                     czxid: u64::MAX - 1,
                 },
+                Op::CheckAbsent {
+                    path: "/brokers/ids/3".into(),
+                },
                 Op::Delete {
                     path: "/a".into(),
                     expected_version: None,

@@ -980,7 +980,12 @@ impl<R: Runtime> Session<R> {
                 data: p.new_state.encode(),
                 expected_version: Some(p.expected_zk_version),
             }];
-            ops.extend(registrations.registration_checks(&p.new_state).iter().map(to_coord_op));
+            ops.extend(
+                registrations
+                    .registration_checks(&[], &p.new_state)
+                    .iter()
+                    .map(to_coord_op),
+            );
             async move {
                 match client.multi(ops).await?.first() {
                     Some(OpResult::SetData { stat }) => Ok(stat.version),
@@ -1715,6 +1720,7 @@ fn to_coord_op(op: &controller::Op) -> Op {
             path: path.clone(),
             czxid: *czxid,
         },
+        controller::Op::CheckAbsent { path } => Op::CheckAbsent { path: path.clone() },
     }
 }
 
