@@ -926,6 +926,14 @@ impl Broker {
         Some((r.replicas.clone(), r.isr.clone(), r.is_leader(), r.zk_version))
     }
 
+    /// The leader epoch of `topic`/`partition` if this broker acts as its leader: what
+    /// [`Broker::replica_state`] and [`Broker::leader_epoch`] tell together, without copying the
+    /// replica lists (the simulator samples it every few milliseconds).
+    pub fn leading_epoch(&self, topic: &str, partition: i32) -> Option<LeaderEpoch> {
+        let part = self.partitions.get(&key(topic, partition))?;
+        part.repl.as_ref()?.is_leader().then_some(part.leader_epoch)
+    }
+
     pub fn log(&self, topic: &str, partition: i32) -> Option<&Log> {
         self.partitions.get(&key(topic, partition)).map(|p| &p.log)
     }
