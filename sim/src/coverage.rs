@@ -364,8 +364,9 @@ impl Memory {
     }
 }
 
-impl<S: Subscriber> Layer<S> for Observer {
-    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+impl Observer {
+    /// Looks at one event (a subscriber that is not a layer stack calls it directly).
+    pub(crate) fn observe(&self, event: &Event<'_>) {
         let target = event.metadata().target();
         if !TARGETS.contains(&target) {
             return;
@@ -373,6 +374,12 @@ impl<S: Subscriber> Layer<S> for Observer {
         let mut fields = Fields::default();
         event.record(&mut fields);
         self.lock().classify(target, &fields);
+    }
+}
+
+impl<S: Subscriber> Layer<S> for Observer {
+    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+        self.observe(event);
     }
 }
 

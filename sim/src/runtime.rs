@@ -159,6 +159,19 @@ pub struct SimRuntime {
     node: NodeId,
     /// The sleeps of this incarnation (shared by its clones), with their driver task.
     alarms: Alarms,
+    /// madsim's clock, looked up once: `TimeHandle::current()` costs a thread-local lookup and
+    /// two `Arc` clones, and the core asks for the time on every request.
+    time: VirtualClock,
+}
+
+/// The simulation's [`TimeHandle`], which has no `Debug` of its own.
+#[derive(Clone)]
+struct VirtualClock(TimeHandle);
+
+impl std::fmt::Debug for VirtualClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("VirtualClock")
+    }
 }
 
 impl SimRuntime {
@@ -169,6 +182,7 @@ impl SimRuntime {
             state,
             node: madsim::plugin::node(),
             alarms: Alarms::spawn(),
+            time: VirtualClock(TimeHandle::current()),
         }
     }
 
@@ -206,7 +220,7 @@ impl Runtime for SimRuntime {
     type Listener = SimListener;
 
     fn now_ms(&self) -> i64 {
-        let now = TimeHandle::current().now_time();
+        let now = self.time.0.now_time();
         let since_epoch = now
             .duration_since(UNIX_EPOCH)
             .expect("madsim's virtual clock starts in 2022, after the epoch");
@@ -215,7 +229,7 @@ impl Runtime for SimRuntime {
     }
 
     fn monotonic_ms(&self) -> u64 {
-        u64::try_from(TimeHandle::current().elapsed().as_millis()).expect("virtual time within u64 ms")
+        u64::try_from(self.time.0.elapsed().as_millis()).expect("virtual time within u64 ms")
     }
 
     fn sleep(&self, duration: Duration) -> impl Future<Output = ()> {

@@ -18,6 +18,7 @@
 //! the ISR may shrink below min ISR (COORDINATOR_NOT_AVAILABLE, retriable); a log that cannot be
 //! read leaves the partition unloaded (NOT_COORDINATOR) and is retried on the next request.
 
+use super::partition_key::PartitionKey;
 use crate::disk::Disk;
 use crate::error_code::ErrorCode;
 use crate::group::{offsets, CommitEntry, Coordination, OFFSETS_TOPIC};
@@ -77,7 +78,7 @@ fn commit_error(append: ErrorCode) -> ErrorCode {
 impl Broker {
     /// The leader epoch of offsets partition `p` if this broker leads it.
     fn offsets_partition_led(&self, p: i32) -> Option<LeaderEpoch> {
-        let part = self.partitions.get(&(OFFSETS_TOPIC.to_string(), p))?;
+        let part = self.partitions.get(&(OFFSETS_TOPIC, p) as &dyn PartitionKey)?;
         let repl = part.repl.as_ref()?;
         matches!(repl.role, super::replica::Role::Leader { .. }).then_some(part.leader_epoch)
     }
@@ -97,7 +98,7 @@ impl Broker {
                 (Some(epoch), _) => {
                     let part = self
                         .partitions
-                        .get(&(OFFSETS_TOPIC.to_string(), p))
+                        .get(&(OFFSETS_TOPIC, p) as &dyn PartitionKey)
                         .expect("led, so hosted");
                     match offsets::replay(disk, &part.log, part.log.log_end_offset()) {
                         Ok((records, skipped)) => {

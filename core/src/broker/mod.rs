@@ -27,6 +27,7 @@
 
 pub mod clean_shutdown;
 pub mod coordination;
+mod partition_key;
 pub mod producer_ids;
 pub mod producer_state;
 pub mod replica;
@@ -43,6 +44,7 @@ use crate::ids::{BrokerId, LeaderEpoch, Offset, ProducerEpoch, ProducerId};
 use crate::log::{Log, LogConfig, LogError, ReadSlice};
 use crate::record::{self, BatchError, BatchHeader};
 pub use coordination::{CommitStart, PendingCommit, PendingStore};
+use partition_key::PartitionKey;
 use producer_ids::ProducerIdAllocator;
 pub use producer_state::ProducerStateTable;
 use producer_state::Verdict;
@@ -528,7 +530,7 @@ impl Broker {
 
     fn partition(&self, topic: &str, partition: i32) -> Result<&PartitionState, ErrorCode> {
         self.partitions
-            .get(&(topic.to_string(), partition))
+            .get(&(topic, partition) as &dyn PartitionKey)
             .ok_or(ErrorCode::UnknownTopicOrPartition)
     }
 
@@ -550,7 +552,7 @@ impl Broker {
         let min_isr = self.topics.get(topic).map_or(1, |m| m.min_insync_replicas);
         let state = self
             .partitions
-            .get_mut(&(topic.to_string(), partition))
+            .get_mut(&(topic, partition) as &dyn PartitionKey)
             .ok_or(ErrorCode::UnknownTopicOrPartition)?;
         if state
             .repl

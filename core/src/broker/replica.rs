@@ -28,6 +28,7 @@
 
 use std::collections::BTreeMap;
 
+use super::partition_key::PartitionKey;
 use super::{
     log_error_code, topic, Broker, BrokerError, PartitionState as Part, ProducerStateTable, TopicId, TopicMeta,
 };
@@ -198,8 +199,9 @@ impl Replication {
     }
 }
 
-fn key(topic: &str, partition: i32) -> (String, i32) {
-    (topic.to_string(), partition)
+/// The key of `topic`/`partition` in the broker's partition map, without copying the name.
+fn key(topic: &str, partition: i32) -> (&str, i32) {
+    (topic, partition)
 }
 
 /// Parses the checkpoint: `0`, a count, then `topic partition hw` lines. `None` if malformed.
@@ -315,7 +317,10 @@ impl Broker {
         let me = self.config.broker_id;
         let replicas = record.assignment.get(&partition).cloned().unwrap_or_default();
         self.ensure_replicated_topic(disk, topic, record)?;
-        if !self.partitions.contains_key(&key(topic, partition)) {
+        if !self
+            .partitions
+            .contains_key(&key(topic, partition) as &dyn PartitionKey)
+        {
             let meta = self.topics[topic].clone();
             self.create_partition(disk, topic, partition, &meta)
                 .map_err(|source| BrokerError::Log {
@@ -325,7 +330,10 @@ impl Broker {
         }
         let policy = self.config.truncation;
         let min_isr = self.topics.get(topic).map_or(1, |m| m.min_insync_replicas);
-        let part = self.partitions.get_mut(&key(topic, partition)).expect("created above");
+        let part = self
+            .partitions
+            .get_mut(&key(topic, partition) as &dyn PartitionKey)
+            .expect("created above");
         let repl = part.repl.get_or_insert_with(Replication::offline);
         let held = part.leader_epoch;
         let fresh = matches!(repl.role, Role::Offline) && repl.zk_version < 0;
@@ -482,7 +490,7 @@ impl Broker {
 
     /// Stops hosting a partition and deletes its files (a reassignment or topic deletion).
     pub fn remove_replica<D: Disk>(&mut self, disk: &mut D, topic: &str, partition: i32) -> Result<(), BrokerError> {
-        self.partitions.remove(&key(topic, partition));
+        self.partitions.remove(&key(topic, partition) as &dyn PartitionKey);
         let dir = topic::partition_dir(topic, partition);
         let metadata = format!("{dir}/{}", topic::METADATA_FILE);
         if disk.exists(&metadata) {
@@ -547,7 +555,7 @@ impl Broker {
     ) -> Result<(), ErrorCode> {
         let part = self
             .partitions
-            .get_mut(&key(topic, partition))
+            .get_mut(&key(topic, partition) as &dyn PartitionKey)
             .ok_or(ErrorCode::UnknownTopicOrPartition)?;
         let leo = part.log.log_end_offset();
         let start = part.log.log_start_offset();
@@ -741,7 +749,7 @@ impl Broker {
     pub fn hold_isr_changes(&mut self, topic: &str, partition: i32, hold: bool) {
         if let Some(repl) = self
             .partitions
-            .get_mut(&key(topic, partition))
+            .get_mut(&key(topic, partition) as &dyn PartitionKey)
             .and_then(|part| part.repl.as_mut())
         {
             repl.isr_changes_held = hold;
@@ -752,7 +760,7 @@ impl Broker {
     /// it applied the offline state of `offline_epoch` (it then neither leads nor follows, so its
     /// log stays as reported until a new state names a leader).
     pub fn offline_log_end(&self, topic: &str, partition: i32, offline_epoch: LeaderEpoch) -> Option<LogEndReport> {
-        let part = self.partitions.get(&key(topic, partition))?;
+        let part = self.partitions.get(&key(topic, partition) as &dyn PartitionKey)?;
         let repl = part.repl.as_ref()?;
         if part.leader_epoch != offline_epoch || !matches!(repl.role, Role::Offline) {
             return None;
@@ -766,7 +774,7 @@ impl Broker {
 
     /// The coordinator's answer to a proposal from [`Broker::poll_isr_proposals`].
     pub fn isr_update_result(&mut self, topic: &str, partition: i32, result: IsrUpdateResult) {
-        let Some(part) = self.partitions.get_mut(&key(topic, partition)) else {
+        let Some(part) = self.partitions.get_mut(&key(topic, partition) as &dyn PartitionKey) else {
             return;
         };
         let Some(repl) = &mut part.repl else { return };
@@ -869,7 +877,7 @@ impl Broker {
     }
 
     fn follower_part(&mut self, topic: &str, partition: i32, epoch: LeaderEpoch) -> Option<(&mut Part, Phase)> {
-        let part = self.partitions.get_mut(&key(topic, partition))?;
+        let part = self.partitions.get_mut(&key(topic, partition) as &dyn PartitionKey)?;
         if part.leader_epoch != epoch {
             return None;
         }
@@ -1024,12 +1032,22 @@ impl Broker {
 
     /// The ISR, replicas and role of a replicated partition (for tests and Metadata).
     pub fn replica_state(&self, topic: &str, partition: i32) -> Option<(Vec<BrokerId>, Vec<BrokerId>, bool, i32)> {
-        let part = self.partitions.get(&key(topic, partition))?;
+        let part = self.partitions.get(&key(topic, partition) as &dyn PartitionKey)?;
         let r = part.repl.as_ref()?;
         Some((r.replicas.clone(), r.isr.clone(), r.is_leader(), r.zk_version))
     }
 
+    /// The leader epoch of `topic`/`partition` if this broker acts as its leader: what
+    /// [`Broker::replica_state`] and [`Broker::leader_epoch`] tell together, without copying the
+    /// replica lists (the simulator samples it every few milliseconds).
+    pub fn leading_epoch(&self, topic: &str, partition: i32) -> Option<LeaderEpoch> {
+        let part = self.partitions.get(&key(topic, partition) as &dyn PartitionKey)?;
+        part.repl.as_ref()?.is_leader().then_some(part.leader_epoch)
+    }
+
     pub fn log(&self, topic: &str, partition: i32) -> Option<&Log> {
-        self.partitions.get(&key(topic, partition)).map(|p| &p.log)
+        self.partitions
+            .get(&key(topic, partition) as &dyn PartitionKey)
+            .map(|p| &p.log)
     }
 }

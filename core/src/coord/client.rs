@@ -92,6 +92,11 @@ struct Inner<R: Runtime> {
     config: CoordClientConfig,
     conn: Option<(String, R::Conn)>,
     leader_hint: Option<String>,
+    /// The server that answered the last request as leader: the next request goes there first
+    /// (as ZooKeeper's client stays with its server) instead of to `servers[next_server]`,
+    /// which may be a follower answering `NotLeader` (a wasted connection, round trip and
+    /// backoff per request). Cleared when that server fails or stops leading.
+    leader: Option<String>,
     next_server: usize,
     session: SessionId,
     expired: bool,
@@ -170,7 +175,7 @@ async fn call<R: Runtime>(
                     return Err(CoordError::SessionExpired);
                 }
             }
-            let addr = match i.leader_hint.take() {
+            let addr = match i.leader_hint.take().or_else(|| i.leader.clone()) {
                 Some(a) => a,
                 None => {
                     let n = i.config.servers.len().max(1);
@@ -196,10 +201,16 @@ async fn call<R: Runtime>(
         let (conn, response) = match outcome {
             Some(Ok(x)) => x,
             _ => {
-                if sent.get() && matches!(kind, Kind::Write) {
-                    return Err(CoordError::Unknown);
+                {
+                    let mut i = inner.borrow_mut();
+                    if i.leader.as_deref() == Some(addr.as_str()) {
+                        i.leader = None;
+                    }
+                    if sent.get() && matches!(kind, Kind::Write) {
+                        return Err(CoordError::Unknown);
+                    }
+                    i.next_server += 1;
                 }
-                inner.borrow_mut().next_server += 1;
                 rt.sleep(Duration::from_millis(backoff)).await;
                 backoff = (backoff * 2).min(backoff_max);
                 continue;
@@ -212,6 +223,9 @@ async fn call<R: Runtime>(
             let mut i = inner.borrow_mut();
             match response.result {
                 Err(RpcError::NotLeader { leader }) => {
+                    if i.leader.as_deref() == Some(addr.as_str()) {
+                        i.leader = None;
+                    }
                     match leader {
                         Some(l) if l != addr => i.leader_hint = Some(l),
                         _ => i.next_server += 1,
@@ -228,6 +242,7 @@ async fn call<R: Runtime>(
                         i.server_changes += u64::from(i.server.is_some());
                         i.server = Some(addr.clone());
                     }
+                    i.leader = Some(addr.clone());
                     i.conn = Some((addr, conn));
                     Some(match other {
                         Ok(reply) => Ok(reply),
@@ -305,6 +320,7 @@ impl<R: Runtime> CoordClient<R> {
             config,
             conn: None,
             leader_hint: None,
+            leader: None,
             next_server: 0,
             session: SessionId(0),
             expired: false,

@@ -7,11 +7,16 @@
 //! quick path for segments below the recovery point, which were synced, and still checks every
 //! index entry it uses.
 
+use std::collections::VecDeque;
+
 use crate::disk::{Disk, DiskError};
 use crate::ids::Offset;
 use crate::record::{self, BatchHeader, HEADER_BYTES};
 
 use super::index::{self, Entry};
+
+/// Batches whose start a segment remembers in memory, newest last ([`Segment::recent_batches`]).
+pub const RECENT_BATCHES_MAX: usize = 64;
 
 /// The segment and index file names for a base offset, as Kafka names them.
 pub fn file_name(base: Offset, suffix: &str) -> String {
@@ -32,6 +37,11 @@ pub struct Segment {
     pub first_timestamp: Option<i64>,
     pub offset_index: Vec<Entry>,
     pub time_index: Vec<Entry>,
+    /// Base offset (`key`) and position (`value`) of the last [`RECENT_BATCHES_MAX`] batches
+    /// tracked, oldest first: a dense index of the tail, memory only. Followers and consumers
+    /// read near the log end, and the sparse index alone made each such read walk up to
+    /// `index.interval.bytes` of headers (a disk read each) from the last entry.
+    pub recent_batches: VecDeque<Entry>,
     /// Entries already written to the index files.
     pub offset_index_written: usize,
     pub time_index_written: usize,
@@ -63,6 +73,7 @@ impl Segment {
             first_timestamp: None,
             offset_index: Vec::new(),
             time_index: Vec::new(),
+            recent_batches: VecDeque::new(),
             offset_index_written: 0,
             time_index_written: 0,
             bytes_since_index: 0,
@@ -93,6 +104,13 @@ impl Segment {
             }
             self.bytes_since_index = 0;
         }
+        if self.recent_batches.len() == RECENT_BATCHES_MAX {
+            self.recent_batches.pop_front();
+        }
+        self.recent_batches.push_back(Entry {
+            key: header.base_offset.0,
+            value: position as i64,
+        });
         let bytes = header.total_bytes() as u64;
         self.bytes_since_index += bytes;
         self.size = position + bytes;
@@ -246,10 +264,16 @@ impl Segment {
 
     /// Position and header of the first batch whose last offset is at least `offset`, or `None`
     /// when the segment ends first. The index gives a starting point whose batch must carry the
-    /// indexed base offset; if not, the search restarts from the segment's start.
+    /// indexed base offset; if not, the search restarts from the segment's start. A recent batch
+    /// at or before `offset` is a closer starting point than the sparse index (checked the same way).
     pub fn find<D: Disk>(&self, disk: &D, offset: Offset) -> Result<Option<(u64, BatchHeader)>, DiskError> {
-        let start = index::floor(&self.offset_index, offset.0, false)
+        let indexed = index::floor(&self.offset_index, offset.0, false)
             .map_or((0, self.base), |e| (e.value as u64, Offset(e.key)));
+        let recent = self.recent_batches.partition_point(|e| e.key <= offset.0);
+        let start = match recent.checked_sub(1).map(|i| self.recent_batches[i]) {
+            Some(e) if e.value as u64 >= indexed.0 => (e.value as u64, Offset(e.key)),
+            _ => indexed,
+        };
         match self.scan_from(disk, start.0, start.1, |h| h.last_offset() >= offset)? {
             Some(found) => Ok(Some(found)),
             None if start.0 != 0 => self.scan_from(disk, 0, self.base, |h| h.last_offset() >= offset),

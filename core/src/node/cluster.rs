@@ -1034,8 +1034,23 @@ impl<R: Runtime> Session<R> {
         }
         let path = log_ends_path(me);
         let data = encode_log_ends(&reports);
+        let session = self.client.session();
         let written = match self.client.set_data(&path, &data, None).await {
-            Ok(_) => Ok(()),
+            Ok(stat) if stat.ephemeral_owner == Some(session) => Ok(()),
+            Ok(stat) => {
+                // The node of this broker's previous process, whose session has not expired yet:
+                // it would vanish with that session, taking this report along while
+                // `log_ends_written` says it is there, and the partition would stay offline.
+                // Replace it by one this session owns.
+                match self.client.delete(&path, Some(stat.version)).await {
+                    Ok(()) | Err(CoordError::Tree(TreeError::NoNode)) => self
+                        .client
+                        .create(&path, &data, CreateMode::Ephemeral)
+                        .await
+                        .map(|_| ()),
+                    Err(e) => Err(e),
+                }
+            }
             Err(CoordError::Tree(TreeError::NoNode)) => {
                 // A cluster started before these reports existed lacks the parent.
                 self.create_retrying(LOG_ENDS_PATH, Vec::new(), CreateMode::Persistent)

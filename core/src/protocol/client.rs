@@ -16,7 +16,7 @@
 //!
 //! [`decode_request`]: super::decode_request
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
 use super::api::api_versions;
 use super::header::{request_header_version, RequestHeader};
@@ -29,7 +29,9 @@ use super::{api_support, check_len, Request, Response};
 pub fn encode_request(header: &RequestHeader, body: &[u8]) -> Bytes {
     let flexible_min = api_support(header.api_key).map(|s| s.flexible_min);
     let header_version = request_header_version(header.api_key, header.api_version, flexible_min);
-    let mut w = Writer::new();
+    // The header's fixed fields, the client id and its length, tagged fields: one allocation.
+    let header_bytes = 16 + header.client_id.as_deref().map_or(0, str::len);
+    let mut w = Writer::with_capacity(header_bytes + body.len());
     w.i16(header.api_key);
     w.i16(header.api_version);
     w.i32(header.correlation_id);
@@ -38,9 +40,8 @@ pub fn encode_request(header: &RequestHeader, body: &[u8]) -> Bytes {
         w.nullable_string(false, header.client_id.as_deref());
     }
     w.no_tagged_fields(header_version >= 2);
-    let mut out = BytesMut::from(&w.finish()[..]);
-    out.extend_from_slice(body);
-    out.freeze()
+    w.raw(body);
+    w.finish()
 }
 
 /// The whole request frame (header and body, no length prefix). Sending one API's body under

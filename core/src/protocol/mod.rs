@@ -312,7 +312,8 @@ fn decode_with(mut r: Reader<'_>) -> Result<(RequestHeader, Request), DecodeErro
 /// `encode`). The transport adds the 4-byte length prefix.
 pub fn encode_response(request: &RequestHeader, body: &[u8]) -> Bytes {
     let flexible_min = api_support(request.api_key).map_or(i16::MAX, |s| s.flexible_min);
-    let mut w = Writer::new();
+    // Correlation id and tagged fields: the header is at most 5 bytes.
+    let mut w = Writer::with_capacity(8 + body.len());
     encode_response_header(
         &mut w,
         request.api_key,
@@ -320,9 +321,8 @@ pub fn encode_response(request: &RequestHeader, body: &[u8]) -> Bytes {
         flexible_min,
         request.correlation_id,
     );
-    let mut out = bytes::BytesMut::from(&w.finish()[..]);
-    out.extend_from_slice(body);
-    out.freeze()
+    w.raw(body);
+    w.finish()
 }
 
 macro_rules! responses {

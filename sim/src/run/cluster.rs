@@ -186,16 +186,18 @@ pub(super) fn live_brokers() -> Vec<(usize, Rc<RefCell<Broker>>)> {
 
 /// Every live broker that believes it leads `topic`/`partition`, with its epoch.
 fn acting_leaders(topic: &str, partition: i32) -> Vec<(usize, LeaderEpoch)> {
-    live_brokers()
-        .into_iter()
-        .filter_map(|(i, b)| {
-            let b = b.borrow();
-            let (_, _, leader, _) = b.replica_state(topic, partition)?;
-            leader
-                .then(|| b.leader_epoch(topic, partition).ok())
-                .flatten()
-                .map(|e| (i, e))
-        })
+    acting_leaders_among(&live_brokers(), topic, partition)
+}
+
+/// As [`acting_leaders`], among `brokers` (read once for many partitions).
+fn acting_leaders_among(
+    brokers: &[(usize, Rc<RefCell<Broker>>)],
+    topic: &str,
+    partition: i32,
+) -> Vec<(usize, LeaderEpoch)> {
+    brokers
+        .iter()
+        .filter_map(|(i, b)| b.borrow().leading_epoch(topic, partition).map(|e| (*i, e)))
         .collect()
 }
 
@@ -244,7 +246,9 @@ pub async fn observe_leaders(
     let mut seen = std::collections::BTreeSet::new();
     let mut seen_controllers = std::collections::BTreeSet::new();
     while super::monotonic_ms() < until_ms {
-        for (i, b) in live_brokers() {
+        let live = live_brokers();
+        for (i, b) in &live {
+            let i = *i;
             let Some(epoch) = b.borrow().acting_controller_epoch() else {
                 continue;
             };
@@ -257,7 +261,7 @@ pub async fn observe_leaders(
             }
         }
         for p in 0..partitions as i32 {
-            for (i, epoch) in acting_leaders(&topic, p) {
+            for (i, epoch) in acting_leaders_among(&live, &topic, p) {
                 if seen.insert((i, p, epoch)) {
                     lock(&out).push(LeaderObservation {
                         broker: BrokerId(i as i32),
