@@ -805,12 +805,20 @@ impl Broker {
             }
             IsrUpdateResult::Committed { zk_version } => zk_version,
         };
-        *proposed = None;
+        let written = proposed.take();
         *resend = false;
         *reread = false;
         if let Some(isr) = in_flight.take() {
             repl.isr = isr;
             repl.zk_version = zk_version;
+            // The ELR written with it too: the state read back has this same version, so
+            // applying it changes nothing here, and a stale ELR would be carried into the next
+            // proposal (a campaign seed: ELR [1, 2] kept from an ISR [0] long since expanded,
+            // so a shrink to [0] made 2 eligible without a record acknowledged after 2 left
+            // the ISR; 2 was elected and the record lost).
+            if let Some(p) = written {
+                repl.elr = p.new_state.elr;
+            }
         }
         if maybe_advance_hw(part) {
             self.hw_checkpoint_dirty = true;

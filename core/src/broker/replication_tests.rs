@@ -297,6 +297,50 @@ fn an_expansion_of_unknown_outcome_keeps_counting_and_is_sent_again() {
 }
 
 #[test]
+fn a_written_isr_change_carries_its_elr_into_the_next_proposal() {
+    // The swarm campaign seed 1242235258432526988: the leader's ELR was set only from states it
+    // applied, not from its own committed proposals (whose state, read back at the same version,
+    // is not applied again). After ISR [0] (ELR [1, 2]) expanded to [0, 1, 2] and shrank to
+    // [0, 1], a shrink to [0] carried the stale ELR [1, 2]: 2 eligible without the records
+    // acknowledged after it left the ISR. It was elected and one was lost.
+    let (mut c, rec) = three_in_sync();
+    produce(&mut c[0], 1, -1, 100).expect("appended");
+    // The controller's state: ISR [0] below min ISR 2, ELR [1, 2].
+    let below = ZkState {
+        elr: ids(&[1, 2]),
+        ..zk(0, 1, &[0])
+    };
+    apply(&mut c, &[0], &rec, &below, 1, 1_500);
+    let shrink = vec![below];
+    // Both followers catch up: the ISR is full again, the ELR empty.
+    for now in [1_600, 1_700] {
+        pump(&mut c, 1, 0, now);
+        pump(&mut c, 2, 0, now);
+    }
+    let expand = c[0].broker.poll_isr_proposals(1_700);
+    assert_eq!(
+        (expand[0].new_state.isr.clone(), expand[0].new_state.elr.clone()),
+        (ids(&[0, 1, 2]), vec![])
+    );
+    c[0].broker
+        .isr_update_result(T, 0, IsrUpdateResult::Committed { zk_version: 2 });
+    // 2 falls behind, then 1 too.
+    pump(&mut c, 1, 0, 2_500);
+    let first = c[0].broker.poll_isr_proposals(2_800);
+    assert_eq!(first[0].new_state.isr, ids(&[0, 1]));
+    c[0].broker
+        .isr_update_result(T, 0, IsrUpdateResult::Committed { zk_version: 3 });
+    let second = c[0].broker.poll_isr_proposals(3_600);
+    println!("proposals: {shrink:?} {expand:?} {first:?} {second:?}");
+    assert_eq!(second[0].new_state.isr, ids(&[0]));
+    assert_eq!(
+        second[0].new_state.elr,
+        ids(&[1]),
+        "2 left an ISR at min ISR: not eligible"
+    );
+}
+
+#[test]
 fn a_held_leader_proposes_no_isr_change_until_released() {
     // The integrator holds a leader's ISR changes while a member restarted since the state was
     // written: a write by the leader would look newer than that restart to the controller.
