@@ -1,14 +1,24 @@
-//! The follower side of replication on a node: one task that, for every partition this broker
-//! follows, asks the partition's leader what [`Broker::follower_tasks`] says (OffsetForLeaderEpoch
-//! to truncate, then Fetch with `replica_id` = this broker and `current_leader_epoch`, KIP-320)
-//! and hands each answer back to the [`Broker`]. The leader's address comes from the cluster view
-//! ([`Broker::set_cluster_view`]).
+//! The follower side of replication on a node: for every leader this broker follows partitions
+//! of, one task and one connection (Kafka's `ReplicaFetcherThread` per source broker) that asks
+//! the leader what [`Broker::follower_tasks`] says for all of them at once: one
+//! OffsetForLeaderEpoch for the partitions that must truncate, then one Fetch (`replica_id` = this
+//! broker, `current_leader_epoch` per partition, KIP-320) for the partitions that fetch, and hands
+//! each partition's answer back to the [`Broker`]. The leader's address comes from the cluster
+//! view ([`Broker::set_cluster_view`]).
 //!
-//! Fault model: a leader may be gone, slow, or answer garbage; each failure drops that leader's
-//! connection and backs off, the other leaders carry on. Stale answers (the epoch moved on while
-//! a request was out) are ignored by the broker. Fencing errors park the partition until new
-//! partition state arrives. One task (and connection) per followed partition; a multi-partition
-//! Fetch per leader, as Kafka's fetcher threads send, is the next step.
+//! Fault model: a leader may be gone, slow, or answer garbage; a failed request drops that
+//! leader's connection and backs off, the other leaders carry on. A partition the leader answers
+//! with an error (or leaves out) sits out the next requests for `replica.fetch.backoff.ms` (Kafka
+//! delays such a partition the same way) while the leader's other partitions keep fetching: a
+//! leader answers a Fetch at once when any partition has an error, so without the pause one bad
+//! partition would spin the whole request. Stale answers (the epoch moved on while a request
+//! was out) are ignored by the broker. Fencing errors park the partition until new partition
+//! state arrives.
+//!
+//! Independence: a leader answers the Fetch as soon as any of its partitions has a record
+//! (`min_bytes` 1), so an idle partition does not hold back a busy one of the same leader; a
+//! partition that starts following a leader joins that leader's next request, after the one in
+//! flight (at most `replica.fetch.wait.max.ms`).
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -18,7 +28,6 @@ use std::time::Duration;
 use crate::broker::{FollowerAction, FollowerTask};
 use crate::client::conn::KafkaConn;
 use crate::client::{code, ClientError};
-use crate::error_code::ErrorCode;
 use crate::ids::{BrokerId, LeaderEpoch, Offset};
 use crate::protocol::api::fetch::{FetchPartition, FetchRequest, FetchTopic};
 use crate::protocol::api::offset_for_leader_epoch::{
@@ -74,26 +83,19 @@ const FETCH_VERSION: i16 = 12;
 const OFFSET_FOR_LEADER_EPOCH_VERSION: i16 = 4;
 
 /// Runs the replica fetcher for as long as the node lives (spawn it in cluster mode): one task
-/// per followed partition, each with its own connection to its leader, so a leader that is slow
-/// or unreachable stalls only its own partitions, and an idle partition's long-polling Fetch
-/// never delays a busy one. (Kafka sends one multi-partition Fetch per leader; that is the next
-/// step here, fewer connections for the same independence.)
+/// per leader this broker follows partitions of, each with its own connection, so a leader that
+/// is slow or unreachable stalls only its own partitions.
 pub async fn run_replica_fetcher<R: Runtime>(rt: R, broker: SharedBroker, config: ReplicaFetcherConfig) {
-    let running: Rc<RefCell<BTreeSet<FetchKey>>> = Rc::default();
+    let running: Rc<RefCell<BTreeSet<BrokerId>>> = Rc::default();
     loop {
-        let keys: BTreeSet<FetchKey> = broker
-            .borrow()
-            .follower_tasks()
-            .iter()
-            .map(|t| (t.leader, t.topic.clone(), t.partition))
-            .collect();
-        for key in keys {
-            if running.borrow_mut().insert(key.clone()) {
-                rt.spawn(fetch_partition(
+        let leaders: BTreeSet<BrokerId> = broker.borrow().follower_tasks().iter().map(|t| t.leader).collect();
+        for leader in leaders {
+            if running.borrow_mut().insert(leader) {
+                rt.spawn(fetch_from_leader(
                     rt.clone(),
                     broker.clone(),
                     config.clone(),
-                    key,
+                    leader,
                     running.clone(),
                 ));
             }
@@ -102,144 +104,183 @@ pub async fn run_replica_fetcher<R: Runtime>(rt: R, broker: SharedBroker, config
     }
 }
 
-/// (leader, topic, partition): what one fetcher task serves.
-type FetchKey = (BrokerId, String, i32);
+/// (topic, partition).
+type PartitionName = (String, i32);
 
-/// Follows one partition under one leader, until the broker no longer follows it there.
-async fn fetch_partition<R: Runtime>(
+/// One leader's fetcher: its connection, the partitions sitting out after an error, and the
+/// turn of the throttled partitions.
+struct LeaderFetcher<R: Runtime> {
+    leader: BrokerId,
+    conn: Option<KafkaConn<R>>,
+    /// Partition -> the monotonic ms before which it is left out of requests.
+    delayed: BTreeMap<PartitionName, u64>,
+    /// Which throttled partition goes next (one per request, see [`LeaderFetcher::fetch`]).
+    throttled_turn: usize,
+}
+
+/// Follows every partition this broker follows under `leader`, until it follows none there.
+async fn fetch_from_leader<R: Runtime>(
     rt: R,
     broker: SharedBroker,
     config: ReplicaFetcherConfig,
-    key: FetchKey,
-    running: Rc<RefCell<BTreeSet<FetchKey>>>,
+    leader: BrokerId,
+    running: Rc<RefCell<BTreeSet<BrokerId>>>,
 ) {
-    let mut conns: BTreeMap<BrokerId, KafkaConn<R>> = BTreeMap::new();
+    let mut fetcher = LeaderFetcher {
+        leader,
+        conn: None,
+        delayed: BTreeMap::new(),
+        throttled_turn: 0,
+    };
     loop {
-        let task = broker
+        let tasks: Vec<FollowerTask> = broker
             .borrow()
             .follower_tasks()
             .into_iter()
-            .find(|t| (t.leader, t.topic.as_str(), t.partition) == (key.0, key.1.as_str(), key.2));
-        let Some(task) = task else {
-            running.borrow_mut().remove(&key);
+            .filter(|t| t.leader == leader)
+            .collect();
+        if tasks.is_empty() {
+            running.borrow_mut().remove(&leader);
             return;
-        };
-        if let Err(why) = step(&rt, &broker, &config, &mut conns, &task).await {
-            tracing::debug!(topic = %task.topic, partition = task.partition, leader = task.leader.0, %why, "replica fetch failed");
+        }
+        let now = rt.monotonic_ms();
+        fetcher.delayed.retain(|_, until| *until > now);
+        let ready: Vec<&FollowerTask> = tasks
+            .iter()
+            .filter(|t| fetcher.delayed.is_empty() || !fetcher.delayed.contains_key(&(t.topic.clone(), t.partition)))
+            .collect();
+        if ready.is_empty() {
+            let next = fetcher.delayed.values().min().copied().unwrap_or(now + 1);
+            rt.sleep(Duration::from_millis(next.saturating_sub(now).max(1))).await;
+            continue;
+        }
+        if let Err(why) = fetcher.step(&rt, &broker, &config, &ready).await {
+            tracing::debug!(leader = leader.0, partitions = ready.len(), %why, "replica fetch failed");
             rt.sleep(Duration::from_millis(config.backoff_ms.max(1))).await;
         }
     }
 }
 
-/// One request for one partition, and its answer applied. `Err` says why to back off.
-async fn step<R: Runtime>(
-    rt: &R,
-    broker: &SharedBroker,
-    config: &ReplicaFetcherConfig,
-    conns: &mut BTreeMap<BrokerId, KafkaConn<R>>,
-    task: &FollowerTask,
-) -> Result<(), String> {
-    let (me, addr, adding) = {
-        let b = broker.borrow();
-        let view = b.cluster_view();
-        let addr = view
-            .and_then(|v| v.brokers.iter().find(|r| r.id == task.leader))
-            .map(|r| format!("{}:{}", r.host, r.port));
-        let me = b.config().broker_id;
-        // Kafka throttles the replicas a reassignment adds; the others carry the ISR.
-        let adding = view
-            .and_then(|v| v.topics.get(&task.topic))
-            .and_then(|(record, _)| record.reassigning.get(&task.partition))
-            .is_some_and(|r| r.adding.contains(&me));
-        (me, addr, adding)
-    };
-    let throttle = config.throttle.as_ref().filter(|_| adding);
-    let mut fetch_bytes_max = config.fetch_max_bytes;
-    if let (Some(throttle), FollowerAction::Fetch { .. }) = (throttle, task.action) {
-        let wait_ms = throttle.borrow_mut().wait_ms(rt.monotonic_ms());
-        if wait_ms > 0 {
-            rt.sleep(Duration::from_millis(wait_ms)).await;
-        }
-        fetch_bytes_max = fetch_bytes_max.min(throttle.borrow_mut().fetch_bytes_max(rt.monotonic_ms()));
-    }
-    let addr = addr.ok_or_else(|| format!("leader {} is not in the cluster view", task.leader.0))?;
-    if conns.get(&task.leader).is_none_or(|c| c.addr != addr) {
-        let mut conn = KafkaConn::connect(rt, &addr, &config.client_id, config.request_timeout_ms)
-            .await
-            .map_err(|e| e.to_string())?;
-        if let Some(creds) = &config.sasl {
-            conn.authenticate(creds)
+impl<R: Runtime> LeaderFetcher<R> {
+    /// One request for the ready partitions (truncation first: OffsetForLeaderEpoch for those
+    /// that must truncate, else Fetch for the others), and its answers applied. `Err` says why the
+    /// whole leader backs off.
+    async fn step(
+        &mut self,
+        rt: &R,
+        broker: &SharedBroker,
+        config: &ReplicaFetcherConfig,
+        ready: &[&FollowerTask],
+    ) -> Result<(), String> {
+        let (me, addr) = {
+            let b = broker.borrow();
+            let addr = b
+                .cluster_view()
+                .and_then(|v| v.brokers.iter().find(|r| r.id == self.leader))
+                .map(|r| format!("{}:{}", r.host, r.port));
+            (b.config().broker_id, addr)
+        };
+        let addr = addr.ok_or_else(|| format!("leader {} is not in the cluster view", self.leader.0))?;
+        if self.conn.as_ref().is_none_or(|c| c.addr != addr) {
+            self.conn = None;
+            let mut conn = KafkaConn::connect(rt, &addr, &config.client_id, config.request_timeout_ms)
                 .await
-                .map_err(|e| format!("inter-broker login: {e}"))?;
+                .map_err(|e| e.to_string())?;
+            if let Some(creds) = &config.sasl {
+                conn.authenticate(creds)
+                    .await
+                    .map_err(|e| format!("inter-broker login: {e}"))?;
+            }
+            self.conn = Some(conn);
         }
-        conns.insert(task.leader, conn);
+        let truncating: Vec<&FollowerTask> = ready
+            .iter()
+            .copied()
+            .filter(|t| matches!(t.action, FollowerAction::Truncate { .. }))
+            .collect();
+        if truncating.is_empty() {
+            self.fetch(rt, broker, config, me, ready).await
+        } else {
+            self.truncate(rt, broker, config, me, &truncating).await
+        }
     }
-    let conn = conns.get_mut(&task.leader).expect("connected above");
-    let request = match task.action {
-        FollowerAction::Truncate { epoch } => Request::OffsetForLeaderEpoch(OffsetForLeaderEpochRequest {
-            replica_id: me.0,
-            topics: vec![OffsetForLeaderTopic {
-                topic: task.topic.clone(),
-                partitions: vec![OffsetForLeaderPartition {
-                    partition: task.partition,
-                    current_leader_epoch: task.leader_epoch.0,
-                    leader_epoch: epoch.0,
-                }],
-            }],
-        }),
-        FollowerAction::Fetch { offset } => Request::Fetch(FetchRequest {
-            replica_id: me.0,
-            max_wait_ms: config.fetch_wait_max_ms,
-            min_bytes: 1,
-            max_bytes: fetch_bytes_max,
-            isolation_level: 0,
-            session_id: 0,
-            session_epoch: -1,
-            topics: vec![FetchTopic {
-                topic: task.topic.clone(),
-                topic_id: crate::protocol::Uuid::ZERO,
-                partitions: vec![FetchPartition {
-                    partition: task.partition,
-                    current_leader_epoch: task.leader_epoch.0,
-                    fetch_offset: offset.0,
-                    last_fetched_epoch: -1,
-                    log_start_offset: -1,
-                    partition_max_bytes: fetch_bytes_max,
-                }],
-            }],
-            forgotten_topics: vec![],
-            rack_id: String::new(),
-        }),
-    };
-    let version = match task.action {
-        FollowerAction::Truncate { .. } => OFFSET_FOR_LEADER_EPOCH_VERSION,
-        FollowerAction::Fetch { .. } => FETCH_VERSION,
-    };
-    let response = match conn.call(&request, version).await {
-        Ok(r) => r,
-        Err(e) => {
-            conns.remove(&task.leader);
-            return Err(e.to_string());
+
+    /// Sends `request` on the connection; a failed call drops the connection.
+    async fn call(&mut self, request: &Request, version: i16) -> Result<Response, String> {
+        let conn = self.conn.as_mut().ok_or("not connected")?;
+        match conn.call(request, version).await {
+            Ok(r) => Ok(r),
+            Err(e) => {
+                self.conn = None;
+                Err(e.to_string())
+            }
         }
-    };
-    let now = rt.now_ms();
-    let mut code_seen = ErrorCode::None;
-    let mut throttle_wait_ms = 0;
-    let applied = match (task.action, response) {
-        (FollowerAction::Truncate { epoch }, Response::OffsetForLeaderEpoch(resp)) => {
-            let p = resp
+    }
+
+    /// Leaves a partition out of the next requests for the backoff.
+    fn delay(&mut self, rt: &R, config: &ReplicaFetcherConfig, task: &FollowerTask, why: &str) {
+        tracing::debug!(topic = %task.topic, partition = task.partition, leader = self.leader.0, why, "replica fetch of a partition failed");
+        let until = rt.monotonic_ms().saturating_add(config.backoff_ms.max(1));
+        self.delayed.insert((task.topic.clone(), task.partition), until);
+    }
+
+    async fn truncate(
+        &mut self,
+        rt: &R,
+        broker: &SharedBroker,
+        config: &ReplicaFetcherConfig,
+        me: BrokerId,
+        tasks: &[&FollowerTask],
+    ) -> Result<(), String> {
+        let mut topics: Vec<OffsetForLeaderTopic> = Vec::new();
+        for task in tasks {
+            let FollowerAction::Truncate { epoch } = task.action else {
+                continue;
+            };
+            let partition = OffsetForLeaderPartition {
+                partition: task.partition,
+                current_leader_epoch: task.leader_epoch.0,
+                leader_epoch: epoch.0,
+            };
+            match topics.last_mut().filter(|t| t.topic == task.topic) {
+                Some(t) => t.partitions.push(partition),
+                None => topics.push(OffsetForLeaderTopic {
+                    topic: task.topic.clone(),
+                    partitions: vec![partition],
+                }),
+            }
+        }
+        let request = Request::OffsetForLeaderEpoch(OffsetForLeaderEpochRequest {
+            replica_id: me.0,
+            topics,
+        });
+        let resp = match self.call(&request, OFFSET_FOR_LEADER_EPOCH_VERSION).await? {
+            Response::OffsetForLeaderEpoch(resp) => resp,
+            other => {
+                self.conn = None;
+                return Err(ClientError::Protocol(format!("unexpected response {}", other.api_key())).to_string());
+            }
+        };
+        for task in tasks {
+            let FollowerAction::Truncate { epoch } = task.action else {
+                continue;
+            };
+            let Some(p) = resp
                 .topics
                 .iter()
+                .filter(|t| t.topic == task.topic)
                 .flat_map(|t| &t.partitions)
                 .find(|p| p.partition == task.partition)
-                .ok_or("the leader's answer lacks the partition")?;
+            else {
+                self.delay(rt, config, task, "the leader's answer lacks the partition");
+                continue;
+            };
             let answer = if p.error_code != 0 {
-                code_seen = code(p.error_code);
-                Err(code_seen)
+                Err(code(p.error_code))
             } else {
                 Ok((LeaderEpoch(p.leader_epoch), Offset(p.end_offset)))
             };
-            rt.with_disk(|disk| {
+            let applied = rt.with_disk(|disk| {
                 broker.borrow_mut().follower_truncate(
                     disk,
                     &task.topic,
@@ -248,27 +289,137 @@ async fn step<R: Runtime>(
                     epoch,
                     answer,
                 )
-            })
+            });
+            config.watch.poke(&broker.borrow(), &task.topic, task.partition);
+            if let Err(e) = applied {
+                self.delay(rt, config, task, &format!("applying the leader's answer: {e}"));
+            } else if let Err(code) = answer {
+                self.delay(rt, config, task, &format!("leader answered {code:?}"));
+            }
         }
-        (FollowerAction::Fetch { offset }, Response::Fetch(resp)) => {
-            let p = resp
+        Ok(())
+    }
+
+    /// One Fetch for every ready partition. Of the partitions a reassignment is adding this
+    /// broker to (throttled by `follower.replication.throttled.rate`), at most one rides each
+    /// request, first in it (so the leader returns at least one whole batch of it, KIP-74), asking
+    /// what the bucket holds; none while the bucket is in debt. The others are never throttled:
+    /// they carry the ISR and the producers' acks=all.
+    async fn fetch(
+        &mut self,
+        rt: &R,
+        broker: &SharedBroker,
+        config: &ReplicaFetcherConfig,
+        me: BrokerId,
+        ready: &[&FollowerTask],
+    ) -> Result<(), String> {
+        let mut throttled: Vec<&FollowerTask> = Vec::new();
+        let mut plain: Vec<&FollowerTask> = Vec::new();
+        {
+            let b = broker.borrow();
+            let view = b.cluster_view();
+            for task in ready {
+                let adding = config.throttle.is_some()
+                    && view
+                        .and_then(|v| v.topics.get(&task.topic))
+                        .and_then(|(record, _)| record.reassigning.get(&task.partition))
+                        .is_some_and(|r| r.adding.contains(&me));
+                if adding {
+                    throttled.push(task);
+                } else {
+                    plain.push(task);
+                }
+            }
+        }
+        // (task, partition_max_bytes), the throttled one (if any) first.
+        let mut asked: Vec<(&FollowerTask, i32)> = Vec::new();
+        let mut throttle_wait_ms = 0;
+        if let (Some(throttle), false) = (&config.throttle, throttled.is_empty()) {
+            let mut bucket = throttle.borrow_mut();
+            throttle_wait_ms = bucket.wait_ms(rt.monotonic_ms());
+            if throttle_wait_ms == 0 {
+                let task = throttled[self.throttled_turn % throttled.len()];
+                self.throttled_turn = self.throttled_turn.wrapping_add(1);
+                let max = config.fetch_max_bytes.min(bucket.fetch_bytes_max(rt.monotonic_ms()));
+                asked.push((task, max));
+            }
+        }
+        asked.extend(plain.iter().map(|t| (*t, config.fetch_max_bytes)));
+        if asked.is_empty() {
+            // Only throttled partitions, and the bucket is in debt.
+            rt.sleep(Duration::from_millis(throttle_wait_ms.max(1))).await;
+            return Ok(());
+        }
+        let throttled_task = (!throttled.is_empty() && throttle_wait_ms == 0).then(|| asked[0].0);
+        let mut topics: Vec<FetchTopic> = Vec::new();
+        for (task, max) in &asked {
+            let FollowerAction::Fetch { offset } = task.action else {
+                continue;
+            };
+            let partition = FetchPartition {
+                partition: task.partition,
+                current_leader_epoch: task.leader_epoch.0,
+                fetch_offset: offset.0,
+                last_fetched_epoch: -1,
+                log_start_offset: -1,
+                partition_max_bytes: *max,
+            };
+            match topics.last_mut().filter(|t| t.topic == task.topic) {
+                Some(t) => t.partitions.push(partition),
+                None => topics.push(FetchTopic {
+                    topic: task.topic.clone(),
+                    topic_id: crate::protocol::Uuid::ZERO,
+                    partitions: vec![partition],
+                }),
+            }
+        }
+        let request = Request::Fetch(FetchRequest {
+            replica_id: me.0,
+            max_wait_ms: config.fetch_wait_max_ms,
+            min_bytes: 1,
+            max_bytes: config.fetch_max_bytes,
+            isolation_level: 0,
+            session_id: 0,
+            session_epoch: -1,
+            topics,
+            forgotten_topics: vec![],
+            rack_id: String::new(),
+        });
+        let resp = match self.call(&request, FETCH_VERSION).await? {
+            Response::Fetch(resp) => resp,
+            other => {
+                self.conn = None;
+                return Err(ClientError::Protocol(format!("unexpected response {}", other.api_key())).to_string());
+            }
+        };
+        let now = rt.now_ms();
+        let empty = bytes::Bytes::new();
+        for (task, _) in &asked {
+            let FollowerAction::Fetch { offset } = task.action else {
+                continue;
+            };
+            let Some(p) = resp
                 .topics
                 .iter()
+                .filter(|t| t.topic == task.topic)
                 .flat_map(|t| &t.partitions)
                 .find(|p| p.partition_index == task.partition)
-                .ok_or("the leader's answer lacks the partition")?;
-            let empty = bytes::Bytes::new();
-            if let Some(throttle) = throttle {
-                let bytes = p.records.as_ref().map_or(0, |r| r.len() as u64);
-                throttle_wait_ms = throttle.borrow_mut().fetched(rt.monotonic_ms(), bytes);
+            else {
+                self.delay(rt, config, task, "the leader's answer lacks the partition");
+                continue;
+            };
+            if let (Some(throttle), Some(t)) = (&config.throttle, throttled_task) {
+                if std::ptr::eq(t, *task) {
+                    let bytes = p.records.as_ref().map_or(0, |r| r.len() as u64);
+                    throttle.borrow_mut().fetched(rt.monotonic_ms(), bytes);
+                }
             }
             let result = if p.error_code != 0 {
-                code_seen = code(p.error_code);
-                Err(code_seen)
+                Err(code(p.error_code))
             } else {
                 Ok((&p.records.as_ref().unwrap_or(&empty)[..], Offset(p.high_watermark)))
             };
-            rt.with_disk(|disk| {
+            let applied = rt.with_disk(|disk| {
                 broker.borrow_mut().follower_fetched(
                     disk,
                     &task.topic,
@@ -279,20 +430,15 @@ async fn step<R: Runtime>(
                     Offset(p.log_start_offset),
                     now,
                 )
-            })
+            });
+            config.watch.poke(&broker.borrow(), &task.topic, task.partition);
+            if let Err(e) = applied {
+                self.delay(rt, config, task, &format!("applying the leader's answer: {e}"));
+            } else if p.error_code != 0 {
+                let why = format!("leader answered {:?}", code(p.error_code));
+                self.delay(rt, config, task, &why);
+            }
         }
-        (_, other) => {
-            conns.remove(&task.leader);
-            return Err(ClientError::Protocol(format!("unexpected response {}", other.api_key())).to_string());
-        }
-    };
-    config.watch.poke(&broker.borrow(), &task.topic, task.partition);
-    applied.map_err(|e| format!("applying the leader's answer: {e}"))?;
-    if code_seen != ErrorCode::None {
-        return Err(format!("leader answered {code_seen:?}"));
+        Ok(())
     }
-    if throttle_wait_ms > 0 {
-        rt.sleep(Duration::from_millis(throttle_wait_ms)).await;
-    }
-    Ok(())
 }

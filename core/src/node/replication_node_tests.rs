@@ -26,12 +26,15 @@ use crate::runtime::{Connection, Listener};
 
 type Task = Pin<Box<dyn Future<Output = ()>>>;
 type Queue = Rc<RefCell<VecDeque<Bytes>>>;
+/// Address -> (connections opened to it, frames sent to it).
+type Traffic = Rc<RefCell<BTreeMap<String, (u32, u32)>>>;
 
 #[derive(Default)]
 struct Net {
     now_ms: Cell<i64>,
     listeners: RefCell<BTreeMap<String, Rc<RefCell<VecDeque<Pipe>>>>>,
     spawned: RefCell<Vec<Task>>,
+    traffic: Traffic,
 }
 
 #[derive(Clone)]
@@ -44,10 +47,15 @@ struct Pipe {
     inbox: Queue,
     outbox: Queue,
     peer: String,
+    /// On the connecting end: the net's traffic counts, to count the frames sent to `peer`.
+    traffic: Option<Traffic>,
 }
 
 impl Connection for Pipe {
     async fn send(&mut self, frame: Bytes) -> Result<(), NetError> {
+        if let Some(traffic) = &self.traffic {
+            traffic.borrow_mut().entry(self.peer.clone()).or_default().1 += 1;
+        }
         self.outbox.borrow_mut().push_back(frame);
         Ok(())
     }
@@ -110,11 +118,14 @@ impl Runtime for Rt {
             inbox: a.clone(),
             outbox: b.clone(),
             peer: "client".into(),
+            traffic: None,
         });
+        self.net.traffic.borrow_mut().entry(addr.to_string()).or_default().0 += 1;
         Ok(Pipe {
             inbox: b,
             outbox: a,
             peer: addr.to_string(),
+            traffic: Some(self.net.traffic.clone()),
         })
     }
     async fn listen(&self, addr: &str) -> Result<Accepting, NetError> {
@@ -683,4 +694,118 @@ fn metadata_before_the_first_cluster_scan_waits_for_it() {
     let waited = run(&net, &mut tasks, 20_000, || late.borrow().is_some());
     println!("with no scan, answered after {waited} ms (bound {FIRST_SCAN_WAIT_MS_MAX} ms)");
     assert!(u64::from(waited) >= FIRST_SCAN_WAIT_MS_MAX, "{waited}");
+}
+
+/// One fetcher (and one connection) per leader for all the partitions this broker follows there
+/// (Kafka's fetcher thread per source broker): broker 1 follows partitions 0 and 1 of broker 0.
+/// Partition 1's state on broker 1 names an epoch the leader does not know yet, so the leader
+/// answers it UNKNOWN_LEADER_EPOCH; that partition sits out the backoff while partition 0 keeps
+/// replicating (an acks=all produce is answered), and the requests stay few instead of spinning
+/// on the error (a leader answers at once when any partition has one). Once the leader holds
+/// the epoch, partition 1 truncates, fetches and replicates too, on the same connection.
+#[test]
+fn one_fetcher_per_leader_serves_every_partition_and_an_erroring_one_sits_out() {
+    let net = Rc::new(Net::default());
+    let rts: Vec<Rt> = (0..2).map(|_| rt_for(&net)).collect();
+    let brokers: Rc<RefCell<BTreeMap<i32, SharedBroker>>> = Rc::default();
+    let mut tasks = Vec::new();
+    start(&rts[0], 0, &brokers);
+    start(&rts[1], 1, &brokers);
+    run(&net, &mut tasks, 100, || brokers.borrow().len() == 2);
+    let b = |i: i32| brokers.borrow()[&i].clone();
+    let replicas = vec![BrokerId(0), BrokerId(1)];
+    let record = TopicRecord {
+        topic_id_hex: crate::broker::TopicId::from_random(3, 5).to_hex(),
+        assignment: [(0, replicas.clone()), (1, replicas.clone())].into(),
+        reassigning: BTreeMap::new(),
+        configs: [("min.insync.replicas".to_string(), "2".to_string())].into(),
+    };
+    let state = |epoch: i32| PartitionState {
+        leader: Some(BrokerId(0)),
+        leader_epoch: LeaderEpoch(epoch),
+        isr: replicas.clone(),
+        controller_epoch: 1,
+        elr: Vec::new(),
+    };
+    let set = |i: i32, partition: i32, s: &PartitionState| {
+        let now = rts[i as usize].now_ms();
+        rts[i as usize].with_disk(|d| {
+            b(i).borrow_mut()
+                .apply_partition_state(d, T, &record, partition, s, 0, now)
+                .expect("apply")
+        });
+    };
+    let view_of = |states: [&PartitionState; 2]| ClusterView {
+        brokers: view(&record, states[0], &[0, 1]).brokers,
+        controller: Some(BrokerId(0)),
+        topics: [(
+            T.to_string(),
+            (record.clone(), [(0, states[0].clone()), (1, states[1].clone())].into()),
+        )]
+        .into(),
+    };
+    set(0, 0, &state(1));
+    set(0, 1, &state(1));
+    set(1, 0, &state(1));
+    set(1, 1, &state(2));
+    b(0).borrow_mut().set_cluster_view(view_of([&state(1), &state(1)]));
+    b(1).borrow_mut().set_cluster_view(view_of([&state(1), &state(2)]));
+    rts[1].spawn(run_replica_fetcher(
+        rts[1].clone(),
+        b(1),
+        ReplicaFetcherConfig::default(),
+    ));
+
+    let produce = |partition: i32, marker: u8| {
+        let mut req = produce_sized(marker, -1, 4);
+        if let Request::Produce(p) = &mut req {
+            p.topics[0].partitions[0].index = partition;
+        }
+        let answer: Rc<RefCell<Option<Response>>> = Rc::default();
+        let (client_rt, answer2) = (rts[0].clone(), answer.clone());
+        rts[0].spawn(async move {
+            let mut conn = KafkaConn::connect(&client_rt, &addr(0), "test", 20_000)
+                .await
+                .expect("connect");
+            *answer2.borrow_mut() = Some(conn.call(&req, 9).await.expect("answer"));
+        });
+        answer
+    };
+    let error_of = |answer: &Rc<RefCell<Option<Response>>>| match answer.borrow().clone() {
+        Some(Response::Produce(resp)) => resp.topics[0].partitions[0].error_code,
+        other => panic!("not a produce answer: {other:?}"),
+    };
+
+    let answer = produce(0, 1);
+    run(&net, &mut tasks, 2_000, || answer.borrow().is_some());
+    assert_eq!(error_of(&answer), 0);
+    assert_eq!(
+        b(1).borrow().offsets(T, 0).expect("hosted").2,
+        Offset(1),
+        "partition 0 replicated"
+    );
+    let before = net.traffic.borrow()[&addr(0)].1;
+    idle(&net, &mut tasks, 1_000);
+    let requests = net.traffic.borrow()[&addr(0)].1 - before;
+    println!("{requests} requests to the leader in 1,000 ms while partition 1 errs");
+    // About two a 100 ms: the fetch's long poll, and the erring partition's retry after 50 ms.
+    assert!(
+        (5..=40).contains(&requests),
+        "{requests} requests in 1,000 ms: spinning on the erring partition, or not fetching"
+    );
+    assert_eq!(b(1).borrow().offsets(T, 1).expect("hosted").2, Offset(0));
+
+    set(0, 1, &state(2));
+    b(0).borrow_mut().set_cluster_view(view_of([&state(1), &state(2)]));
+    let answer = produce(1, 2);
+    run(&net, &mut tasks, 2_000, || answer.borrow().is_some());
+    assert_eq!(error_of(&answer), 0);
+    assert_eq!(
+        b(1).borrow().offsets(T, 1).expect("hosted").2,
+        Offset(1),
+        "partition 1 replicated"
+    );
+    // The two produces' connections and the fetcher's one.
+    let connections = net.traffic.borrow()[&addr(0)].0;
+    assert_eq!(connections, 3, "one connection for the follower's two partitions");
 }
