@@ -136,15 +136,8 @@ pub(crate) enum Role {
         /// The log end when this epoch began.
         epoch_start: Offset,
         followers: BTreeMap<BrokerId, Progress>,
-        /// An ISR proposed to the coordinator and not yet answered.
-        in_flight: Option<Vec<BrokerId>>,
-        /// The proposal in flight, kept to be sent again after an [`IsrUpdateResult::Unknown`]
-        /// answer (`resend`).
-        proposed: Option<Box<IsrProposal>>,
-        resend: bool,
-        /// Answered [`IsrUpdateResult::Conflict`]: in flight until the next state is applied,
-        /// even one of the version this leader already holds (then nothing was written).
-        reread: bool,
+        /// An ISR change proposed to the coordinator whose outcome is not known yet.
+        in_flight: Option<Box<InFlight>>,
     },
     Follower {
         leader: BrokerId,
@@ -152,6 +145,18 @@ pub(crate) enum Role {
     },
     /// Not serving: no leader, restarted without state yet, or not in the replica list.
     Offline,
+}
+
+/// A leader's ISR proposal in flight: its ISR counts for the high watermark (maximal ISR) until
+/// the outcome is known.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct InFlight {
+    pub proposal: IsrProposal,
+    /// Answered [`IsrUpdateResult::Unknown`]: to be sent again as it was.
+    pub resend: bool,
+    /// Answered [`IsrUpdateResult::Conflict`]: in flight until the next state is applied, even
+    /// one of the version this leader already holds (then nothing was written).
+    pub reread: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -257,7 +262,10 @@ fn leader_hw_candidate(part: &Part) -> Option<Offset> {
         return None;
     }
     let leo = part.log.log_end_offset();
-    let maximal = repl.isr.iter().chain(in_flight.iter().flatten());
+    let maximal = repl
+        .isr
+        .iter()
+        .chain(in_flight.iter().flat_map(|f| &f.proposal.new_state.isr));
     let mut hw = leo;
     for id in maximal {
         if let Some(p) = followers.get(id) {
@@ -344,17 +352,11 @@ impl Broker {
         if !fresh && stale && !replicas_moved {
             // A proposal answered Conflict waited for this read: the state is unchanged, so
             // nothing was written and the ISR held is the truth.
-            if let Role::Leader {
-                in_flight,
-                proposed,
-                reread: reread @ true,
-                ..
-            } = &mut repl.role
-            {
-                *in_flight = None;
-                *proposed = None;
-                *reread = false;
-                maybe_advance_hw(part);
+            if let Role::Leader { in_flight, .. } = &mut repl.role {
+                if in_flight.as_ref().is_some_and(|f| f.reread) {
+                    *in_flight = None;
+                    maybe_advance_hw(part);
+                }
             }
             return Ok(());
         }
@@ -373,20 +375,12 @@ impl Broker {
         repl.zk_version = zk_version;
         if same_role {
             if let Role::Leader {
-                in_flight,
-                followers,
-                proposed,
-                resend,
-                reread,
-                ..
+                in_flight, followers, ..
             } = &mut repl.role
             {
                 // The coordinator's state is the truth now; a proposal in flight was answered
                 // (or overtaken) by it.
                 *in_flight = None;
-                *proposed = None;
-                *resend = false;
-                *reread = false;
                 // A reassignment added or removed replicas: new ones start as followers out of
                 // the ISR (they join once caught up), removed ones stop counting.
                 followers.retain(|r, _| replicas.contains(r));
@@ -428,9 +422,6 @@ impl Broker {
                     epoch_start: leo,
                     followers,
                     in_flight: None,
-                    proposed: None,
-                    resend: false,
-                    reread: false,
                 };
                 part.high_watermark = part.high_watermark.min(leo);
                 maybe_advance_hw(part);
@@ -667,19 +658,16 @@ impl Broker {
                 epoch_start,
                 followers,
                 in_flight,
-                proposed,
-                resend,
-                ..
             } = &mut repl.role
             else {
                 continue;
             };
-            if in_flight.is_some() {
+            if let Some(f) = in_flight {
                 // Unanswered for sure, or answered Unknown: then sent again as it was (a hold
                 // does not stop it: the first attempt may apply anyway).
-                if *resend {
-                    *resend = false;
-                    out.extend(proposed.as_deref().cloned());
+                if f.resend {
+                    f.resend = false;
+                    out.push(f.proposal.clone());
                 }
                 continue;
             }
@@ -713,7 +701,6 @@ impl Broker {
             if isr == current {
                 continue;
             }
-            *in_flight = Some(isr.clone());
             // KIP-966: replicas leaving an ISR that is below min ISR stay eligible to lead.
             let elr = next_elr(
                 &repl.isr,
@@ -734,7 +721,11 @@ impl Broker {
                 },
                 expected_zk_version: repl.zk_version,
             };
-            *proposed = Some(Box::new(proposal.clone()));
+            *in_flight = Some(Box::new(InFlight {
+                proposal: proposal.clone(),
+                resend: false,
+                reread: false,
+            }));
             out.push(proposal);
         }
         out
@@ -778,47 +769,36 @@ impl Broker {
             return;
         };
         let Some(repl) = &mut part.repl else { return };
-        let Role::Leader {
-            in_flight,
-            proposed,
-            resend,
-            reread,
-            ..
-        } = &mut repl.role
-        else {
+        let Role::Leader { in_flight, .. } = &mut repl.role else {
             return;
         };
-        if in_flight.is_none() {
+        let Some(f) = in_flight else {
             return;
-        }
+        };
         let zk_version = match result {
             IsrUpdateResult::Unknown => {
                 // Still in flight, counted in the maximal ISR; offered again by the next poll.
-                *resend = proposed.is_some();
+                f.resend = true;
                 return;
             }
             IsrUpdateResult::Conflict => {
                 // Still counted until the state read next is applied.
-                *resend = false;
-                *reread = true;
+                f.resend = false;
+                f.reread = true;
                 return;
             }
             IsrUpdateResult::Committed { zk_version } => zk_version,
         };
-        let written = proposed.take();
-        *resend = false;
-        *reread = false;
-        if let Some(isr) = in_flight.take() {
-            repl.isr = isr;
+        if let Some(f) = in_flight.take() {
+            let written = f.proposal.new_state;
+            repl.isr = written.isr;
             repl.zk_version = zk_version;
             // The ELR written with it too: the state read back has this same version, so
             // applying it changes nothing here, and a stale ELR would be carried into the next
             // proposal (a campaign seed: ELR [1, 2] kept from an ISR [0] long since expanded,
             // so a shrink to [0] made 2 eligible without a record acknowledged after 2 left
             // the ISR; 2 was elected and the record lost).
-            if let Some(p) = written {
-                repl.elr = p.new_state.elr;
-            }
+            repl.elr = written.elr;
         }
         if maybe_advance_hw(part) {
             self.hw_checkpoint_dirty = true;
