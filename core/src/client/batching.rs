@@ -43,6 +43,7 @@ const PARTITION_OVERHEAD_BYTES: usize = 16;
 /// A send's outcome, when it is known.
 pub struct SendHandle {
     slot: Slot,
+    partition: Option<i32>,
 }
 
 impl SendHandle {
@@ -51,10 +52,20 @@ impl SendHandle {
         self.slot.borrow().result.clone()
     }
 
+    /// The partition the record was buffered for (the caller's or the partitioner's choice,
+    /// Kafka's `RecordMetadata.partition()`); `None` when the send failed before one was chosen.
+    pub fn partition(&self) -> Option<i32> {
+        self.partition
+    }
+
     fn done(result: Delivery) -> Self {
+        Self::failed_for(None, result)
+    }
+
+    fn failed_for(partition: Option<i32>, result: Delivery) -> Self {
         let slot = Slot::default();
         complete(&slot, result);
-        SendHandle { slot }
+        SendHandle { slot, partition }
     }
 }
 
@@ -248,9 +259,12 @@ impl<R: Runtime> BatchingProducer<R> {
                 };
                 let now = self.rt.monotonic_ms();
                 if now >= deadline {
-                    return SendHandle::done(Err(SendError::Failed(format!(
-                        "buffer.memory ({buffer_bytes_max} bytes) stayed full for max.block.ms ({block_ms_max} ms)"
-                    ))));
+                    return SendHandle::failed_for(
+                        Some(partition),
+                        Err(SendError::Failed(format!(
+                            "buffer.memory ({buffer_bytes_max} bytes) stayed full for max.block.ms ({block_ms_max} ms)"
+                        ))),
+                    );
                 }
                 with_timeout(&self.rt, deadline - now, changed_since(&self.state, seen)).await;
             }
@@ -262,7 +276,10 @@ impl<R: Runtime> BatchingProducer<R> {
             // A new batch (its linger timer starts) or a full one: the sender looks.
             s.changed();
         }
-        SendHandle { slot }
+        SendHandle {
+            slot,
+            partition: Some(partition),
+        }
     }
 
     async fn choose_partition(

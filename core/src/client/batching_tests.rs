@@ -541,17 +541,20 @@ fn keys_go_to_kafkas_murmur2_partition_and_null_keys_stick() {
             }
             let mut out = Vec::new();
             for h in handles {
-                out.push(h.await);
+                let partition = h.partition();
+                out.push((partition, h.await));
             }
             out
         },
         10_000,
     );
-    assert!(outcomes.iter().all(|o| o.is_ok()), "{outcomes:?}");
+    assert!(outcomes.iter().all(|(_, o)| o.is_ok()), "{outcomes:?}");
     let mut compared = 0;
-    for k in keys {
+    for (k, (told, _)) in keys.iter().zip(&outcomes) {
         let want = key_partition(k.as_bytes(), 4).expect("4 partitions");
         assert!(log(&rt, want).contains(&k.to_string()), "{k} is in partition {want}");
+        // The handle tells the application where the record went (RecordMetadata.partition()).
+        assert_eq!(*told, Some(want), "{k}'s handle names its partition");
         compared += 1;
     }
     let keyless: Vec<usize> = (0..4)
@@ -563,4 +566,8 @@ fn keys_go_to_kafkas_murmur2_partition_and_null_keys_stick() {
         1,
         "null keys stick to one partition"
     );
+    let sticky = keyless.iter().position(|&n| n > 0).and_then(|p| i32::try_from(p).ok());
+    for (told, _) in &outcomes[keys.len()..] {
+        assert_eq!(*told, sticky, "a keyless record's handle names the sticky partition");
+    }
 }
