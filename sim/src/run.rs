@@ -37,7 +37,7 @@ use crate::coverage::{Observed, Reached};
 use crate::history::{Assignment, Commit, FinalRead, History, Poll, Processed, Send, SendOutcome, Value};
 use crate::nemesis::{FaultEvent, Nemesis};
 use crate::runtime::SimRuntime;
-use crate::scenario::{CommitPolicy, Scenario, ScheduledFault, SendMode};
+use crate::scenario::{CommitPolicy, PartitionerChoice, Scenario, ScheduledFault, SendMode};
 use crate::world::{node_ip, run_seed_with, NodeIndex, World, WorldConfig};
 
 mod acl;
@@ -215,10 +215,13 @@ async fn producer_main(rt: SimRuntime, w: Arc<Workload>, p: u32, next_seq: Arc<A
     let interval = Duration::from_millis(u64::from(1_000 / spec.rate_per_s.max(1)).max(1));
     let partitions = w.scenario.topic.get_ref().partitions;
     let topic = w.scenario.topic.get_ref().name.clone();
+    // Sticky: the producer's partitioner picks (keyless records); until it has, the record's
+    // partition is NOT_CHOSEN.
+    let sticky = spec.partitioner == PartitionerChoice::Sticky;
     let next = || {
         let seq = next_seq.fetch_add(1, Ordering::Relaxed);
         let value = Value::new(p, seq);
-        let partition = (seq % partitions) as i32;
+        let partition = if sticky { NOT_CHOSEN } else { (seq % partitions) as i32 };
         lock(&w.pending).insert(value, (partition, false));
         if w.scenario.acl.as_ref().is_some_and(|a| p < a.toggled_producers) {
             lock(&w.created).insert(value, rt.monotonic_ms());
@@ -242,9 +245,11 @@ async fn producer_main(rt: SimRuntime, w: Arc<Workload>, p: u32, next_seq: Arc<A
             let producer = BatchingProducer::start(client(&rt, format!("producer-{p}"), w.brokers), config);
             while rt.monotonic_ms() < w.produce_until_ms {
                 let (value, partition) = next();
-                let handle = producer.send(&topic, Some(partition), record(&rt, value)).await;
+                let chosen = (!sticky).then_some(partition);
+                let handle = producer.send(&topic, chosen, record(&rt, value)).await;
+                let partition = handle.partition().unwrap_or(partition);
                 if let Some(entry) = lock(&w.pending).get_mut(&value) {
-                    entry.1 = true;
+                    *entry = (partition, true);
                 }
                 let (rt2, w2) = (rt.clone(), w.clone());
                 rt.spawn(async move {
@@ -261,6 +266,9 @@ async fn producer_main(rt: SimRuntime, w: Arc<Workload>, p: u32, next_seq: Arc<A
         }
     }
 }
+
+/// The partition of a keyless record whose send failed before the partitioner chose one.
+const NOT_CHOSEN: i32 = -1;
 
 fn record(rt: &SimRuntime, value: Value) -> NewRecord {
     NewRecord {

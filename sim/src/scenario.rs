@@ -48,6 +48,9 @@
 //! "max.block.ms" = 60000                       # async: send() waits this long for room
 //! "max.in.flight.requests.per.connection" = 5  # async: at most 5 with idempotence
 //! rate_per_s = 100         # per producer
+//! partitioner = "round-robin"  # the workload picks partitions in turn (Kafka's RoundRobinPartitioner),
+//!                          # or "sticky": keyless records, the producer's built-in partitioner
+//!                          # (KIP-480 sticky) picks, so records batch (async only)
 //!
 //! [consumer]
 //! count = 2
@@ -446,6 +449,19 @@ pub enum SendMode {
     Async,
 }
 
+/// Who picks a record's partition.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum PartitionerChoice {
+    /// The workload, in turn over the partitions (Kafka's `RoundRobinPartitioner`): every
+    /// partition gets records from every producer, one batch each.
+    #[default]
+    RoundRobin,
+    /// The producer: records carry no key and no partition, so Kafka's built-in partitioner
+    /// keeps them on one partition until its batch is done (KIP-480). Async producers only.
+    Sticky,
+}
+
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Producer {
@@ -477,6 +493,8 @@ pub struct Producer {
     pub max_in_flight: u32,
     #[serde(default = "defaults::rate_per_s")]
     pub rate_per_s: u32,
+    #[serde(default)]
+    pub partitioner: PartitionerChoice,
 }
 
 impl Producer {
@@ -986,6 +1004,13 @@ impl Scenario {
             );
         }
         let pr = &scenario.producer;
+        if pr.partitioner == PartitionerChoice::Sticky && pr.mode != SendMode::Async {
+            return bad(
+                key_at("producer", "partitioner"),
+                "producer.partitioner",
+                "\"sticky\" needs mode = \"async\": the sync producer sends to the partition it is given".into(),
+            );
+        }
         if pr.max_in_flight == 0 || (pr.idempotent() && pr.max_in_flight > 5) {
             return bad(
                 at(0..0),
@@ -1358,6 +1383,27 @@ outcome = "no-anomalies"
         assert!(e.contains("faults.schedule.order"), "{e}");
         let e = error(&GOOD.replace("node = \"leader\"", "node = \"leader\"\norder = [\"leader\"]"));
         assert!(e.contains("faults.schedule.order"), "{e}");
+    }
+
+    #[test]
+    fn the_sticky_partitioner_is_for_async_producers() {
+        let sticky = GOOD.replace("\"linger.ms\" = 5", "\"linger.ms\" = 5\npartitioner = \"sticky\"");
+        let s = Scenario::parse(&sticky.replace("mode = \"sync\"", "mode = \"async\""), "s.toml", "s").expect("parses");
+        assert_eq!(s.producer.partitioner, PartitionerChoice::Sticky);
+        let round_robin = Scenario::parse(GOOD, "good.toml", "good").expect("parses");
+        assert_eq!(
+            round_robin.producer.partitioner,
+            PartitionerChoice::RoundRobin,
+            "the default"
+        );
+        // Line 13 sets it; the sync producer sends where it is told.
+        let e = error(&sticky);
+        assert!(
+            e.starts_with("bad.toml:13:") && e.contains("producer.partitioner") && e.contains("async"),
+            "{e}"
+        );
+        let e = error(&sticky.replace("\"sticky\"", "\"murmur\""));
+        assert!(e.contains("murmur"), "{e}");
     }
 
     #[test]
