@@ -221,6 +221,10 @@ pub struct ControllerConfig {
     /// once, the target declared in sync and its first replica leader, without waiting for the
     /// new replicas to catch up. Loses acknowledged records.
     pub mutant_switch_before_isr: bool,
+    /// Simulator-only mutant (a negative control): an election keeps the partition's leader
+    /// epoch instead of bumping it, so two brokers lead one partition in one epoch (KIP-101's
+    /// fencing gone).
+    pub mutant_reuse_leader_epoch: bool,
     /// The brokers' `min.insync.replicas` for topics that do not set it: whether an ISR change
     /// makes the replicas that left eligible leader replicas (KIP-966). 0 reads as 1.
     pub min_insync_replicas_default: i32,
@@ -236,6 +240,7 @@ impl Default for ControllerConfig {
             leader_imbalance_check_interval_ms: LEADER_IMBALANCE_CHECK_INTERVAL_MS_DEFAULT,
             auto_rebalance: false,
             mutant_switch_before_isr: false,
+            mutant_reuse_leader_epoch: false,
             min_insync_replicas_default: 1,
         }
     }

@@ -657,16 +657,6 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
         }
     }
     madsim::time::sleep(Duration::from_millis(setup_ms.saturating_sub(monotonic_ms()))).await;
-    let leaders: Shared<Vec<crate::checker::leaders::LeaderObservation>> = Arc::default();
-    let controllers: Shared<Vec<crate::checker::leaders::ControllerObservation>> = Arc::default();
-    if replicated {
-        let t = s.topic.get_ref();
-        let (topic, partitions, until) = (t.name.clone(), t.partitions, w.consume_until_ms);
-        let (out, ctl) = (leaders.clone(), controllers.clone());
-        world.spawn_on(admin, move |_rt| {
-            cluster::observe_leaders(topic, partitions, out, ctl, until)
-        });
-    }
 
     let mut producers = Vec::new();
     for p in 0..s.producer.count {
@@ -800,8 +790,7 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
     }
     if replicated {
         let t = s.topic.get_ref();
-        history.leaders = std::mem::take(&mut *lock(&leaders));
-        history.controllers = std::mem::take(&mut *lock(&controllers));
+        (history.leaders, history.controllers) = cluster::take_role_observations();
         history.replicas = cluster::collect_replicas(&world, &t.name, t.partitions);
         history.balance = s
             .elastic

@@ -34,6 +34,11 @@
 //! "log.flush.interval.ms" = 1000       # the brokers' default flush.ms (unset: never)
 //! "offsets.topic.num.partitions" = 50  # __consumer_offsets (clusters only)
 //! "offsets.topic.replication.factor" = 3
+//! # negative controls, never Kafka settings (each documented on `Broker` below):
+//! "mutant.follower.truncate.to.high.watermark" = false  # pre-KIP-101 truncation
+//! "mutant.ignore.broker.restarts" = false    # no broker epochs (KIP-380)
+//! "mutant.every.broker.coordinates" = false  # groups without __consumer_offsets
+//! "mutant.reuse.leader.epoch" = false        # elections keep the leader epoch
 //!
 //! [producer]
 //! count = 2
@@ -380,6 +385,11 @@ pub struct Broker {
     /// two members that reach different brokers get two coordinators.
     #[serde(rename = "mutant.every.broker.coordinates", default)]
     pub mutant_every_broker_coordinates: bool,
+    /// Simulator-only mutant (a negative control): the controller elects a new leader in the
+    /// partition's current leader epoch instead of the next one, so two brokers lead one
+    /// partition in one epoch.
+    #[serde(rename = "mutant.reuse.leader.epoch", default)]
+    pub mutant_reuse_leader_epoch: bool,
     /// `min.insync.replicas`, the brokers' default: what topics without an override get,
     /// `__consumer_offsets` included (Kafka's default 1).
     #[serde(rename = "min.insync.replicas", default = "defaults::one_i32")]
@@ -404,6 +414,7 @@ impl Default for Broker {
             offsets_topic_num_partitions: defaults::offsets_topic_num_partitions(),
             offsets_topic_replication_factor: defaults::offsets_topic_replication_factor(),
             mutant_every_broker_coordinates: false,
+            mutant_reuse_leader_epoch: false,
             min_insync_replicas: 1,
             log_flush_interval_ms: None,
             follower_replication_throttled_rate: None,

@@ -165,6 +165,24 @@ pub const LATEST_TIMESTAMP: i64 = -1;
 pub const EARLIEST_TIMESTAMP: i64 = -2;
 pub const MAX_TIMESTAMP: i64 = -3;
 
+/// A role a broker takes, as told to its [`RoleObserver`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RoleChange<'a> {
+    /// It became leader of a partition in this leader epoch.
+    PartitionLeader {
+        topic: &'a str,
+        partition: i32,
+        epoch: LeaderEpoch,
+    },
+    /// It began acting as controller in this controller epoch.
+    Controller { epoch: i32 },
+}
+
+/// Told of every [`RoleChange`] as the broker makes it: for observers outside the broker (the
+/// simulator's one-leader-per-epoch check), which a sampler would miss when a role lasts less
+/// than its period. None by default.
+pub type RoleObserver = Box<dyn FnMut(RoleChange<'_>)>;
+
 /// The partitions hosted by one broker.
 pub struct Broker {
     config: BrokerConfig,
@@ -176,6 +194,7 @@ pub struct Broker {
     cluster_view: Option<ClusterView>,
     /// The controller epoch this broker acts as controller in, if it does (cluster mode).
     acting_controller_epoch: Option<i32>,
+    role_observer: Option<RoleObserver>,
     hw_checkpoint_dirty: bool,
     next_hw_checkpoint_ms: i64,
     /// A FindCoordinator found no `__consumer_offsets` topic (cluster mode).
@@ -229,6 +248,7 @@ impl Broker {
             groups,
             cluster_view: None,
             acting_controller_epoch: None,
+            role_observer: None,
             hw_checkpoint_dirty: false,
             offsets_topic_wanted: false,
             next_hw_checkpoint_ms: now_ms,

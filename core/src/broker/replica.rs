@@ -30,7 +30,8 @@ use std::collections::BTreeMap;
 
 use super::partition_key::PartitionKey;
 use super::{
-    log_error_code, topic, Broker, BrokerError, PartitionState as Part, ProducerStateTable, TopicId, TopicMeta,
+    log_error_code, topic, Broker, BrokerError, PartitionState as Part, ProducerStateTable, RoleChange, RoleObserver,
+    TopicId, TopicMeta,
 };
 use crate::cluster::{next_elr, BrokerRegistration, LogEndReport, PartitionState, TopicRecord};
 use crate::disk::Disk;
@@ -300,7 +301,18 @@ impl Broker {
     /// the node's cluster task; read by tests and the simulator's one-controller-per-epoch
     /// check).
     pub fn set_acting_controller_epoch(&mut self, epoch: Option<i32>) {
+        if let (Some(e), Some(observer)) = (epoch, &mut self.role_observer) {
+            if self.acting_controller_epoch != epoch {
+                observer(RoleChange::Controller { epoch: e });
+            }
+        }
         self.acting_controller_epoch = epoch;
+    }
+
+    /// Sets the observer told of every role this broker takes from now on (see
+    /// [`RoleObserver`]).
+    pub fn set_role_observer(&mut self, observer: RoleObserver) {
+        self.role_observer = Some(observer);
     }
 
     pub fn acting_controller_epoch(&self) -> Option<i32> {
@@ -425,6 +437,13 @@ impl Broker {
                 };
                 part.high_watermark = part.high_watermark.min(leo);
                 maybe_advance_hw(part);
+                if let Some(observer) = &mut self.role_observer {
+                    observer(RoleChange::PartitionLeader {
+                        topic,
+                        partition,
+                        epoch: state.leader_epoch,
+                    });
+                }
             }
             Some(l) if replicas.contains(&me) => {
                 let phase = match policy {

@@ -254,6 +254,9 @@ impl Restarts<'_> {
                 if has_leader {
                     after.elr.retain(|&b| !bounced(b));
                 }
+                if this.config.mutant_reuse_leader_epoch {
+                    after.leader_epoch = state.value.leader_epoch;
+                }
                 (after, unclean)
             });
             let Some((after, unclean)) = decided else {

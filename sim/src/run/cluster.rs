@@ -6,26 +6,27 @@
 //! nodes, then the admin, producer and consumer nodes.
 //!
 //! Observation: the run holds one OS thread per seed and madsim runs every node on it, so each
-//! broker node puts a weak handle to its broker in a thread-local registry; the harness reads
-//! leadership from it (sampled every few ms into [`LeaderObservation`]s) and, at the end, every
-//! replica's log and high watermark (into [`PartitionReplicas`]). Reading is all it does: the
-//! harness never changes a broker's state. A killed node's tasks drop its broker, so its weak
-//! handle stops upgrading until its restart registers a new one.
+//! broker node puts a weak handle to its broker in a thread-local registry, from which the
+//! harness reads, at the end, every replica's log and high watermark (into
+//! [`PartitionReplicas`]), and gives its broker a role observer that writes every leadership and
+//! controller epoch it takes, as it takes it, into a thread-local journal ([`LeaderObservation`]s,
+//! [`ControllerObservation`]s; a sampler would miss a role held shorter than its period, and
+//! it cost 11% of an idle cluster's CPU polling every 5 ms). Reading is all the harness does: it
+//! never changes a broker's state. A killed node's tasks drop its broker, so its weak handle
+//! stops upgrading until its restart registers a new one; the journal stays.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::{Rc, Weak};
 use std::sync::Arc;
-use std::time::Duration;
 
-use gregor_core::broker::{Broker, TruncationPolicy};
+use gregor_core::broker::{Broker, RoleChange, RoleObserver, TruncationPolicy};
 use gregor_core::consensus::NodeId;
 use gregor_core::coord::server::{start_coordinator, CoordNodeConfig, CoordTiming};
 use gregor_core::group::Coordination;
 use gregor_core::node::cluster::{start_cluster_broker, ClusterConfig};
 use gregor_core::{BrokerId, LeaderEpoch};
 
-use super::{lock, Shared};
 use crate::checker::leaders::{ControllerObservation, LeaderObservation};
 use crate::checker::replicas::{PartitionReplicas, ReplicaEntry, ReplicaLog};
 use crate::runtime::SimRuntime;
@@ -35,12 +36,58 @@ use crate::world::{node_ip, NodeIndex, World};
 /// The coordinators' port (ZooKeeper's).
 pub const COORDINATOR_PORT: u16 = 2181;
 
-/// How often the harness samples who acts as leader.
-const LEADER_SAMPLE_MS: u64 = 5;
-
 thread_local! {
     /// The brokers of this run, by node index (see the module comment).
     static BROKERS: RefCell<BTreeMap<usize, Weak<RefCell<Broker>>>> = const { RefCell::new(BTreeMap::new()) };
+}
+
+/// What the brokers' role observers wrote (see the module comment).
+#[derive(Default)]
+struct RoleJournal {
+    leaders: Vec<LeaderObservation>,
+    controllers: Vec<ControllerObservation>,
+}
+
+thread_local! {
+    static ROLES: RefCell<RoleJournal> = RefCell::new(RoleJournal::default());
+}
+
+/// Broker `index`'s observer: journals each role as the broker takes it.
+fn role_observer(index: usize) -> RoleObserver {
+    let broker = BrokerId(i32::try_from(index).expect("a few brokers"));
+    Box::new(move |change| {
+        let time_ms = super::monotonic_ms();
+        ROLES.with(|r| {
+            let mut r = r.borrow_mut();
+            match change {
+                RoleChange::PartitionLeader {
+                    topic,
+                    partition,
+                    epoch,
+                } => r.leaders.push(LeaderObservation {
+                    broker,
+                    topic: topic.to_string(),
+                    partition,
+                    leader_epoch: epoch,
+                    time_ms,
+                }),
+                RoleChange::Controller { epoch } => r.controllers.push(ControllerObservation {
+                    broker,
+                    controller_epoch: epoch,
+                    time_ms,
+                }),
+            }
+        });
+    })
+}
+
+/// Every leadership and controller epoch the brokers of this run took so far (the journal
+/// empties).
+pub fn take_role_observations() -> (Vec<LeaderObservation>, Vec<ControllerObservation>) {
+    ROLES.with(|r| {
+        let r = std::mem::take(&mut *r.borrow_mut());
+        (r.leaders, r.controllers)
+    })
 }
 
 thread_local! {
@@ -143,6 +190,7 @@ async fn broker_main(rt: SimRuntime, s: Arc<Scenario>, index: usize) {
     }
     let mut cluster = ClusterConfig::new(coordinator_addrs(&s));
     cluster.detect_restarts = !s.broker.mutant_ignore_broker_restarts;
+    cluster.controller.mutant_reuse_leader_epoch = s.broker.mutant_reuse_leader_epoch;
     cluster.follower_throttled_rate_bytes_per_s = s.broker.follower_replication_throttled_rate.filter(|&r| r > 0);
     if let Some(e) = &s.elastic {
         cluster.controller.auto_leader_rebalance = true;
@@ -168,6 +216,8 @@ async fn broker_main(rt: SimRuntime, s: Arc<Scenario>, index: usize) {
     }
     match start_cluster_broker(rt, config, cluster).await {
         Ok((broker, accept_loop)) => {
+            // Before its cluster task first runs (it was spawned, not polled yet): no role missed.
+            broker.borrow_mut().set_role_observer(role_observer(index));
             BROKERS.with(|b| b.borrow_mut().insert(index, Rc::downgrade(&broker)));
             accept_loop.await
         }
@@ -232,49 +282,6 @@ pub fn current_controller() -> Option<NodeIndex> {
         .filter_map(|(_, b)| b.borrow().cluster_view().and_then(|v| v.controller))
         .max()
         .map(|id| NodeIndex(id.0 as usize))
-}
-
-/// Samples who acts as controller, and as leader of each partition, until `until_ms` (virtual ms since start),
-/// recording each (broker, partition, epoch) the first time it is seen.
-pub async fn observe_leaders(
-    topic: String,
-    partitions: u32,
-    out: Shared<Vec<LeaderObservation>>,
-    controllers: Shared<Vec<ControllerObservation>>,
-    until_ms: u64,
-) {
-    let mut seen = std::collections::BTreeSet::new();
-    let mut seen_controllers = std::collections::BTreeSet::new();
-    while super::monotonic_ms() < until_ms {
-        let live = live_brokers();
-        for (i, b) in &live {
-            let i = *i;
-            let Some(epoch) = b.borrow().acting_controller_epoch() else {
-                continue;
-            };
-            if seen_controllers.insert((i, epoch)) {
-                lock(&controllers).push(ControllerObservation {
-                    broker: BrokerId(i as i32),
-                    controller_epoch: epoch,
-                    time_ms: super::monotonic_ms(),
-                });
-            }
-        }
-        for p in 0..partitions as i32 {
-            for (i, epoch) in acting_leaders_among(&live, &topic, p) {
-                if seen.insert((i, p, epoch)) {
-                    lock(&out).push(LeaderObservation {
-                        broker: BrokerId(i as i32),
-                        topic: topic.clone(),
-                        partition: p,
-                        leader_epoch: epoch,
-                        time_ms: super::monotonic_ms(),
-                    });
-                }
-            }
-        }
-        madsim::time::sleep(Duration::from_millis(LEADER_SAMPLE_MS)).await;
-    }
 }
 
 /// Every live replica's batches (base offset, CRC, epoch) and high watermark, per partition.
