@@ -319,11 +319,9 @@ impl World {
 
     /// Kills every node's process (no disk fault): the end of a run.
     fn end(&self) {
-        let ids: Vec<NodeId> = self.nodes.borrow().iter().map(|n| n.id).collect();
-        for id in ids {
-            if !self.handle.is_exit(id) {
-                self.handle.kill(id);
-            }
+        let count = self.nodes.borrow().len();
+        for i in 0..count {
+            self.kill_process(NodeIndex(i));
         }
     }
 
