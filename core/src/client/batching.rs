@@ -76,7 +76,11 @@ impl Future for SendHandle {
         match &s.result {
             Some(r) => Poll::Ready(r.clone()),
             None => {
-                s.waker = Some(cx.waker().clone());
+                // A task polling its handles on every wake would otherwise clone a waker per
+                // handle per wake.
+                if !s.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    s.waker = Some(cx.waker().clone());
+                }
                 Poll::Pending
             }
         }
