@@ -44,7 +44,10 @@ use super::SharedBroker;
 #[derive(Clone, Debug)]
 pub struct ReplicaFetcherConfig {
     pub client_id: String,
-    /// `replica.fetch.wait.max.ms`
+    /// `replica.fetch.wait.max.ms` (Kafka's 500 by default): how long an idle follower's fetch
+    /// waits at the leader. New data, a high watermark move or a change of leadership answers it
+    /// sooner ([`PartitionWatch`]), so this bounds only the idle cost, and how long a partition
+    /// sitting out an error waits for the next request.
     pub fetch_wait_max_ms: i32,
     /// `replica.fetch.max.bytes`
     pub fetch_max_bytes: i32,
@@ -65,7 +68,7 @@ impl Default for ReplicaFetcherConfig {
     fn default() -> Self {
         ReplicaFetcherConfig {
             client_id: "replica-fetcher".into(),
-            fetch_wait_max_ms: 100,
+            fetch_wait_max_ms: 500,
             fetch_max_bytes: 1 << 20,
             backoff_ms: 50,
             // Below Kafka's 30 s: a request stuck on a dead leader delays this leader's task

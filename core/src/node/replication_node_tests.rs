@@ -750,10 +750,15 @@ fn one_fetcher_per_leader_serves_every_partition_and_an_erroring_one_sits_out() 
     set(1, 1, &state(2));
     b(0).borrow_mut().set_cluster_view(view_of([&state(1), &state(1)]));
     b(1).borrow_mut().set_cluster_view(view_of([&state(1), &state(2)]));
+    // The 100 ms long poll this test was written for (the default is Kafka's 500 ms): an
+    // erring partition rides the next request after its 50 ms sit-out, so it bounds the count.
     rts[1].spawn(run_replica_fetcher(
         rts[1].clone(),
         b(1),
-        ReplicaFetcherConfig::default(),
+        ReplicaFetcherConfig {
+            fetch_wait_max_ms: 100,
+            ..ReplicaFetcherConfig::default()
+        },
     ));
 
     let produce = |partition: i32, marker: u8| {
