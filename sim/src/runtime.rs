@@ -82,6 +82,8 @@ pub struct NodeState {
     frame_faults: Mutex<FrameFaults>,
     /// Disk latency taken from the disk but not yet slept (less than 1 ms).
     disk_latency_carry_us: AtomicU64,
+    /// Frames this node sent, on every connection of every incarnation (for tests of traffic).
+    frames_sent: AtomicU64,
 }
 
 impl NodeState {
@@ -95,6 +97,7 @@ impl NodeState {
             skew_ms: AtomicI64::new(0),
             frame_faults: Mutex::new(FrameFaults::new(seed, index)),
             disk_latency_carry_us: AtomicU64::new(0),
+            frames_sent: AtomicU64::new(0),
         }
     }
 
@@ -144,6 +147,11 @@ impl NodeState {
 
     pub fn frame_rates(&self) -> FrameRates {
         self.frame_faults().rates()
+    }
+
+    /// How many frames this node sent so far, on every connection (a duplicated one once).
+    pub fn frames_sent(&self) -> u64 {
+        self.frames_sent.load(Ordering::Relaxed)
     }
 
     /// How many frames this node's frame faults duplicated and corrupted so far.
@@ -485,6 +493,9 @@ impl Connection for SimConnection {
             madsim::time::sleep(Duration::from_millis(disk_ms)).await;
         }
         let result = self.send_inner(frame).await;
+        if result.is_ok() {
+            self.state.frames_sent.fetch_add(1, Ordering::Relaxed);
+        }
         // An oversized outgoing frame is refused without touching the stream; it stays usable.
         if matches!(result, Err(ref e) if !matches!(e, NetError::FrameTooLarge { .. })) {
             self.close();

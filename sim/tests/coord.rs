@@ -21,6 +21,7 @@ use gregor_core::coord::tree::{CreateMode, EventKind, Op, TreeError};
 use gregor_core::coord::{
     start_coordinator, ClusterSecret, CoordClient, CoordClientConfig, CoordError, CoordNodeConfig, CoordTiming,
 };
+use gregor_core::node::cluster::ClusterConfig;
 use gregor_core::runtime::Runtime;
 use gregor_core::security::acl::{
     AccessControlEntry, AclBinding, AclFilter, Operation, Permission, ResourcePattern, ResourceType,
@@ -1009,4 +1010,100 @@ fn follower_read_is_stale_when_cut_off_and_sync_catches_it_up_once_healed() {
     });
     println!("compared {checked} follower reads (stale, refused sync, synced)");
     assert_eq!(checked, 3);
+}
+
+/// One broker in cluster mode against a 1-node coordinator, idle: what its cluster task costs,
+/// and how soon it re-reads after the coordinator restarted (watches live on the server: a
+/// restarted one has none of this session's, at the same address, so `server_changes` does
+/// not move; the task re-reads when `connections_opened` does). Returns the frames the broker
+/// sent over 30 idle seconds and the ms until it claimed the controller office again after
+/// another session deleted `/controller`, 5 s after the coordinator restarted.
+fn idle_broker(refresh_quiet_ms_max: u64) -> (u64, u64) {
+    use gregor_core::cluster::CONTROLLER_PATH;
+    use gregor_core::node::cluster::start_cluster_broker;
+    use gregor_core::node::NodeConfig;
+    use gregor_core::BrokerId;
+    use gregor_sim::world::node_ip;
+
+    run_seed(13, move |world| async move {
+        let addrs = add_coordinators(&world, 1);
+        let coordinators = addrs.clone();
+        let broker = world.add_node("broker-0", move |rt| {
+            let coordinators = coordinators.clone();
+            async move {
+                let ip = node_ip(NodeIndex(1)).to_string();
+                let mut config = NodeConfig::single_node(&format!("{ip}:9092"), &ip, 9092, "test");
+                config.broker.broker_id = BrokerId(0);
+                let mut cluster = ClusterConfig::new(coordinators);
+                cluster.refresh_quiet_ms_max = refresh_quiet_ms_max;
+                match start_cluster_broker(rt, config, cluster).await {
+                    Ok((_broker, accept_loop)) => accept_loop.await,
+                    Err(e) => panic!("the broker did not start: {e}"),
+                }
+            }
+        });
+        assert_eq!(broker, NodeIndex(1));
+        let client = idle_node(&world, "client");
+        madsim::time::sleep(Duration::from_secs(10)).await;
+        let before = world.state(broker).frames_sent();
+        madsim::time::sleep(Duration::from_secs(30)).await;
+        let idle_frames = world.state(broker).frames_sent() - before;
+
+        world.kill(NodeIndex(0));
+        madsim::time::sleep(Duration::from_millis(500)).await;
+        world.restart(NodeIndex(0));
+        madsim::time::sleep(Duration::from_secs(5)).await;
+        let reclaim_ms = world
+            .spawn_on(client, move |rt| async move {
+                let c = connect(rt.clone(), client_config(&addrs, 6000)).await;
+                let (data, _) = c
+                    .get(CONTROLLER_PATH, false, true)
+                    .await
+                    .expect("the broker is controller");
+                c.delete(CONTROLLER_PATH, None).await.expect("delete /controller");
+                let deleted_ms = rt.monotonic_ms();
+                loop {
+                    rt.sleep(Duration::from_millis(10)).await;
+                    if let Ok(Some(_)) = c.exists(CONTROLLER_PATH, false, true).await {
+                        let elapsed = rt.monotonic_ms() - deleted_ms;
+                        println!(
+                            "/controller was {:?}; claimed again after {elapsed} ms",
+                            String::from_utf8_lossy(&data)
+                        );
+                        break elapsed;
+                    }
+                    assert!(
+                        rt.monotonic_ms() - deleted_ms < 30_000,
+                        "/controller never claimed again"
+                    );
+                }
+            })
+            .await
+            .expect("client ran");
+        (idle_frames, reclaim_ms)
+    })
+}
+
+#[test]
+fn idle_broker_backs_off_its_scans_and_rereads_at_once_after_its_coordinator_restarts() {
+    let (quiet, reclaim_ms) = idle_broker(ClusterConfig::new(Vec::new()).refresh_quiet_ms_max);
+    let (every_500_ms, _) = idle_broker(500);
+    println!("frames sent by an idle broker in 30 s: {quiet} (quiet rounds doubling to 2 s), {every_500_ms} (a scan every 500 ms)");
+    assert!(quiet > 0, "compared nothing: the broker sent no frame");
+    assert!(
+        quiet * 2 < every_500_ms,
+        "the quiet backoff should at least halve an idle broker's coordinator traffic: {quiet} vs {every_500_ms}"
+    );
+    // With quiet waits growing to 60 s the next scan after the delete is ~20 s away (scans at
+    // about 33 s and 65 s): only a watch registered again after the restart, its event collected
+    // by the pings every `refresh_ms`, explains a reclaim within a second (ping interval, a scan
+    // of ~15 round trips, the claim and the epoch bump).
+    let (_, reclaim_long_quiet_ms) = idle_broker(60_000);
+    for (what, ms) in [("2 s", reclaim_ms), ("60 s", reclaim_long_quiet_ms)] {
+        assert!(
+            ms < 1_000,
+            "quiet waits up to {what}: after its coordinator restarted, the broker saw /controller deleted only \
+             after {ms} ms: its watch was lost and it waited for a quiet re-read"
+        );
+    }
 }

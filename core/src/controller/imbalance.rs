@@ -102,6 +102,11 @@ impl ImbalanceSchedule {
         }
     }
 
+    /// When the next check is due (monotonic ms).
+    pub fn next_ms(&self) -> u64 {
+        self.next_ms
+    }
+
     /// Whether a check is due at `now_ms`; when it is, the next one is an interval later.
     pub fn due(&mut self, now_ms: u64) -> bool {
         if now_ms < self.next_ms {

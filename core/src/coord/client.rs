@@ -107,6 +107,8 @@ struct Inner<R: Runtime> {
     /// The address served by the last answering leader, and how often it changed.
     server: Option<String>,
     server_changes: u64,
+    /// How many connections answered a first request (see [`CoordClient::connections_opened`]).
+    connections_opened: u64,
     /// The connection of the last [`CoordClient::get_at`]-style call, kept for the next one.
     local_conn: Option<(String, R::Conn)>,
 }
@@ -196,6 +198,7 @@ async fn call<R: Runtime>(
             (addr, conn, frame)
         };
         let sent = std::cell::Cell::new(false);
+        let fresh = conn.is_none();
         let exchange = exchange(rt, conn, &addr, secret.as_ref(), &frame, &sent);
         let outcome = timeout(rt, request_timeout_ms, exchange).await;
         let (conn, response) = match outcome {
@@ -221,6 +224,7 @@ async fn call<R: Runtime>(
         }
         let answer = {
             let mut i = inner.borrow_mut();
+            i.connections_opened += u64::from(fresh);
             match response.result {
                 Err(RpcError::NotLeader { leader }) => {
                     if i.leader.as_deref() == Some(addr.as_str()) {
@@ -329,6 +333,7 @@ impl<R: Runtime> CoordClient<R> {
             next_request_id: 0,
             server: None,
             server_changes: 0,
+            connections_opened: 0,
             local_conn: None,
         }));
         let events = Mailbox::new(CLIENT_EVENTS_MAX);
@@ -370,6 +375,13 @@ impl<R: Runtime> CoordClient<R> {
     /// How many times the answering leader changed (watches registered before are gone).
     pub fn server_changes(&self) -> u64 {
         self.inner.borrow().server_changes
+    }
+
+    /// How many new connections have answered so far. A server that restarted lost the watches
+    /// this session registered there, even at the same address (which `server_changes` does not
+    /// count): a caller relying on watches re-reads when this moves.
+    pub fn connections_opened(&self) -> u64 {
+        self.inner.borrow().connections_opened
     }
 
     async fn call(&self, request: Request, kind: Kind) -> Result<Reply, CoordError> {
@@ -582,6 +594,12 @@ impl<R: Runtime> CoordClient<R> {
     /// A watch event already delivered, without waiting.
     pub fn try_next_watch_event(&self) -> Option<WatchEvent> {
         self.events.try_recv()
+    }
+
+    /// Heartbeats the session now. Watch events come only with answers (the server never sends
+    /// unasked), so this is also the cheapest way to collect the ones that fired.
+    pub async fn ping(&self) -> Result<(), CoordError> {
+        self.call(Request::Ping, Kind::Idempotent).await.map(|_| ())
     }
 
     /// Closes the session (its ephemerals are deleted) and stops heartbeating.

@@ -33,8 +33,10 @@
 //!    rather than after the session timeout; [`hand_off`] waits (bounded) until the broker's
 //!    view shows that done. It never registers again in this process.
 //!
-//! The task re-reads at least every `refresh_ms` and sooner on a watch event, an admin request
-//! or an ISR proposal. Reads are a full scan: clusters in the simulator hold a few topics.
+//! The task re-reads sooner on a watch event, an admin request, an ISR proposal or a new
+//! coordinator connection (the watches may be gone with a restarted server), and otherwise at
+//! least every `refresh_ms`, doubled after each quiet round up to `refresh_quiet_ms_max`.
+//! Reads are a full scan: clusters in the simulator hold a few topics.
 //!
 //! Fault model: the coordinator may be unreachable (ops are retried; the broker keeps serving
 //! what it last knew, as a Kafka broker cut off from ZooKeeper does), a write's outcome may be
@@ -84,8 +86,15 @@ pub struct ClusterConfig {
     pub coordinators: Vec<String>,
     /// `zookeeper.session.timeout.ms`: how long after its last heartbeat a broker counts as dead.
     pub session_timeout_ms: u64,
-    /// The longest the broker goes without re-reading the cluster state.
+    /// The longest the broker goes without re-reading the cluster state after a round that a
+    /// change started (a watch, an admin request, a new coordinator connection); also the
+    /// re-read interval of the ACL and SCRAM caches.
     pub refresh_ms: u64,
+    /// The longest it goes without one while nothing changes: each round that ended by timing
+    /// out doubles the wait from `refresh_ms` up to this. The re-read is a backstop: every read
+    /// sets a watch, and a new coordinator connection (watches live on the server) starts a
+    /// round at once. A scan is ~15 coordinator round trips, most of an idle cluster's traffic.
+    pub refresh_quiet_ms_max: u64,
     pub controller: ControllerConfig,
     /// Whether restarts are detected by registration age (KIP-380's broker epoch): the
     /// controller moves leadership off and the ISR away from a restarted broker, and a restarted
@@ -213,6 +222,7 @@ impl ClusterConfig {
             coordinators,
             session_timeout_ms: 6_000,
             refresh_ms: 500,
+            refresh_quiet_ms_max: 2_000,
             controller: ControllerConfig::default(),
             detect_restarts: true,
             group_coordination: Coordination::partitioned_default(),
@@ -758,6 +768,8 @@ async fn cluster_main<R: Runtime>(
             log_ends_written: None,
             imbalance_schedule: None,
             registrations: ClusterView::default(),
+            refresh_wait_ms: cluster.refresh_ms,
+            connections_seen: 0,
         };
         let End::Expired = session.run().await;
         tracing::warn!(target: "cluster", broker = registration.id.0, "coordinator session expired; opening a new one");
@@ -785,6 +797,12 @@ struct Session<R: Runtime> {
     /// The brokers' registrations (creation indexes) as the last scan read them; only
     /// `registered_at` is set. This leader's ISR writes check them.
     registrations: ClusterView,
+    /// How long the next wait lasts without a reason to scan: `refresh_ms` after a change,
+    /// doubled by each quiet round up to `refresh_quiet_ms_max`.
+    refresh_wait_ms: u64,
+    /// The client's `connections_opened` when the last scan started: a new connection may be
+    /// to a restarted server, without this session's watches.
+    connections_seen: u64,
 }
 
 /// Everything read in one scan.
@@ -913,6 +931,7 @@ impl<R: Runtime> Session<R> {
     /// One round: scan, apply, act as controller, answer admin requests, then wait for a reason
     /// to scan again.
     async fn round(&mut self) -> Step<()> {
+        self.connections_seen = self.client.connections_opened();
         let scan = match self.scan().await {
             Ok(scan) => scan,
             Err(e) if fatal(&e) => return Err(End::Expired),
@@ -940,34 +959,71 @@ impl<R: Runtime> Session<R> {
         self.wait().await
     }
 
-    /// Waits until the refresh interval passes, a watch fires or an admin request arrives;
-    /// meanwhile writes the broker's ISR proposals.
+    /// Waits until the refresh interval passes, a watch fires, an admin request arrives, a new
+    /// coordinator connection answers or the controller's imbalance check is due; meanwhile
+    /// writes the broker's ISR proposals. A wait that times out doubles the next one (up to
+    /// `refresh_quiet_ms_max`); any other reason resets it to `refresh_ms`.
+    ///
+    /// Watch events reach the client only with answers, so a wait longer than `refresh_ms`
+    /// pings the coordinator every `refresh_ms` to collect them: one round trip where a scan
+    /// costs ~15, and a change is still seen within `refresh_ms` (plus a round trip), as when
+    /// every wait was a `refresh_ms` one.
     async fn wait(&mut self) -> Step<()> {
-        let deadline = self.rt.monotonic_ms().saturating_add(self.cluster.refresh_ms);
+        let start = self.rt.monotonic_ms();
+        let mut poll_at = start.saturating_add(self.cluster.refresh_ms);
+        let mut deadline = start.saturating_add(self.refresh_wait_ms);
+        let imbalance_due = self
+            .imbalance_schedule
+            .as_ref()
+            .filter(|_| self.cluster.controller.auto_leader_rebalance)
+            .map(ImbalanceSchedule::next_ms);
+        if let Some(due) = imbalance_due {
+            // A check already due waits at most `refresh_ms`, as every wait did before the
+            // quiet doubling: the round that runs it may end early (a failed write) and must
+            // not start again at once.
+            deadline = deadline.min(due.max(start.saturating_add(self.cluster.refresh_ms)));
+        }
         while self.rt.monotonic_ms() < deadline {
-            self.isr_proposals().await?;
+            let proposed = self.isr_proposals().await?;
             if self.cluster.shutdown.0.get() == ShutdownPhase::Requested {
                 return self.deregister().await;
             }
-            if !self.admin.is_empty() || self.broker.borrow().offsets_topic_wanted() {
-                return Ok(());
-            }
-            let mut fired = false;
+            let mut changed = proposed
+                || !self.admin.is_empty()
+                || self.broker.borrow().offsets_topic_wanted()
+                || self.client.connections_opened() != self.connections_seen
+                || self.client.is_expired();
             while let Some(event) = self.client.try_next_watch_event() {
                 tracing::trace!(target: "cluster", path = %event.path, kind = ?event.kind, "watch fired");
-                fired = true;
+                changed = true;
             }
-            if fired || self.client.is_expired() {
+            if changed {
+                self.refresh_wait_ms = self.cluster.refresh_ms;
                 return Ok(());
+            }
+            let now = self.rt.monotonic_ms();
+            if now >= poll_at && now < deadline {
+                poll_at = now.saturating_add(self.cluster.refresh_ms);
+                match self.client.ping().await {
+                    Err(e) if fatal(&e) => return Err(End::Expired),
+                    // Unreachable: the heartbeat task and the next scan deal with it.
+                    Err(_) | Ok(()) => continue,
+                }
             }
             self.rt.sleep(Duration::from_millis(10)).await;
         }
+        self.refresh_wait_ms = self.refresh_wait_ms.saturating_mul(2).clamp(
+            self.cluster.refresh_ms,
+            self.cluster.refresh_quiet_ms_max.max(self.cluster.refresh_ms),
+        );
         Ok(())
     }
 
-    async fn isr_proposals(&mut self) -> Step<()> {
+    /// Writes the broker's ISR proposals; tells whether there were any.
+    async fn isr_proposals(&mut self) -> Step<bool> {
         let now = self.rt.now_ms();
         let proposals = self.broker.borrow_mut().poll_isr_proposals(now);
+        let proposed = !proposals.is_empty();
         let client = &self.client;
         let registrations = &self.registrations;
         write_isr_proposals(&self.broker, &self.watch, proposals, |p| {
@@ -993,7 +1049,8 @@ impl<R: Runtime> Session<R> {
                 }
             }
         })
-        .await
+        .await?;
+        Ok(proposed)
     }
 
     /// Tells the controller this broker's log end for each offline partition it hosts a replica
