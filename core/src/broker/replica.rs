@@ -652,6 +652,21 @@ impl Broker {
             .unwrap_or((LeaderEpoch(-1), Offset(-1))))
     }
 
+    /// Whether some partition this broker leads has an assigned replica outside its ISR (it
+    /// may join at its next fetch) or an ISR change in flight. The cluster task polls
+    /// [`Broker::poll_isr_proposals`] every 10 ms then, and every 50 ms otherwise: what is left
+    /// is a shrink, which waits `replica.lag.time.max.ms` anyway (Kafka checks every half of it).
+    pub fn isr_expansion_pending(&self) -> bool {
+        self.partitions.values().any(|part| {
+            part.repl.as_ref().is_some_and(|repl| match &repl.role {
+                Role::Leader { in_flight, .. } => {
+                    in_flight.is_some() || repl.replicas.iter().any(|r| !repl.isr.contains(r))
+                }
+                _ => false,
+            })
+        })
+    }
+
     /// ISR changes this broker, as leader, wants written: shrinks for followers not caught up
     /// for `replica.lag.time.max.ms`, expands for followers that reached the HW in this epoch.
     /// At most one proposal per partition is in flight; answer each with

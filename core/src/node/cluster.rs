@@ -1010,7 +1010,13 @@ impl<R: Runtime> Session<R> {
                     Err(_) | Ok(()) => continue,
                 }
             }
-            self.rt.sleep(Duration::from_millis(10)).await;
+            // Often while an ISR may grow (acks=all and min.insync.replicas wait on it).
+            let step_ms = if self.broker.borrow().isr_expansion_pending() {
+                10
+            } else {
+                50
+            };
+            self.rt.sleep(Duration::from_millis(step_ms)).await;
         }
         self.refresh_wait_ms = self.refresh_wait_ms.saturating_mul(2).clamp(
             self.cluster.refresh_ms,
