@@ -25,6 +25,7 @@ use std::task::{Poll as TaskPoll, Waker};
 use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use gregor_core::client::accumulator::Delivery;
 use gregor_core::client::batching::{BatchingProducer, SendHandle};
 use gregor_core::client::conn::with_timeout;
 use gregor_core::client::consumer::{Consumer, ConsumerConfig};
@@ -301,7 +302,7 @@ struct AwaitedSend {
 }
 
 impl Future for AwaitedSend {
-    type Output = (Value, i32, Result<Option<i64>, SendError>);
+    type Output = (Value, i32, Delivery);
 
     fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> TaskPoll<Self::Output> {
         let this = self.get_mut();
