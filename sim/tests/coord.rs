@@ -1107,3 +1107,43 @@ fn idle_broker_backs_off_its_scans_and_rereads_at_once_after_its_coordinator_res
         );
     }
 }
+
+/// Calls on one session overlap (a broker's heartbeat task pings while its cluster task waits
+/// for an answer): they share the client's connections instead of each overlap opening one,
+/// which `connections_opened` would count as a possibly restarted server (its owner then
+/// re-reads everything it watches).
+#[test]
+fn overlapping_calls_on_one_session_reuse_its_connections() {
+    const ROUNDS: u64 = 50;
+    run_seed(17, |world| async move {
+        let addrs = add_coordinators(&world, 1);
+        let node = idle_node(&world, "client");
+        madsim::time::sleep(Duration::from_millis(1500)).await;
+        let (opened_before, opened_after) = world
+            .spawn_on(node, move |rt| async move {
+                let c = connect(rt.clone(), client_config(&addrs, 6000)).await;
+                c.create("/a", b"x", CreateMode::Persistent).await.expect("create");
+                let before = c.connections_opened();
+                for _ in 0..ROUNDS {
+                    let (a, b) = futures_util::future::join(c.get("/a", false, false), c.ping()).await;
+                    assert_eq!(a.map(|(data, _)| data), Ok(b"x".to_vec()));
+                    assert_eq!(b, Ok(()));
+                }
+                (before, c.connections_opened())
+            })
+            .await
+            .expect("client ran");
+        println!(
+            "{ROUNDS} rounds of two overlapping calls: connections opened {opened_before} before, {opened_after} after"
+        );
+        assert!(
+            opened_before >= 1,
+            "compared nothing: no connection counted before the rounds"
+        );
+        assert!(
+            opened_after <= opened_before + 1,
+            "{ROUNDS} rounds of two overlapping calls opened {} connections: overlaps should reuse the idle ones",
+            opened_after - opened_before
+        );
+    });
+}

@@ -88,9 +88,19 @@ pub enum CoordError {
     Closed,
 }
 
+/// Idle connections a client keeps (see `Inner::idle`).
+const IDLE_CONNS_MAX: usize = 4;
+
 struct Inner<R: Runtime> {
     config: CoordClientConfig,
-    conn: Option<(String, R::Conn)>,
+    /// Idle connections, each beside the server it goes to. A call takes one to the server it
+    /// asks (dropping those to any other server) and puts it back after an answer. Calls
+    /// overlap: the heartbeat task pings while the session's owner waits for an answer. With a
+    /// single slot the later call opened a connection of its own, and whichever answer came
+    /// last dropped the other's: under load a broker's client reconnected every few seconds,
+    /// and each new connection counted in `connections_opened` as a server that may have
+    /// restarted, so the cluster task re-read the whole tree.
+    idle: Vec<(String, R::Conn)>,
     leader_hint: Option<String>,
     /// The server that answered the last request as leader: the next request goes there first
     /// (as ZooKeeper's client stays with its server) instead of to `servers[next_server]`,
@@ -111,6 +121,15 @@ struct Inner<R: Runtime> {
     connections_opened: u64,
     /// The connection of the last [`CoordClient::get_at`]-style call, kept for the next one.
     local_conn: Option<(String, R::Conn)>,
+}
+
+impl<R: Runtime> Inner<R> {
+    /// Keeps a connection that answered for the next call to `addr`.
+    fn put_back(&mut self, addr: String, conn: R::Conn) {
+        if self.idle.len() < IDLE_CONNS_MAX {
+            self.idle.push((addr, conn));
+        }
+    }
 }
 
 /// A session with the coordinator. Cheap to share by reference; single-threaded.
@@ -185,10 +204,8 @@ async fn call<R: Runtime>(
                     a
                 }
             };
-            let conn = match i.conn.take() {
-                Some((a, c)) if a == addr => Some(c),
-                _ => None,
-            };
+            i.idle.retain(|(a, _)| *a == addr);
+            let conn = i.idle.pop().map(|(_, c)| c);
             i.next_request_id += 1;
             let frame = RequestFrame {
                 request_id: i.next_request_id,
@@ -237,7 +254,7 @@ async fn call<R: Runtime>(
                     None
                 }
                 Err(RpcError::Retry) => {
-                    i.conn = Some((addr, conn));
+                    i.put_back(addr, conn);
                     None
                 }
                 other => {
@@ -247,7 +264,7 @@ async fn call<R: Runtime>(
                         i.server = Some(addr.clone());
                     }
                     i.leader = Some(addr.clone());
-                    i.conn = Some((addr, conn));
+                    i.put_back(addr, conn);
                     Some(match other {
                         Ok(reply) => Ok(reply),
                         Err(RpcError::Tree(TreeError::SessionExpired)) => {
@@ -322,7 +339,7 @@ impl<R: Runtime> CoordClient<R> {
         let session_timeout_ms = config.session_timeout_ms;
         let inner = Rc::new(RefCell::new(Inner {
             config,
-            conn: None,
+            idle: Vec::new(),
             leader_hint: None,
             leader: None,
             next_server: 0,
