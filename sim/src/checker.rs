@@ -31,8 +31,10 @@
 //! A report says what it compared; [`Report::compared_nothing`] makes a run that compared
 //! nothing a failure rather than a pass.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 use crate::history::{History, Partition, SendOutcome, Value};
 
@@ -288,56 +290,45 @@ pub fn check(h: &History) -> Report {
         }
     }
 
-    // Every value observed at each log position, and every position each value was seen at:
-    // sorted, deduplicated pairs (one allocation each, not a set per position and per value;
-    // tens of thousands of records made those sets a few percent of a benchmark run).
-    let mut at_position: Vec<((Partition, i64), Value)> = Vec::new();
-    let mut positions_of: Vec<(Value, (Partition, i64))> = Vec::new();
-    let mut observe = |p: Partition, o: i64, v: Value| {
-        at_position.push(((p, o), v));
-        positions_of.push((v, (p, o)));
+    // Every value observed at each log position, and every position each value was seen at
+    // (the final read and the polls; acknowledgements name positions too): one hash lookup per
+    // observation against the first seen, an ordered set only where two differ.
+    let observed = || {
+        let finals = h
+            .final_reads
+            .iter()
+            .flat_map(|(&p, r)| r.records.iter().map(move |&(o, v)| (p, o, v)));
+        finals.chain(h.polls.iter().map(|poll| (poll.partition, poll.offset, poll.value)))
     };
-    for (&p, read) in &h.final_reads {
-        for &(o, v) in &read.records {
-            observe(p, o, v);
-        }
+    let acked = h.sends.iter().filter_map(|s| match s.outcome {
+        SendOutcome::Acked { offset } => Some(((s.partition, offset), s.value)),
+        _ => None,
+    });
+    let observations = h.sends.len() + h.polls.len();
+    let at_position = observed().map(|(p, o, v)| ((p, o), v)).chain(acked);
+    for ((p, o), values) in conflicts(at_position, observations) {
+        report.add(
+            AnomalyKind::InconsistentOffsets,
+            format!("partition {p} offset {o} holds {values:?}"),
+        );
     }
-    for poll in &h.polls {
-        observe(poll.partition, poll.offset, poll.value);
-    }
-    for s in &h.sends {
-        if let SendOutcome::Acked { offset } = s.outcome {
-            at_position.push(((s.partition, offset), s.value));
-        }
-    }
-    for run in sorted_pairs(at_position).chunk_by(|a, b| a.0 == b.0) {
-        if let [((p, o), _), _, ..] = run {
-            let values: BTreeSet<Value> = run.iter().map(|&(_, v)| v).collect();
-            report.add(
-                AnomalyKind::InconsistentOffsets,
-                format!("partition {p} offset {o} holds {values:?}"),
-            );
-        }
-    }
-    for run in sorted_pairs(positions_of).chunk_by(|a, b| a.0 == b.0) {
-        if let [(v, _), _, ..] = run {
-            let positions: BTreeSet<(Partition, i64)> = run.iter().map(|&(_, at)| at).collect();
-            report.add(
-                AnomalyKind::Duplicate,
-                format!("value {}/{} at {positions:?}", v.producer(), v.seq()),
-            );
-        }
+    let positions_of = observed().map(|(p, o, v)| (v, (p, o)));
+    for (v, positions) in conflicts(positions_of, observations) {
+        report.add(
+            AnomalyKind::Duplicate,
+            format!("value {}/{} at {positions:?}", v.producer(), v.seq()),
+        );
     }
 
-    let final_at: BTreeMap<(Partition, i64), Value> = h
+    let final_at: FastMap<(Partition, i64), Value> = h
         .final_reads
         .iter()
         .flat_map(|(&p, r)| r.records.iter().map(move |&(o, v)| ((p, o), v)))
         .collect();
-    let polled: BTreeSet<Value> = h.polls.iter().map(|p| p.value).collect();
+    let polled: FastSet<Value> = h.polls.iter().map(|p| p.value).collect();
     // Where the final read holds each value: a write is lost when the log no longer has it,
     // whatever a consumer saw before a crash.
-    let in_final: BTreeSet<(Value, Partition)> = final_at.iter().map(|(&(p, _), &v)| (v, p)).collect();
+    let in_final: FastSet<(Value, Partition)> = final_at.iter().map(|(&(p, _), &v)| (v, p)).collect();
     for s in &h.sends {
         let SendOutcome::Acked { offset } = s.outcome else {
             continue;
@@ -413,7 +404,7 @@ pub fn check(h: &History) -> Report {
         }
     }
 
-    let in_log: BTreeSet<Value> = final_at.values().copied().collect();
+    let in_log: FastSet<Value> = final_at.values().copied().collect();
     for s in h.sends.iter().filter(|s| s.outcome == SendOutcome::Abandoned) {
         if !in_log.contains(&s.value) && !polled.contains(&s.value) {
             report.add(
@@ -430,8 +421,16 @@ pub fn check(h: &History) -> Report {
 
     // Polls: within one consumer session and partition, offsets rise by one, skipping only
     // offsets that hold no record.
-    let existing: BTreeSet<(Partition, i64)> = final_at.keys().copied().collect();
-    let mut last: BTreeMap<(u32, u32, Partition), i64> = BTreeMap::new();
+    let existing: BTreeMap<Partition, Vec<i64>> = h
+        .final_reads
+        .iter()
+        .map(|(&p, r)| {
+            let mut offsets: Vec<i64> = r.records.iter().map(|&(o, _)| o).collect();
+            offsets.sort_unstable();
+            (p, offsets)
+        })
+        .collect();
+    let mut last: FastMap<(u32, u32, Partition), i64> = FastMap::default();
     for poll in &h.polls {
         let key = (poll.consumer, poll.session, poll.partition);
         if let Some(&prev) = last.get(&key) {
@@ -443,10 +442,10 @@ pub fn check(h: &History) -> Report {
                         poll.consumer, poll.session, poll.partition, poll.offset
                     ),
                 );
-            } else if let Some(&(_, missed)) = existing
-                .range((poll.partition, prev + 1)..(poll.partition, poll.offset))
-                .next()
-            {
+            } else if let Some(missed) = existing.get(&poll.partition).and_then(|offsets| {
+                let first_after = offsets.partition_point(|&o| o <= prev);
+                offsets.get(first_after).copied().filter(|&o| o < poll.offset)
+            }) {
                 report.add(
                     AnomalyKind::PollSkip,
                     format!(
@@ -506,7 +505,7 @@ pub fn check(h: &History) -> Report {
         *entry = (*entry).max(commit.offset);
     }
     if h.tracks_processing {
-        let processed: BTreeSet<Value> = h.processed.iter().map(|p| p.value).collect();
+        let processed: FastSet<Value> = h.processed.iter().map(|p| p.value).collect();
         for s in &h.sends {
             let SendOutcome::Acked { offset } = s.outcome else {
                 continue;
@@ -530,12 +529,80 @@ pub fn check(h: &History) -> Report {
 }
 
 mod groups;
-/// The pairs sorted and deduplicated, so that each key's values are a run, ascending (what a
-/// `BTreeMap<K, BTreeSet<V>>` built from the pairs would iterate as).
-fn sorted_pairs<K: Ord, V: Ord>(mut pairs: Vec<(K, V)>) -> Vec<(K, V)> {
-    pairs.sort_unstable();
-    pairs.dedup();
-    pairs
+
+/// The keys among `pairs` seen with more than one distinct value, with every value each was
+/// seen with, in order: what a `BTreeMap<K, BTreeSet<V>>` of all the pairs holds with two or
+/// more values. Each pair costs one hash lookup of its key against the first value seen; only
+/// conflicting keys (rare: each is an anomaly) go to the ordered map.
+fn conflicts<K, V>(pairs: impl Iterator<Item = (K, V)>, capacity: usize) -> BTreeMap<K, BTreeSet<V>>
+where
+    K: Hash + Ord + Copy,
+    V: Ord + Copy,
+{
+    let mut first: FastMap<K, V> = FastMap::with_capacity_and_hasher(capacity, Default::default());
+    let mut conflicts: BTreeMap<K, BTreeSet<V>> = BTreeMap::new();
+    for (k, v) in pairs {
+        match first.entry(k) {
+            Entry::Vacant(e) => {
+                e.insert(v);
+            }
+            Entry::Occupied(e) if *e.get() != v => {
+                conflicts
+                    .entry(k)
+                    .or_insert_with(|| BTreeSet::from([*e.get()]))
+                    .insert(v);
+            }
+            Entry::Occupied(_) => {}
+        }
+    }
+    conflicts
+}
+
+/// Hash maps and sets of the checker's own keys (values, positions, small tuples of integers):
+/// rustc's Fx hash (a rotate, a xor and a multiply per word) in place of SipHash, whose guard
+/// against chosen keys the checker does not need. Only looked up: no report iterates one, so
+/// their order (the hasher's) never reaches a finding.
+pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+pub(crate) type FastSet<K> = HashSet<K, BuildHasherDefault<FxHasher>>;
+
+#[derive(Clone, Copy, Default)]
+pub(crate) struct FxHasher(u64);
+
+impl FxHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+    fn write_u8(&mut self, n: u8) {
+        self.add(u64::from(n));
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.add(u64::from(n));
+    }
+    fn write_i32(&mut self, n: i32) {
+        self.add(u64::from(n as u32));
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.add(n);
+    }
+    fn write_i64(&mut self, n: i64) {
+        self.add(n as u64);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 #[cfg(test)]
