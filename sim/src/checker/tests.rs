@@ -146,6 +146,31 @@ fn inconsistent_offsets_and_duplicates() {
     assert_eq!(kinds(&h), vec![AnomalyKind::Duplicate]);
 }
 
+/// Each position and each value reported once, with every value or position seen, in order.
+#[test]
+fn inconsistent_offsets_and_duplicates_name_every_value_and_position_in_order() {
+    let mut h = clean();
+    h.polls.push(poll(3, 0, 2, v(9, 8)));
+    h.polls.push(poll(2, 0, 1, v(9, 9)));
+    h.polls.push(poll(4, 0, 1, v(9, 7)));
+    h.polls.push(poll(5, 0, 1, v(9, 9)));
+    let read = h.final_reads.get_mut(&0).expect("read");
+    read.records.push((4, v(1, 2)));
+    read.records.push((3, v(1, 2)));
+    let report = check(&h);
+    let details: Vec<&str> = report.findings.iter().map(|f| f.detail.as_str()).collect();
+    assert_eq!(
+        details,
+        [
+            "partition 0 offset 1 holds {Value(4294967297), Value(38654705671), Value(38654705673)}",
+            "partition 0 offset 2 holds {Value(4294967298), Value(38654705672)}",
+            "value 1/2 at {(0, 2), (0, 3), (0, 4)}",
+        ],
+        "{}",
+        report.summary()
+    );
+}
+
 #[test]
 fn poll_skip_and_nonmonotonic_poll_within_a_session_only() {
     let mut h = clean();
