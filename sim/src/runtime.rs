@@ -17,13 +17,13 @@
 //! - `spawn` runs the task on the node of the calling task with madsim's `spawn_local` (core's
 //!   futures are not `Send`). A `SimRuntime` is only handed to code running on its own node, so
 //!   that is this node; it is asserted. The task dies when the node is killed.
-//! - `connect`/`listen` use madsim's simulated TCP (`madsim::net::TcpStream`/`TcpListener`):
-//!   ordered, reliable byte streams between node IPs, delayed by madsim's per-message latency,
-//!   stalled (not lost) while a link is clogged; a connect over a clogged link is refused. Frames
-//!   are Kafka's: a 4-byte big-endian length, then that many bytes. A frame announced larger than
-//!   `frame_bytes_max` closes the connection with [`NetError::FrameTooLarge`] before a byte of
-//!   its body is read; frames over `i32::MAX` bytes (Kafka's length is an int32) are refused by
-//!   `send`.
+//! - `connect`/`listen` use the run's simulated network ([`net`]): madsim's TCP semantics
+//!   (ordered, reliable frames between node IPs, delayed by a per-frame latency drawn from
+//!   madsim's generator, stalled (not lost) while a link is clogged; a connect over a clogged link
+//!   or to an address nobody listens on is refused) without its byte stream: a frame is moved
+//!   whole into the peer's queue. A frame larger than `frame_bytes_max` closes the receiving
+//!   connection with [`NetError::FrameTooLarge`] when it arrives; frames over `i32::MAX` bytes
+//!   (Kafka's length is an int32) are refused by `send`.
 //! - `with_disk` lends the node's [`SimDisk`] under a lock: `f` must not call `with_disk` again.
 //!   The disk adds up the latency its calls would cost (`SimDisk::take_latency_us`); the node's
 //!   next outgoing frame waits for it, whole milliseconds at a time (madsim sleeps at least 1 ms;
@@ -36,8 +36,9 @@
 //!   sends on Kafka connections may be delivered twice or arrive with one bit flipped inside a
 //!   record batch (the model, and why only there, is written in that module).
 //!
-//! Fault model: what madsim simulates (node kill/restart/pause, link clogging, latency), the
-//! disk's own faults, and the frame faults above; the byte stream is otherwise never corrupted.
+//! Fault model: what madsim simulates (node kill/restart/pause), what [`net`] simulates (link
+//! clogging, latency, sockets closed by a kill), the disk's own faults, and the frame faults
+//! above; frames are otherwise never corrupted.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -46,23 +47,23 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, UNIX_EPOCH};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use gregor_core::runtime::{Connection, Listener, NetError, Runtime};
-use madsim::net::{TcpListener, TcpStream};
 use madsim::task::NodeId;
 use madsim::time::TimeHandle;
 use rand_chacha::rand_core::RngCore;
 use rand_chacha::ChaCha8Rng;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::disk::SimDisk;
 use crate::seed::{self, Purpose};
 
 pub mod alarms;
 pub mod frame_faults;
+pub mod net;
 
 use alarms::{AlarmSleep, Alarms};
 use frame_faults::{FrameFaults, FrameRates, FrameStats, KAFKA_PORT};
+use net::{End, NetListener, SimNet};
 
 /// Kafka's default `socket.request.max.bytes` (100 MiB).
 pub const FRAME_BYTES_MAX_DEFAULT: u64 = 100 * 1024 * 1024;
@@ -84,11 +85,13 @@ pub struct NodeState {
     disk_latency_carry_us: AtomicU64,
     /// Frames this node sent, on every connection of every incarnation (for tests of traffic).
     frames_sent: AtomicU64,
+    /// The run's network.
+    net: Arc<SimNet>,
 }
 
 impl NodeState {
     /// State of node `index` in the run with `seed`.
-    pub fn new(seed: u64, index: u64, disk: SimDisk, frame_bytes_max: u64) -> Self {
+    pub fn new(seed: u64, index: u64, disk: SimDisk, frame_bytes_max: u64, net: Arc<SimNet>) -> Self {
         NodeState {
             index,
             frame_bytes_max,
@@ -98,6 +101,7 @@ impl NodeState {
             frame_faults: Mutex::new(FrameFaults::new(seed, index)),
             disk_latency_carry_us: AtomicU64::new(0),
             frames_sent: AtomicU64::new(0),
+            net,
         }
     }
 
@@ -213,15 +217,6 @@ fn is_kafka(addr: &str) -> bool {
     addr.rsplit(':').next().and_then(|p| p.parse::<u16>().ok()) == Some(KAFKA_PORT)
 }
 
-fn io_to_net(addr: &str, e: std::io::Error) -> NetError {
-    use std::io::ErrorKind;
-    match e.kind() {
-        ErrorKind::ConnectionRefused => NetError::Refused(addr.to_string()),
-        ErrorKind::ConnectionReset | ErrorKind::BrokenPipe | ErrorKind::UnexpectedEof => NetError::Closed,
-        _ => NetError::Io(format!("{addr}: {e}")),
-    }
-}
-
 impl Runtime for SimRuntime {
     type Disk = SimDisk;
     type Conn = SimConnection;
@@ -260,9 +255,9 @@ impl Runtime for SimRuntime {
     }
 
     async fn connect(&self, addr: &str) -> Result<SimConnection, NetError> {
-        let stream = TcpStream::connect(addr).await.map_err(|e| io_to_net(addr, e))?;
+        let end = self.state.net.connect(&self.time.0, self.state.index, addr).await?;
         Ok(SimConnection::new(
-            stream,
+            end,
             addr.to_string(),
             self.state.clone(),
             is_kafka(addr),
@@ -270,7 +265,7 @@ impl Runtime for SimRuntime {
     }
 
     async fn listen(&self, addr: &str) -> Result<SimListener, NetError> {
-        let listener = TcpListener::bind(addr).await.map_err(|e| io_to_net(addr, e))?;
+        let listener = self.state.net.listen(self.state.index, addr)?;
         Ok(SimListener {
             listener,
             addr: addr.to_string(),
@@ -369,7 +364,7 @@ impl Future for SimSleep {
 /// Accepts simulated TCP connections on one address.
 #[derive(Debug)]
 pub struct SimListener {
-    listener: TcpListener,
+    listener: NetListener,
     addr: String,
     state: Arc<NodeState>,
 }
@@ -378,9 +373,9 @@ impl Listener for SimListener {
     type Conn = SimConnection;
 
     async fn accept(&mut self) -> Result<SimConnection, NetError> {
-        let (stream, peer) = self.listener.accept().await.map_err(|e| io_to_net(&self.addr, e))?;
+        let (end, peer) = self.listener.accept().await?;
         Ok(SimConnection::new(
-            stream,
+            end,
             peer.to_string(),
             self.state.clone(),
             is_kafka(&self.addr),
@@ -392,8 +387,8 @@ impl Listener for SimListener {
 /// returns [`NetError::Closed`].
 #[derive(Debug)]
 pub struct SimConnection {
-    /// `None` once closed: dropping the stream closes it, and the peer reads end-of-stream.
-    stream: Option<TcpStream>,
+    /// `None` once closed: dropping the end closes it, and the peer reads end-of-stream.
+    end: Option<End>,
     peer: String,
     frame_bytes_max: u64,
     /// The node this end lives on: its disk latency delays this end's sends.
@@ -403,9 +398,9 @@ pub struct SimConnection {
 }
 
 impl SimConnection {
-    fn new(stream: TcpStream, peer: String, state: Arc<NodeState>, kafka: bool) -> Self {
+    fn new(end: End, peer: String, state: Arc<NodeState>, kafka: bool) -> Self {
         SimConnection {
-            stream: Some(stream),
+            end: Some(end),
             peer,
             frame_bytes_max: state.frame_bytes_max,
             state,
@@ -414,40 +409,22 @@ impl SimConnection {
     }
 
     fn close(&mut self) {
-        self.stream = None;
+        self.end = None;
     }
 
     async fn recv_inner(&mut self) -> Result<Option<Bytes>, NetError> {
-        let stream = self.stream.as_mut().ok_or(NetError::Closed)?;
-        let mut header = [0u8; 4];
-        let mut filled = 0;
-        while filled < header.len() {
-            let n = stream
-                .read(&mut header[filled..])
-                .await
-                .map_err(|e| io_to_net(&self.peer, e))?;
-            if n == 0 {
-                if filled == 0 {
-                    return Ok(None);
-                }
-                return Err(NetError::Io(format!("{}: closed inside a frame header", self.peer)));
-            }
-            filled += n;
-        }
-        let len = u64::from(u32::from_be_bytes(header));
+        let end = self.end.as_ref().ok_or(NetError::Closed)?;
+        let Some(frame) = end.recv().await else {
+            return Ok(None);
+        };
+        let len = frame.len() as u64;
         if len > self.frame_bytes_max {
             return Err(NetError::FrameTooLarge {
                 len,
                 max: self.frame_bytes_max,
             });
         }
-        let len = usize::try_from(len).expect("frame_bytes_max fits in memory");
-        let mut body = BytesMut::zeroed(len);
-        stream.read_exact(&mut body).await.map_err(|e| match e.kind() {
-            std::io::ErrorKind::UnexpectedEof => NetError::Io(format!("{}: closed inside a frame", self.peer)),
-            _ => io_to_net(&self.peer, e),
-        })?;
-        Ok(Some(body.freeze()))
+        Ok(Some(frame))
     }
 
     async fn send_inner(&mut self, frame: Bytes) -> Result<(), NetError> {
@@ -458,7 +435,7 @@ impl SimConnection {
                 max: FRAME_BYTES_WIRE_MAX,
             });
         }
-        if self.stream.is_none() {
+        if self.end.is_none() {
             return Err(NetError::Closed);
         }
         let (frame, copies) = if self.kafka {
@@ -473,14 +450,9 @@ impl SimConnection {
         } else {
             (frame, 1)
         };
-        let stream = self.stream.as_mut().ok_or(NetError::Closed)?;
-        let header = u32::try_from(len).expect("checked against i32::MAX").to_be_bytes();
+        let end = self.end.as_ref().ok_or(NetError::Closed)?;
         for _ in 0..copies {
-            // madsim buffers writes and hands the buffer to the network on flush: one frame,
-            // one simulated message.
-            stream.write_all(&header).await.map_err(|e| io_to_net(&self.peer, e))?;
-            stream.write_all(&frame).await.map_err(|e| io_to_net(&self.peer, e))?;
-            stream.flush().await.map_err(|e| io_to_net(&self.peer, e))?;
+            end.send(frame.clone())?;
         }
         Ok(())
     }

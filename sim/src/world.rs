@@ -27,11 +27,11 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use madsim::net::NetSim;
 use madsim::task::NodeId;
 use rand_chacha::rand_core::RngCore;
 
 use crate::disk::{DiskLatency, SimDisk};
+use crate::runtime::net::{Clog, SimNet};
 use crate::runtime::{NodeState, SimRuntime, FRAME_BYTES_MAX_DEFAULT};
 use crate::seed::{self, Purpose};
 
@@ -149,6 +149,7 @@ pub struct World {
     seed: u64,
     handle: madsim::runtime::Handle,
     nodes: Rc<RefCell<Vec<NodeEntry>>>,
+    net: Arc<SimNet>,
 }
 
 /// Runs one simulation with `seed` on a fresh OS thread and returns what `f`'s future returns. A
@@ -184,6 +185,7 @@ where
                 seed,
                 handle: rt.handle().clone(),
                 nodes: Rc::new(RefCell::new(Vec::new())),
+                net: SimNet::new(config.send_latency.clone()),
             };
             let ending = world.clone();
             rt.block_on(async move {
@@ -238,7 +240,9 @@ impl World {
             index as u64,
             SimDisk::new(config.disk_latency),
             config.frame_bytes_max,
+            self.net.clone(),
         ));
+        self.net.add_node(index as u64, ip);
         let init_state = state.clone();
         let main = Arc::new(main);
         let name = config.name.clone();
@@ -331,29 +335,37 @@ impl World {
 
     /// Applies a fault (or its opposite, which is a fault too).
     pub fn inject(&self, fault: &Fault) {
-        let net = NetSim::current();
+        let clog = |c: Clog, clogged: bool| self.net.set_clog(c, clogged);
+        let n = |node: NodeIndex| node.0 as u64;
         match *fault {
-            Fault::Kill(n) => self.kill(n),
-            Fault::Restart(n) => self.restart(n),
-            Fault::Pause(n) => self.handle.pause(self.id(n)),
-            Fault::Resume(n) => self.handle.resume(self.id(n)),
-            Fault::Partition(a, b) => {
-                net.clog_link(self.id(a), self.id(b));
-                net.clog_link(self.id(b), self.id(a));
+            Fault::Kill(node) => self.kill(node),
+            Fault::Restart(node) => self.restart(node),
+            Fault::Pause(node) => self.handle.pause(self.id(node)),
+            Fault::Resume(node) => self.handle.resume(self.id(node)),
+            Fault::Partition(a, b) | Fault::Repair(a, b) => {
+                let clogged = matches!(fault, Fault::Partition(..));
+                clog(Clog::Link(n(a), n(b)), clogged);
+                clog(Clog::Link(n(b), n(a)), clogged);
             }
-            Fault::Repair(a, b) => {
-                net.unclog_link(self.id(a), self.id(b));
-                net.unclog_link(self.id(b), self.id(a));
+            Fault::Clog { from, to } => clog(Clog::Link(n(from), n(to)), true),
+            Fault::Unclog { from, to } => clog(Clog::Link(n(from), n(to)), false),
+            // Clogged nodes are kept apart from clogged links (as madsim kept them): Rejoin undoes
+            // exactly Isolate and leaves partitions made by other faults in place.
+            Fault::Isolate(node) | Fault::Rejoin(node) => {
+                let clogged = matches!(fault, Fault::Isolate(_));
+                clog(Clog::In(n(node)), clogged);
+                clog(Clog::Out(n(node)), clogged);
             }
-            Fault::Clog { from, to } => net.clog_link(self.id(from), self.id(to)),
-            Fault::Unclog { from, to } => net.unclog_link(self.id(from), self.id(to)),
-            // madsim keeps clogged nodes apart from clogged links: Rejoin undoes exactly Isolate
-            // and leaves partitions made by other faults in place.
-            Fault::Isolate(n) => net.clog_node(self.id(n)),
-            Fault::Rejoin(n) => net.unclog_node(self.id(n)),
-            Fault::Skew(n, skew_ms) => self.state(n).set_skew_ms(skew_ms),
-            Fault::Unskew(n) => self.state(n).set_skew_ms(0),
+            Fault::Skew(node, skew_ms) => self.state(node).set_skew_ms(skew_ms),
+            Fault::Unskew(node) => self.state(node).set_skew_ms(0),
         }
+    }
+
+    /// madsim's kill of the node's process: its tasks go (at their next turn), and with
+    /// [`SimNet::reset_node`] its sockets at once.
+    fn kill_node(&self, node: NodeIndex) {
+        self.handle.kill(self.id(node));
+        self.net.reset_node(node.0 as u64);
     }
 
     /// Kills the node's process (its tasks and sockets are gone) and crashes its disk. A node
@@ -363,8 +375,8 @@ impl World {
         if self.handle.is_exit(id) {
             return;
         }
-        // madsim's kill also closes the node's sockets; restart alone would leave them bound.
-        self.handle.kill(id);
+        // The kill also closes the node's sockets; restart alone would leave them bound.
+        self.kill_node(node);
         let crash_seed = self.nodes.borrow_mut()[node.0].crash_seeds.next_u64();
         self.with_disk(node, |disk| disk.crash(crash_seed));
     }
@@ -372,9 +384,8 @@ impl World {
     /// Kills the node and replaces its disk by an empty one: the machine comes back (at
     /// [`restart`](World::restart)) with nothing it ever wrote, synced or not.
     pub fn lose_disk(&self, node: NodeIndex) {
-        let id = self.id(node);
-        if !self.handle.is_exit(id) {
-            self.handle.kill(id);
+        if !self.handle.is_exit(self.id(node)) {
+            self.kill_node(node);
         }
         self.with_disk(node, |disk| disk.replace());
     }
@@ -383,9 +394,8 @@ impl World {
     /// as the page cache survives a process kill. [`restart`](World::restart) is its opposite too.
     /// A node already down is left as it is.
     pub fn kill_process(&self, node: NodeIndex) {
-        let id = self.id(node);
-        if !self.handle.is_exit(id) {
-            self.handle.kill(id);
+        if !self.handle.is_exit(self.id(node)) {
+            self.kill_node(node);
         }
     }
 
@@ -393,9 +403,8 @@ impl World {
     /// restarts a process that exited; the page cache kept every write). madsim's kill comes
     /// first even so: a returned `main` leaves the node's sockets bound.
     pub fn restart_exited(&self, node: NodeIndex) {
-        let id = self.id(node);
-        self.handle.kill(id);
-        self.handle.restart(id);
+        self.kill_node(node);
+        self.handle.restart(self.id(node));
     }
 
     /// Starts the node's `main` again on its surviving state; a node still up is killed first.

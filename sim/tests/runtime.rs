@@ -161,37 +161,105 @@ fn oversized_frame_closes_only_its_connection() {
     });
 }
 
+/// What the simulated network keeps of TCP when ends go away (`gregor_sim::runtime::net`): the
+/// frames an end sent before it was dropped all reach the peer, in order, before its
+/// end-of-stream; a killed server's clients read end-of-stream, and connects to it are refused at
+/// once until its next incarnation listens.
 #[test]
-fn oversized_header_closes_without_waiting_for_the_body() {
+fn frames_sent_before_a_drop_arrive_first_and_a_killed_server_refuses_until_restarted() {
     run_seed(3, |world| async move {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let events = Log::default();
-        let config = NodeConfig {
-            frame_bytes_max: 1024,
-            ..NodeConfig::named("server")
-        };
-        let server = echo_node(&world, config, &events);
+        let received = Log::default();
+        let server_log = received.clone();
+        let server = world.add_node("server", move |rt| {
+            let received = server_log.clone();
+            async move {
+                let mut listener = rt.listen("10.0.0.1:9092").await.expect("listen");
+                loop {
+                    let mut conn = listener.accept().await.expect("accept");
+                    let received = received.clone();
+                    rt.spawn(async move {
+                        loop {
+                            match conn.recv().await {
+                                Ok(Some(frame)) if frame.as_ref() == b"ping" => {
+                                    let _ = conn.send(frame).await;
+                                }
+                                Ok(Some(frame)) => log(&received, format!("frame {}", frame.len())),
+                                Ok(None) => return log(&received, "end-of-stream".to_string()),
+                                Err(e) => return log(&received, format!("error {e:?}")),
+                            }
+                        }
+                    });
+                }
+            }
+        });
         let client = idle_node(&world, "client");
         settle().await;
         let addr = world.addr(server, PORT);
-        let closed = world
-            .spawn_on(client, move |_rt| async move {
-                // Raw bytes: a header announcing 1 GiB, and no body ever. A server that buffered
-                // the frame would wait forever; ours must close at once.
-                let mut raw = madsim::net::TcpStream::connect(addr.as_str()).await.expect("connect");
-                raw.write_all(&(1u32 << 30).to_be_bytes()).await.expect("write");
-                raw.flush().await.expect("flush");
-                let mut buf = [0u8; 1];
-                madsim::time::timeout(Duration::from_secs(1), raw.read(&mut buf)).await
+
+        let a = addr.clone();
+        world
+            .spawn_on(client, move |rt| async move {
+                let mut conn = rt.connect(&a).await.expect("connect");
+                for len in 1..=5 {
+                    conn.send(Bytes::from(vec![0u8; len])).await.expect("send");
+                }
+                // Dropped at once, the five frames still in flight.
             })
             .await
-            .expect("client task ran");
-        assert!(matches!(closed, Ok(Ok(0))), "expected end-of-stream, got {closed:?}");
-        let events = events.lock().expect("log").clone();
-        assert!(
-            events.contains(&"recv failed: FrameTooLarge { len: 1073741824, max: 1024 }".to_string()),
-            "{events:?}"
+            .expect("client ran");
+        settle().await;
+        let seen = received.lock().expect("log").clone();
+        assert_eq!(
+            seen,
+            ["frame 1", "frame 2", "frame 3", "frame 4", "frame 5", "end-of-stream"],
+            "every frame sent before the drop, in order, then end-of-stream"
         );
+
+        let a = addr.clone();
+        let open = world
+            .spawn_on(client, move |rt| async move {
+                let mut conn = rt.connect(&a).await.expect("connect");
+                conn.send(Bytes::from_static(b"ping")).await.expect("send");
+                assert_eq!(conn.recv().await, Ok(Some(Bytes::from_static(b"ping"))));
+                conn
+            })
+            .await
+            .expect("client ran");
+        world.kill(server);
+        let a = addr.clone();
+        let (end, refused) = world
+            .spawn_on(client, move |rt| async move {
+                let mut conn = open;
+                let end = madsim::time::timeout(Duration::from_secs(1), conn.recv()).await;
+                let refused = rt.connect(&a).await.map(|_| ());
+                (end, refused)
+            })
+            .await
+            .expect("client ran");
+        assert_eq!(end, Ok(Ok(None)), "a killed server's client reads end-of-stream");
+        assert_eq!(
+            refused,
+            Err(NetError::Refused(addr.clone())),
+            "nothing listens on a killed node"
+        );
+
+        world.restart(server);
+        settle().await;
+        let a = addr.clone();
+        let again = world
+            .spawn_on(client, move |rt| async move {
+                let mut conn = rt.connect(&a).await?;
+                conn.send(Bytes::from_static(b"ping")).await?;
+                conn.recv().await
+            })
+            .await
+            .expect("client ran");
+        assert_eq!(
+            again,
+            Ok(Some(Bytes::from_static(b"ping"))),
+            "the next incarnation serves"
+        );
+        println!("frames before the drop: {seen:?}; after the kill: {end:?}, connect {refused:?}; after the restart: {again:?}");
     });
 }
 
