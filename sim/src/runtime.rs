@@ -303,14 +303,15 @@ impl Wake for ForwardWaker {
 /// only look at the clock and keep the latest waker for the timer to wake.
 #[derive(Debug)]
 struct OneTimerSleep {
-    sleep: Pin<Box<madsim::time::Sleep>>,
+    /// madsim's `Sleep` is a clock handle and a deadline: `Unpin`, so it needs no box.
+    sleep: madsim::time::Sleep,
     forward: Option<Arc<ForwardWaker>>,
 }
 
 impl OneTimerSleep {
     fn new(duration: Duration) -> Self {
         OneTimerSleep {
-            sleep: Box::pin(madsim::time::sleep(duration)),
+            sleep: madsim::time::sleep(duration),
             forward: None,
         }
     }
@@ -332,7 +333,7 @@ impl Future for OneTimerSleep {
                 let forward = Arc::new(ForwardWaker(Mutex::new(Some(cx.waker().clone()))));
                 let waker = Waker::from(forward.clone());
                 self.forward = Some(forward);
-                self.sleep.as_mut().poll(&mut Context::from_waker(&waker))
+                Pin::new(&mut self.sleep).poll(&mut Context::from_waker(&waker))
             }
         }
     }
