@@ -40,7 +40,9 @@ use crate::seed::{self, Purpose};
 pub struct WorldConfig {
     /// Virtual time after which the run fails (a guard against runs that never end).
     pub time_limit: Duration,
-    /// madsim's one-way latency range for each network message.
+    /// The one-way latency range of each frame, drawn per frame by the simulated network
+    /// (`runtime::net`). madsim's own network, which nothing uses now, is given it too, so that
+    /// madsim's configuration (and anything it derives from it) stays as it was.
     pub send_latency: std::ops::Range<Duration>,
 }
 
