@@ -27,6 +27,18 @@ use gregor_sim::cli::{differences, replay_line, RunOptions, RunResult, Runner};
 use gregor_sim::scenario::Scenario;
 use indicatif::{ProgressBar, ProgressStyle};
 
+/// `println!` for the command's output, which may go to a pipe its reader closed (`| head`):
+/// there `println!` panics with a backtrace. This ends the process quietly instead, with the
+/// status a shell gives a command killed by SIGPIPE (128 + 13).
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if writeln!(std::io::stdout(), $($arg)*).is_err() {
+            std::process::exit(141);
+        }
+    }};
+}
+
 #[path = "gregor-sim/campaign.rs"]
 mod campaign;
 #[path = "gregor-sim/shrinking.rs"]
@@ -159,7 +171,7 @@ fn bench_producer(
     use gregor_sim::bench::{producer, ProducerBench};
     let seeds: Vec<u64> = seeds.0.clone();
     anyhow::ensure!(!seeds.is_empty(), "no seeds");
-    println!(
+    outln!(
         "{records} records of {record_bytes} bytes to {partitions} partitions, offered {}, seeds {seeds:?}",
         if rate_per_ms == 0 {
             "as fast as send() takes them".to_string()
@@ -167,7 +179,7 @@ fn bench_producer(
             format!("{rate_per_ms}/ms")
         }
     );
-    println!("linger.ms  batch.size  records/sim s (median)  bytes/request (median)  requests (median)  failed");
+    outln!("linger.ms  batch.size  records/sim s (median)  bytes/request (median)  requests (median)  failed");
     let mut base = None;
     for (linger_ms, batch_bytes_max) in [(0, 16_384), (5, 16_384), (0, 1 << 20), (5, 1 << 20)] {
         let mut rates = Vec::new();
@@ -195,7 +207,7 @@ fn bench_producer(
         };
         let (rate, size, reqs) = (median(&mut rates), median(&mut sizes), median(&mut requests));
         let base_rate = *base.get_or_insert(rate);
-        println!(
+        outln!(
             "{linger_ms:>9}  {batch_bytes_max:>10}  {rate:>14.0} ({:.2}x)  {size:>22.0}  {reqs:>17.0}  {failed}",
             rate / base_rate
         );
@@ -321,16 +333,16 @@ fn run(
         let summary = summarize(scenario, &mine);
         let path = paths[index].display().to_string();
         for (seed, why) in &summary.failed {
-            println!("{}: seed {seed}: {why}", scenario.name);
+            outln!("{}: seed {seed}: {why}", scenario.name);
             if let Some(swarm) = swarm_of(scenario, *seed) {
-                println!("  {swarm}");
+                outln!("  {swarm}");
             }
-            println!("{}", replay_line(&path, *seed, &commit));
+            outln!("{}", replay_line(&path, *seed, &commit));
         }
         summaries.push(summary);
     }
-    println!("\n{}", table(&summaries));
-    println!("{}", coverage_table(&summaries));
+    outln!("\n{}", table(&summaries));
+    outln!("{}", coverage_table(&summaries));
     if let Some(file) = markdown {
         let rows: Vec<RuleRow<'_>> = scenarios
             .iter()
@@ -344,14 +356,14 @@ fn run(
             .collect();
         std::fs::write(file, markdown_table(&rows, &commit))
             .with_context(|| format!("cannot write {}", file.display()))?;
-        println!("rules table written to {}", file.display());
+        outln!("rules table written to {}", file.display());
     }
     let failed = summaries.iter().filter(|s| !s.pass).count();
     if failed > 0 {
-        println!("{failed} of {} scenario(s) failed", summaries.len());
+        outln!("{failed} of {} scenario(s) failed", summaries.len());
         return Ok(ExitCode::from(1));
     }
-    println!("all {} scenario(s) passed", summaries.len());
+    outln!("all {} scenario(s) passed", summaries.len());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -378,12 +390,12 @@ fn replay(
         trace_filter: filter,
     };
     let result = run_one(runner(), &scenario, &options);
-    println!("\nfaults:");
+    outln!("\nfaults:");
     if result.faults.is_empty() {
-        println!("  none");
+        outln!("  none");
     }
     for f in &result.faults {
-        println!(
+        outln!(
             "  {:>6}.{:03}s  {:<24} {}",
             f.at_ms / 1000,
             f.at_ms % 1000,
@@ -391,15 +403,15 @@ fn replay(
             f.what
         );
     }
-    println!("\n{}", result.report.summary());
-    println!("hard states reached: {}", result.coverage.names());
+    outln!("\n{}", result.report.summary());
+    outln!("hard states reached: {}", result.coverage.names());
     if let Some(file) = &timeline {
         let title = format!("{} seed {seed}", scenario.name);
         std::fs::write(file, gregor_sim::timeline::render(&result, &title))
             .with_context(|| format!("writing the timeline to {}", file.display()))?;
-        println!("timeline written to {}", file.display());
+        outln!("timeline written to {}", file.display());
     }
-    println!(
+    outln!(
         "\ntrace hash {:016x}; {:.1} simulated s in {:.3} wall s",
         result.trace_hash,
         result.simulated_ms as f64 / 1000.0,
@@ -409,18 +421,18 @@ fn replay(
     match seed_status(expect, &result) {
         SeedStatus::Pass => {
             match &expect.anomaly {
-                Some(anomaly) => println!("seed {seed}: pass ({anomaly} caught, as this negative control expects)"),
-                None => println!("seed {seed}: pass"),
+                Some(anomaly) => outln!("seed {seed}: pass ({anomaly} caught, as this negative control expects)"),
+                None => outln!("seed {seed}: pass"),
             }
             Ok(ExitCode::SUCCESS)
         }
         SeedStatus::Missed => {
-            println!("seed {seed}: the negative control's anomaly did not show on this seed");
+            outln!("seed {seed}: the negative control's anomaly did not show on this seed");
             Ok(ExitCode::SUCCESS)
         }
         SeedStatus::Fail(why) => {
-            println!("seed {seed}: FAIL: {why}");
-            println!("{}", replay_line(&path.display().to_string(), seed, &commit()));
+            outln!("seed {seed}: FAIL: {why}");
+            outln!("{}", replay_line(&path.display().to_string(), seed, &commit()));
             Ok(ExitCode::from(1))
         }
     }
@@ -445,22 +457,22 @@ fn check_determinism(paths: &[PathBuf], seeds: &Seeds, jobs: Option<usize>) -> a
         if !diffs.is_empty() {
             differ += 1;
             let path = paths[job.scenario].display().to_string();
-            println!(
+            outln!(
                 "{}: seed {}: NOT deterministic: {}",
                 scenarios[job.scenario].name,
                 job.seed,
                 diffs.join("; ")
             );
-            println!("{}", replay_line(&path, job.seed, &commit));
+            outln!("{}", replay_line(&path, job.seed, &commit));
         }
     }
     let pairs = jobs_list.len() / 2;
     let errors = results.iter().filter(|r| r.error.is_some()).count();
     if errors > 0 {
-        println!("note: {errors} run(s) errored (identically in both runs unless reported above)");
+        outln!("note: {errors} run(s) errored (identically in both runs unless reported above)");
     }
     if errors == results.len() {
-        println!("every run errored: nothing was compared");
+        outln!("every run errored: nothing was compared");
         return Ok(ExitCode::from(1));
     }
     // A hash of 0 is no hash: FNV-1a over no events is its offset basis, not 0.
@@ -469,13 +481,13 @@ fn check_determinism(paths: &[PathBuf], seeds: &Seeds, jobs: Option<usize>) -> a
         .filter(|r| r.error.is_none() && r.trace_hash == 0)
         .count();
     if unhashed > 0 {
-        println!("{unhashed} run(s) have no trace hash: the trace was not captured, nothing was compared");
+        outln!("{unhashed} run(s) have no trace hash: the trace was not captured, nothing was compared");
         return Ok(ExitCode::from(1));
     }
     if differ > 0 {
-        println!("{differ} of {pairs} seed(s) replayed differently");
+        outln!("{differ} of {pairs} seed(s) replayed differently");
         return Ok(ExitCode::from(1));
     }
-    println!("all {pairs} seed(s) replayed identically (same trace hash, report and faults)");
+    outln!("all {pairs} seed(s) replayed identically (same trace hash, report and faults)");
     Ok(ExitCode::SUCCESS)
 }

@@ -69,7 +69,7 @@ pub fn run(args: CampaignArgs) -> anyhow::Result<ExitCode> {
     });
     let jobs = super::parallelism(args.jobs);
     let commit = super::commit();
-    println!(
+    outln!(
         "campaign seed {campaign_seed} (repeat: --seed {campaign_seed}), commit {commit}, {} safe scenario(s), budget {} s, {jobs} job(s), corpus {}",
         safe.len(),
         budget.as_secs(),
@@ -79,12 +79,12 @@ pub fn run(args: CampaignArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .filter(|(_, why)| why.starts_with("known failing"))
         .count();
-    println!(
+    outln!(
         "left out: {} negative control(s) or pinned case(s), {known_failing} scenario(s) with known failing seeds",
         skipped.len() - known_failing
     );
     for (path, why) in skipped.iter().filter(|(_, why)| why.starts_with("known failing")) {
-        println!("  {path}: {why}");
+        outln!("  {path}: {why}");
     }
     let bar = super::progress(budget.as_secs() as usize, "s");
     let mut report = CampaignReport::new(&safe);
@@ -149,18 +149,18 @@ pub fn run(args: CampaignArgs) -> anyhow::Result<ExitCode> {
         ];
         std::fs::write(file, report.markdown(&header, &skipped))
             .with_context(|| format!("cannot write {}", file.display()))?;
-        println!("report written to {}", file.display());
+        outln!("report written to {}", file.display());
     }
     for line in &replay_lines {
-        println!("{line}");
+        outln!("{line}");
     }
     match report.verdict() {
         Ok(()) => {
-            println!("campaign passed: no failing seed");
+            outln!("campaign passed: no failing seed");
             Ok(ExitCode::SUCCESS)
         }
         Err(why) => {
-            println!("campaign failed: {why}");
+            outln!("campaign failed: {why}");
             Ok(ExitCode::from(1))
         }
     }

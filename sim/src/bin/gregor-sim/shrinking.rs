@@ -95,7 +95,7 @@ pub fn run(args: ShrinkArgs) -> anyhow::Result<ExitCode> {
     let shrunk = match shrink(&scenario, super::runner(), &options, &mut |line| eprintln!("{line}")) {
         Ok(s) => s,
         Err(e @ (ShrinkError::DoesNotFail { .. } | ShrinkError::NotReproduced { .. })) => {
-            println!("gregor-sim shrink: {e}");
+            outln!("gregor-sim shrink: {e}");
             return Ok(ExitCode::from(1));
         }
         Err(e) => return Err(e.into()),
@@ -114,9 +114,9 @@ pub fn run(args: ShrinkArgs) -> anyhow::Result<ExitCode> {
     );
     let text = format!("{}{sizes}{}", options.header, &shrunk.toml[options.header.len()..]);
     std::fs::write(&out, &text).with_context(|| format!("writing {}", out.display()))?;
-    println!("fails with:  {}", shrunk.failure);
-    println!("before:      {}", shrunk.before);
-    println!(
+    outln!("fails with:  {}", shrunk.failure);
+    outln!("before:      {}", shrunk.before);
+    outln!(
         "recorded:    {} (the played faults as a schedule: {})",
         shrunk.recorded,
         if shrunk.recorded_same_trace {
@@ -125,8 +125,8 @@ pub fn run(args: ShrinkArgs) -> anyhow::Result<ExitCode> {
             "another trace, the same failure"
         }
     );
-    println!("after:       {}", shrunk.after);
-    println!(
+    outln!("after:       {}", shrunk.after);
+    outln!(
         "{} candidate runs{}",
         shrunk.candidates,
         if shrunk.bounded {
@@ -136,7 +136,7 @@ pub fn run(args: ShrinkArgs) -> anyhow::Result<ExitCode> {
         }
     );
     verify(&out, &shrunk.failure)?;
-    println!(
+    outln!(
         "written to {}\n{}",
         out.display(),
         gregor_sim::cli::replay_line(&out.display().to_string(), seed, &commit)
@@ -155,7 +155,7 @@ fn verify(out: &Path, failure: &gregor_sim::shrink::Failure) -> anyhow::Result<(
     let result = gregor_sim::cli::exec::run_one(super::runner(), &written, &options);
     match failure_of(&written, &result) {
         Some(f) if f == *failure => {
-            println!("replayed from the file: fails with {f} on its own");
+            outln!("replayed from the file: fails with {f} on its own");
             Ok(())
         }
         other => bail!("the written scenario does not fail with {failure} on its own: {other:?}"),
