@@ -32,9 +32,14 @@
 //! nothing a failure rather than a pass.
 
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::hash::Hash;
+
+// Hash maps and sets of the checker's own keys (values, positions, small tuples of integers):
+// rustc's Fx hash in place of SipHash, whose guard against chosen keys the checker does not need.
+// Only looked up: no report iterates one, so their order never reaches a finding.
+use fxhash::{FxHashMap, FxHashSet};
 
 use crate::history::{History, Partition, SendOutcome, Value};
 
@@ -320,15 +325,15 @@ pub fn check(h: &History) -> Report {
         );
     }
 
-    let final_at: FastMap<(Partition, i64), Value> = h
+    let final_at: FxHashMap<(Partition, i64), Value> = h
         .final_reads
         .iter()
         .flat_map(|(&p, r)| r.records.iter().map(move |&(o, v)| ((p, o), v)))
         .collect();
-    let polled: FastSet<Value> = h.polls.iter().map(|p| p.value).collect();
+    let polled: FxHashSet<Value> = h.polls.iter().map(|p| p.value).collect();
     // Where the final read holds each value: a write is lost when the log no longer has it,
     // whatever a consumer saw before a crash.
-    let in_final: FastSet<(Value, Partition)> = final_at.iter().map(|(&(p, _), &v)| (v, p)).collect();
+    let in_final: FxHashSet<(Value, Partition)> = final_at.iter().map(|(&(p, _), &v)| (v, p)).collect();
     for s in &h.sends {
         let SendOutcome::Acked { offset } = s.outcome else {
             continue;
@@ -404,7 +409,7 @@ pub fn check(h: &History) -> Report {
         }
     }
 
-    let in_log: FastSet<Value> = final_at.values().copied().collect();
+    let in_log: FxHashSet<Value> = final_at.values().copied().collect();
     for s in h.sends.iter().filter(|s| s.outcome == SendOutcome::Abandoned) {
         if !in_log.contains(&s.value) && !polled.contains(&s.value) {
             report.add(
@@ -430,7 +435,7 @@ pub fn check(h: &History) -> Report {
             (p, offsets)
         })
         .collect();
-    let mut last: FastMap<(u32, u32, Partition), i64> = FastMap::default();
+    let mut last: FxHashMap<(u32, u32, Partition), i64> = FxHashMap::default();
     for poll in &h.polls {
         let key = (poll.consumer, poll.session, poll.partition);
         if let Some(&prev) = last.get(&key) {
@@ -505,7 +510,7 @@ pub fn check(h: &History) -> Report {
         *entry = (*entry).max(commit.offset);
     }
     if h.tracks_processing {
-        let processed: FastSet<Value> = h.processed.iter().map(|p| p.value).collect();
+        let processed: FxHashSet<Value> = h.processed.iter().map(|p| p.value).collect();
         for s in &h.sends {
             let SendOutcome::Acked { offset } = s.outcome else {
                 continue;
@@ -539,7 +544,7 @@ where
     K: Hash + Ord + Copy,
     V: Ord + Copy,
 {
-    let mut first: FastMap<K, V> = FastMap::with_capacity_and_hasher(capacity, Default::default());
+    let mut first: FxHashMap<K, V> = FxHashMap::with_capacity_and_hasher(capacity, Default::default());
     let mut conflicts: BTreeMap<K, BTreeSet<V>> = BTreeMap::new();
     for (k, v) in pairs {
         match first.entry(k) {
@@ -556,53 +561,6 @@ where
         }
     }
     conflicts
-}
-
-/// Hash maps and sets of the checker's own keys (values, positions, small tuples of integers):
-/// rustc's Fx hash (a rotate, a xor and a multiply per word) in place of SipHash, whose guard
-/// against chosen keys the checker does not need. Only looked up: no report iterates one, so
-/// their order (the hasher's) never reaches a finding.
-pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
-pub(crate) type FastSet<K> = HashSet<K, BuildHasherDefault<FxHasher>>;
-
-#[derive(Clone, Copy, Default)]
-pub(crate) struct FxHasher(u64);
-
-impl FxHasher {
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-impl Hasher for FxHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.add(u64::from_le_bytes(word));
-        }
-    }
-    fn write_u8(&mut self, n: u8) {
-        self.add(u64::from(n));
-    }
-    fn write_u32(&mut self, n: u32) {
-        self.add(u64::from(n));
-    }
-    fn write_i32(&mut self, n: i32) {
-        self.add(u64::from(n as u32));
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.add(n);
-    }
-    fn write_i64(&mut self, n: i64) {
-        self.add(n as u64);
-    }
-    fn write_usize(&mut self, n: usize) {
-        self.add(n as u64);
-    }
-    fn finish(&self) -> u64 {
-        self.0
-    }
 }
 
 #[cfg(test)]
