@@ -242,12 +242,8 @@ struct Quiet {
     stack_key: usize,
     state: Arc<Mutex<Fnv>>,
     observer: Observer,
-    spans: Mutex<Slab>,
-}
-
-#[derive(Default)]
-struct Slab {
-    slots: Vec<QuietSpan>,
+    /// Every span of the capture, by id - 1.
+    spans: Mutex<Vec<QuietSpan>>,
 }
 
 struct QuietSpan {
@@ -277,11 +273,11 @@ impl Quiet {
             stack_key: QUIET_KEYS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             state,
             observer,
-            spans: Mutex::new(Slab::default()),
+            spans: Mutex::new(Vec::new()),
         }
     }
 
-    fn slab(&self) -> std::sync::MutexGuard<'_, Slab> {
+    fn slab(&self) -> std::sync::MutexGuard<'_, Vec<QuietSpan>> {
         self.spans
             .lock()
             .expect("span slab lock poisoned: a panic while tracing already failed the run")
@@ -331,13 +327,13 @@ impl Subscriber for Quiet {
             parent,
         };
         let mut slab = self.slab();
-        slab.slots.push(span);
-        let index = slab.slots.len() - 1;
+        slab.push(span);
+        let index = slab.len() - 1;
         Id::from_u64(index as u64 + 1)
     }
 
     fn record(&self, span: &Id, values: &Record<'_>) {
-        if let Some(span) = self.slab().slots.get_mut(slot(span)) {
+        if let Some(span) = self.slab().get_mut(slot(span)) {
             values.record(&mut FieldWriter::for_span(&mut span.fields, span.meta));
         }
     }
@@ -357,7 +353,7 @@ impl Subscriber for Quiet {
             let slab = self.slab();
             let mut chain = Vec::new();
             let mut at = Some(leaf);
-            while let Some(span) = at.as_ref().and_then(|id| slab.slots.get(slot(id))) {
+            while let Some(span) = at.as_ref().and_then(|id| slab.get(slot(id))) {
                 chain.push(span);
                 at = span.parent.clone();
             }
