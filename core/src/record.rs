@@ -311,9 +311,31 @@ pub fn build_batch(records: &[NewRecord], producer: ProducerFields) -> Vec<u8> {
     assert!(!records.is_empty(), "a batch holds at least one record");
     let base_timestamp = records[0].timestamp;
     let max_timestamp = records.iter().map(|r| r.timestamp).max().unwrap_or(base_timestamp);
-    let mut body = Vec::new();
+    // One allocation for the batch (the header's length is patched in after the records), and
+    // one scratch buffer for a record's body, whose length prefix goes before it.
+    let estimate: usize = records
+        .iter()
+        .map(|r| 16 + r.key.as_ref().map_or(0, Vec::len) + r.value.as_ref().map_or(0, Vec::len))
+        .sum();
+    let mut b = Vec::with_capacity(HEADER_BYTES + estimate);
+    b.extend_from_slice(&0i64.to_be_bytes());
+    b.extend_from_slice(&[0; 4]); // batch length, filled below
+    b.extend_from_slice(&(-1i32).to_be_bytes());
+    b.push(MAGIC_V2 as u8);
+    b.extend_from_slice(&[0; 4]); // crc, filled below
+    b.extend_from_slice(&0i16.to_be_bytes());
+    b.extend_from_slice(&((records.len() - 1) as i32).to_be_bytes());
+    b.extend_from_slice(&base_timestamp.to_be_bytes());
+    b.extend_from_slice(&max_timestamp.to_be_bytes());
+    b.extend_from_slice(&producer.producer_id.to_be_bytes());
+    b.extend_from_slice(&producer.producer_epoch.to_be_bytes());
+    b.extend_from_slice(&producer.base_sequence.to_be_bytes());
+    b.extend_from_slice(&(records.len() as i32).to_be_bytes());
+    debug_assert_eq!(b.len(), HEADER_BYTES);
+    let mut rec = Vec::with_capacity(64);
     for (i, r) in records.iter().enumerate() {
-        let mut rec = vec![0u8];
+        rec.clear();
+        rec.push(0u8); // attributes
         write_varlong(&mut rec, r.timestamp - base_timestamp);
         write_varlong(&mut rec, i as i64);
         for field in [&r.key, &r.value] {
@@ -326,24 +348,11 @@ pub fn build_batch(records: &[NewRecord], producer: ProducerFields) -> Vec<u8> {
             }
         }
         write_varlong(&mut rec, 0); // no headers
-        write_varlong(&mut body, rec.len() as i64);
-        body.extend_from_slice(&rec);
+        write_varlong(&mut b, rec.len() as i64);
+        b.extend_from_slice(&rec);
     }
-    let mut b = Vec::with_capacity(HEADER_BYTES + body.len());
-    b.extend_from_slice(&0i64.to_be_bytes());
-    b.extend_from_slice(&((HEADER_BYTES - LOG_OVERHEAD + body.len()) as i32).to_be_bytes());
-    b.extend_from_slice(&(-1i32).to_be_bytes());
-    b.push(MAGIC_V2 as u8);
-    b.extend_from_slice(&[0; 4]); // crc, filled below
-    b.extend_from_slice(&0i16.to_be_bytes());
-    b.extend_from_slice(&((records.len() - 1) as i32).to_be_bytes());
-    b.extend_from_slice(&base_timestamp.to_be_bytes());
-    b.extend_from_slice(&max_timestamp.to_be_bytes());
-    b.extend_from_slice(&producer.producer_id.to_be_bytes());
-    b.extend_from_slice(&producer.producer_epoch.to_be_bytes());
-    b.extend_from_slice(&producer.base_sequence.to_be_bytes());
-    b.extend_from_slice(&(records.len() as i32).to_be_bytes());
-    b.extend_from_slice(&body);
+    let batch_length = (b.len() - LOG_OVERHEAD) as i32;
+    b[8..12].copy_from_slice(&batch_length.to_be_bytes());
     let crc = crc32c::crc32c(&b[CRC_START..]);
     b[17..21].copy_from_slice(&crc.to_be_bytes());
     b
