@@ -27,7 +27,7 @@
 
 pub mod clean_shutdown;
 pub mod coordination;
-mod partition_key;
+pub(crate) mod partition_key;
 pub mod producer_ids;
 pub mod producer_state;
 pub mod replica;

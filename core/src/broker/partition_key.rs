@@ -1,4 +1,5 @@
-//! Looking up the broker's `(topic, partition)` maps by a borrowed topic name.
+//! Looking up the broker's `(topic, partition)` maps (and the producer accumulator's) by a
+//! borrowed topic name.
 //!
 //! The maps are keyed by `(String, i32)`, and `BTreeMap::get` wants a `&Q` the key borrows as;
 //! building a `(String, i32)` for every lookup allocated and freed the topic name on every

@@ -30,6 +30,7 @@ use std::task::Waker;
 
 use bytes::Bytes;
 
+use crate::broker::partition_key::PartitionKey as KeyRef;
 use crate::broker::producer_state::{last_sequence, next_sequence};
 use crate::ids::{ProducerEpoch, ProducerId};
 use crate::record::{build_batch, NewRecord, ProducerFields, HEADER_BYTES};
@@ -189,9 +190,9 @@ impl Accumulator {
 
     /// Whether appending `bytes` to `key` would start a new batch (the sticky partitioner then
     /// moves on) while the partition already has one.
-    pub fn would_start_new_batch(&self, key: &PartitionKey, bytes: usize) -> bool {
+    pub fn would_start_new_batch(&self, topic: &str, partition: i32, bytes: usize) -> bool {
         self.partitions
-            .get(key)
+            .get(&(topic, partition) as &dyn KeyRef)
             .and_then(|p| p.queue.back())
             .is_some_and(|b| !self.fits(b, bytes))
     }
@@ -202,18 +203,28 @@ impl Accumulator {
 
     /// Appends a record (the caller checked its size and the buffer's room). Returns whether the
     /// sender should look now: a batch was started (its linger timer begins) or became full.
-    pub fn append(&mut self, key: PartitionKey, record: NewRecord, slot: Slot, now_ms: u64) -> bool {
+    /// The topic's name is copied only for a new batch or partition, not per record.
+    pub fn append(&mut self, topic: &str, partition: i32, record: NewRecord, slot: Slot, now_ms: u64) -> bool {
         let bytes = record_bytes(&record);
         self.buffered_bytes += bytes;
         let batch_bytes_max = self.config.batch_bytes_max;
         let deadline_ms = now_ms.saturating_add(self.config.delivery_timeout_ms);
+        let lookup = (topic, partition);
         let fits = self
             .partitions
-            .get(&key)
+            .get(&lookup as &dyn KeyRef)
             .and_then(|p| p.queue.back())
             .is_some_and(|b| self.fits(b, bytes));
-        let partition = self.partitions.entry(key.clone()).or_default();
+        if !self.partitions.contains_key(&lookup as &dyn KeyRef) {
+            self.partitions
+                .insert((topic.to_string(), partition), PartitionState::default());
+        }
+        let partition = self
+            .partitions
+            .get_mut(&lookup as &dyn KeyRef)
+            .expect("inserted above if absent");
         if !fits {
+            let key = (topic.to_string(), lookup.1);
             if let Some(last) = partition.queue.back_mut() {
                 last.closed = true;
             }
@@ -549,19 +560,19 @@ mod tests {
     fn a_batch_is_ready_after_linger_or_when_full() {
         let mut a = acc(5, 1_000);
         assert!(
-            a.append(key(0), rec(10), Slot::default(), 100),
+            a.append("t", 0, rec(10), Slot::default(), 100),
             "a new batch: its linger starts"
         );
-        assert!(!a.append(key(0), rec(10), Slot::default(), 101));
+        assert!(!a.append("t", 0, rec(10), Slot::default(), 101));
         assert_eq!(a.ready(101), (vec![], Some(105)), "lingers");
         assert_eq!(a.ready(105).0, vec![key(0)], "linger.ms passed");
         // Full: a third record of 136 bytes would take the batch (61 + 2 x 136) past batch.size,
         // so it starts the next batch and the first is ready before linger.ms.
         let mut a = acc(5, 400);
-        assert!(a.append(key(0), rec(100), Slot::default(), 0));
-        assert!(!a.append(key(0), rec(100), Slot::default(), 0));
+        assert!(a.append("t", 0, rec(100), Slot::default(), 0));
+        assert!(!a.append("t", 0, rec(100), Slot::default(), 0));
         assert!(
-            a.append(key(0), rec(100), Slot::default(), 0),
+            a.append("t", 0, rec(100), Slot::default(), 0),
             "full: the next batch starts"
         );
         assert_eq!(a.ready(0).0, vec![key(0)]);
@@ -574,7 +585,7 @@ mod tests {
     fn a_retry_goes_back_in_front_and_waits_for_its_partition() {
         let mut a = acc(0, 150);
         for _ in 0..3 {
-            a.append(key(0), rec(100), Slot::default(), 0);
+            a.append("t", 0, rec(100), Slot::default(), 0);
         }
         let first = a.drain_head(&key(0)).expect("batch 0");
         let second = a.drain_head(&key(0)).expect("batch 1");

@@ -276,7 +276,7 @@ impl<R: Runtime> BatchingProducer<R> {
         let slot = Slot::default();
         let mut s = self.state.borrow_mut();
         let now = self.rt.monotonic_ms();
-        if s.acc.append((topic.to_string(), partition), record, slot.clone(), now) {
+        if s.acc.append(topic, partition, record, slot.clone(), now) {
             // A new batch (its linger timer starts) or a full one: the sender looks.
             s.changed();
         }
@@ -302,7 +302,7 @@ impl<R: Runtime> BatchingProducer<R> {
                     let Some(mut p) = chosen else {
                         return Err(SendError::Failed(format!("topic {topic} has no partitions")));
                     };
-                    if key.is_none() && s.acc.would_start_new_batch(&(topic.to_string(), p), bytes) {
+                    if key.is_none() && s.acc.would_start_new_batch(topic, p, bytes) {
                         // KIP-480: the sticky partition's batch is done; move on.
                         s.partitioner.on_new_batch(topic, count, self.rt.random_u64());
                         p = s.partitioner.partition(topic, key, count, 0).unwrap_or(p);

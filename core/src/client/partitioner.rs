@@ -67,10 +67,12 @@ impl Partitioner {
         if let Some(key) = key {
             return key_partition(key, partitions);
         }
-        let sticky = self
-            .sticky
-            .entry(topic.to_string())
-            .or_insert_with(|| (random % partitions as u64) as i32);
+        // Looked up by the borrowed name: a record only allocates the topic's entry once.
+        if !self.sticky.contains_key(topic) {
+            self.sticky
+                .insert(topic.to_string(), (random % partitions as u64) as i32);
+        }
+        let sticky = self.sticky.get_mut(topic).expect("inserted above if absent");
         if *sticky >= partitions {
             *sticky = (random % partitions as u64) as i32;
         }
