@@ -286,7 +286,8 @@ impl Runtime for SimRuntime {
     }
 }
 
-/// The latest waker of a [`OneTimerSleep`], woken by its one madsim timer.
+/// The latest waker of a [`OneTimerSleep`] whose task's waker changed, woken by its second
+/// madsim timer.
 #[derive(Debug, Default)]
 struct ForwardWaker(Mutex<Option<Waker>>);
 
@@ -299,12 +300,17 @@ impl Wake for ForwardWaker {
     }
 }
 
-/// A madsim sleep that adds its timer to madsim's heap once, at the first poll; later polls
-/// only look at the clock and keep the latest waker for the timer to wake.
+/// A madsim sleep that adds its timer to madsim's heap once, at the first poll, with that poll's
+/// waker; later polls with the same waker only look at the clock. A poll with another waker
+/// (the sleep moved to another task) adds one more timer, which wakes whichever waker polled
+/// last. The common case allocates nothing beyond madsim's heap entry: an `Arc` forwarder for
+/// every sleep was 3.6% of a batched seed's allocations.
 #[derive(Debug)]
 struct OneTimerSleep {
     /// madsim's `Sleep` is a clock handle and a deadline: `Unpin`, so it needs no box.
     sleep: madsim::time::Sleep,
+    /// The waker madsim's timer holds, once added.
+    armed: Option<Waker>,
     forward: Option<Arc<ForwardWaker>>,
 }
 
@@ -312,6 +318,7 @@ impl OneTimerSleep {
     fn new(duration: Duration) -> Self {
         OneTimerSleep {
             sleep: madsim::time::sleep(duration),
+            armed: None,
             forward: None,
         }
     }
@@ -324,16 +331,21 @@ impl Future for OneTimerSleep {
         if self.sleep.is_elapsed() {
             return Poll::Ready(());
         }
-        match &self.forward {
-            Some(forward) => {
-                *forward.0.lock().expect("never poisoned: no code panics holding it") = Some(cx.waker().clone());
-                Poll::Pending
-            }
-            None => {
+        if let Some(forward) = &self.forward {
+            *forward.0.lock().expect("never poisoned: no code panics holding it") = Some(cx.waker().clone());
+            return Poll::Pending;
+        }
+        match &self.armed {
+            Some(armed) if armed.will_wake(cx.waker()) => Poll::Pending,
+            Some(_) => {
                 let forward = Arc::new(ForwardWaker(Mutex::new(Some(cx.waker().clone()))));
                 let waker = Waker::from(forward.clone());
                 self.forward = Some(forward);
                 Pin::new(&mut self.sleep).poll(&mut Context::from_waker(&waker))
+            }
+            None => {
+                self.armed = Some(cx.waker().clone());
+                Pin::new(&mut self.sleep).poll(cx)
             }
         }
     }

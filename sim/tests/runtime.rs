@@ -5,6 +5,7 @@
 //! test names the fault it injects and checks both the fault and its opposite.
 
 use std::collections::hash_map::DefaultHasher;
+use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -634,5 +635,31 @@ fn sleeps_end_at_their_deadlines_and_dropped_ones_leave_the_queue() {
             vec![(50, 50), (70, 70), (120, 120), (300, 300), (500, 500)],
             "each sleep ends at its own deadline, in deadline order"
         );
+    });
+}
+
+/// A short sleep keeps the waker of the poll that added its madsim timer. Polled later with
+/// another waker (a future first polled by one task or combinator, then awaited by another), it
+/// must wake the new one at its deadline: the first waker here is a no-op that wakes no one.
+#[test]
+fn a_short_sleep_polled_again_with_another_waker_wakes_the_new_one() {
+    run_seed(12, |world| async move {
+        let node = idle_node(&world, "sleeper");
+        let (first_poll_pending, answered, took_ms) = world
+            .spawn_on(node, |rt| async move {
+                let start = rt.monotonic_ms();
+                let mut sleep = Box::pin(rt.sleep(Duration::from_millis(10)));
+                let noop = std::task::Waker::noop();
+                let first = sleep.as_mut().poll(&mut std::task::Context::from_waker(noop));
+                // Bounded: a sleep that never wakes this task ends the wait after 1 s.
+                let answered = gregor_core::client::conn::with_timeout(&rt, 1_000, sleep).await;
+                (first.is_pending(), answered.is_some(), rt.monotonic_ms() - start)
+            })
+            .await
+            .expect("ran");
+        println!("first poll pending: {first_poll_pending}; woke the second waker: {answered} after {took_ms} ms");
+        assert!(first_poll_pending, "a 10 ms sleep is pending at once");
+        assert!(answered, "the sleep woke the task that awaited it");
+        assert_eq!(took_ms, 10, "at its deadline");
     });
 }
