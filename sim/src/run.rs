@@ -15,18 +15,13 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Poll as TaskPoll, Waker};
 use std::time::Duration;
 
-use futures_util::stream::{FuturesUnordered, StreamExt};
-use gregor_core::client::accumulator::Delivery;
-use gregor_core::client::batching::{BatchingProducer, SendHandle};
+use gregor_core::client::batching::BatchingProducer;
 use gregor_core::client::conn::with_timeout;
 use gregor_core::client::consumer::{Consumer, ConsumerConfig};
 use gregor_core::client::group::{GroupConfig, GroupConsumer, RebalanceListener, TopicPartition};
@@ -246,96 +241,28 @@ async fn producer_main(rt: SimRuntime, w: Arc<Workload>, p: u32, next_seq: Arc<A
         SendMode::Async => {
             // The batching producer: send() returns once the record is in this process's buffer,
             // where it waits for linger.ms / batch.size and dies with the process if it crashes
-            // first (never acknowledged). One task records each send's outcome when it comes.
+            // first (never acknowledged, its callback never runs). Each send's callback records
+            // its outcome at the virtual time the producer learns it. A task awaiting the sends'
+            // handles instead was polled once per record (to register with each new handle).
             let producer = BatchingProducer::start(client(&rt, format!("producer-{p}"), w.brokers), config);
-            let awaited: Rc<RefCell<AwaitedSends>> = Rc::default();
-            rt.spawn(record_outcomes(rt.clone(), w.clone(), p, awaited.clone()));
             while rt.monotonic_ms() < w.produce_until_ms {
                 let (value, partition) = next();
                 let chosen = (!sticky).then_some(partition);
-                let handle = producer.send(&topic, chosen, record(&rt, value)).await;
-                let partition = handle.partition().unwrap_or(partition);
+                let (cb_rt, cb_w) = (rt.clone(), w.clone());
+                let on_delivery = move |chosen: Option<i32>, result| {
+                    record_outcome(&cb_rt, &cb_w, p, value, chosen.unwrap_or(partition), result);
+                };
+                let chosen = producer
+                    .send_with_callback(&topic, chosen, record(&rt, value), on_delivery)
+                    .await;
                 if let Some(entry) = lock(&w.pending).get_mut(&value) {
-                    *entry = (partition, true);
+                    *entry = (chosen.unwrap_or(partition), true);
                 }
-                awaited.borrow_mut().push(value, partition, handle);
                 rt.sleep(interval).await;
             }
             // close(): wait for what is buffered, as Kafka's producer does, within the run.
             let left_ms = w.consume_until_ms.saturating_sub(rt.monotonic_ms());
             with_timeout(&rt, left_ms, producer.flush()).await;
-            // Let the outcome tasks record what the flush completed.
-            rt.sleep(Duration::from_millis(1)).await;
-        }
-    }
-}
-
-/// An async producer's sends whose outcome is not recorded yet, and the waker of the task that
-/// records them ([`record_outcomes`]).
-#[derive(Default)]
-struct AwaitedSends {
-    /// Polled as they wake: re-polling every pending handle on each wake was O(pending) and 12%
-    /// of the batched benchmark's CPU.
-    sends: FuturesUnordered<AwaitedSend>,
-    waker: Option<Waker>,
-}
-
-impl AwaitedSends {
-    fn push(&mut self, value: Value, partition: i32, handle: SendHandle) {
-        self.sends.push(AwaitedSend {
-            value,
-            partition,
-            handle,
-        });
-        // The recorder has not polled this handle: its slot holds no waker yet.
-        if let Some(waker) = self.waker.take() {
-            waker.wake();
-        }
-    }
-}
-
-/// One send awaited by [`record_outcomes`]: its handle, with the value and partition to record.
-struct AwaitedSend {
-    value: Value,
-    partition: i32,
-    handle: SendHandle,
-}
-
-impl Future for AwaitedSend {
-    type Output = (Value, i32, Delivery);
-
-    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> TaskPoll<Self::Output> {
-        let this = self.get_mut();
-        Pin::new(&mut this.handle)
-            .poll(cx)
-            .map(|result| (this.value, this.partition, result))
-    }
-}
-
-/// Records the outcomes of producer `p`'s async sends as they complete, at the virtual time each
-/// completes (its handle wakes this task). One task for all of them: a task per send spent 8% of
-/// a batched scenario's CPU in madsim's spawn. Runs until its node dies or the run ends.
-async fn record_outcomes(rt: SimRuntime, w: Arc<Workload>, p: u32, awaited: Rc<RefCell<AwaitedSends>>) {
-    loop {
-        let done = std::future::poll_fn(|cx| {
-            let mut a = awaited.borrow_mut();
-            if !a.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                a.waker = Some(cx.waker().clone());
-            }
-            let mut done = Vec::new();
-            // Ready(None) when nothing is awaited: `push` wakes this task then.
-            while let TaskPoll::Ready(Some(outcome)) = a.sends.poll_next_unpin(cx) {
-                done.push(outcome);
-            }
-            if done.is_empty() {
-                TaskPoll::Pending
-            } else {
-                TaskPoll::Ready(done)
-            }
-        })
-        .await;
-        for (value, partition, result) in done {
-            record_outcome(&rt, &w, p, value, partition, result);
         }
     }
 }

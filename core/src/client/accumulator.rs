@@ -53,22 +53,36 @@ pub fn record_bytes(record: &NewRecord) -> usize {
 /// A send's outcome: the record's offset when acknowledged (`None` with acks=0).
 pub type Delivery = Result<Option<i64>, SendError>;
 
-/// Where one send's outcome lands, and who waits for it.
+/// A send's completion callback (Kafka's `Callback.onCompletion`).
+pub type OnDelivery = Box<dyn FnOnce(Delivery)>;
+
+/// Where one send's outcome lands, and who waits for it: a task polling its handle, or a
+/// callback.
 #[derive(Default)]
 pub struct SlotState {
     pub result: Option<Delivery>,
     pub waker: Option<Waker>,
+    pub callback: Option<OnDelivery>,
 }
 
 pub type Slot = Rc<RefCell<SlotState>>;
 
+/// Sets a send's outcome once (later outcomes are ignored), and wakes its waiter or runs its
+/// callback, with the slot's borrow released.
 pub fn complete(slot: &Slot, result: Delivery) {
     let mut s = slot.borrow_mut();
-    if s.result.is_none() {
-        s.result = Some(result);
-        if let Some(w) = s.waker.take() {
-            w.wake();
-        }
+    if s.result.is_some() {
+        return;
+    }
+    if let Some(callback) = s.callback.take() {
+        s.result = Some(result.clone());
+        drop(s);
+        callback(result);
+        return;
+    }
+    s.result = Some(result);
+    if let Some(w) = s.waker.take() {
+        w.wake();
     }
 }
 

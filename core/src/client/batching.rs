@@ -57,16 +57,6 @@ impl SendHandle {
     pub fn partition(&self) -> Option<i32> {
         self.partition
     }
-
-    fn done(result: Delivery) -> Self {
-        Self::failed_for(None, result)
-    }
-
-    fn failed_for(partition: Option<i32>, result: Delivery) -> Self {
-        let slot = Slot::default();
-        complete(&slot, result);
-        SendHandle { slot, partition }
-    }
 }
 
 impl Future for SendHandle {
@@ -213,6 +203,41 @@ impl<R: Runtime> BatchingProducer<R> {
     /// buffer room or the topic's partition count; a send that cannot be buffered, or a record
     /// larger than `max.request.size`, fails alone through its handle.
     pub async fn send(&self, topic: &str, partition: Option<i32>, record: NewRecord) -> SendHandle {
+        let slot = Slot::default();
+        let partition = self.buffer(topic, partition, record, &slot).await;
+        SendHandle { slot, partition }
+    }
+
+    /// [`send`](Self::send) with Kafka's completion callback instead of a handle: `callback` runs
+    /// once with the partition (as [`SendHandle::partition`]) and the outcome, when the outcome is
+    /// known: before this returns if the send failed at once, else in the producer's own task
+    /// that completed the batch, so no task has to wait on the send. Like Kafka's callbacks it
+    /// should be quick, and it must not call this producer (the producer's state is borrowed
+    /// while callbacks run). Returns the partition too.
+    pub async fn send_with_callback(
+        &self,
+        topic: &str,
+        partition: Option<i32>,
+        record: NewRecord,
+        callback: impl FnOnce(Option<i32>, Delivery) + 'static,
+    ) -> Option<i32> {
+        let slot = Slot::default();
+        let partition = self.buffer(topic, partition, record, &slot).await;
+        // No await since `buffer` returned: the batch cannot have completed the slot unseen.
+        let mut s = slot.borrow_mut();
+        match s.result.clone() {
+            Some(result) => {
+                drop(s);
+                callback(partition, result);
+            }
+            None => s.callback = Some(Box::new(move |result| callback(partition, result))),
+        }
+        partition
+    }
+
+    /// Puts `record` in the accumulator with `slot`, or completes `slot` with the reason it
+    /// cannot; returns the partition when one was chosen.
+    async fn buffer(&self, topic: &str, partition: Option<i32>, record: NewRecord, slot: &Slot) -> Option<i32> {
         let (block_ms_max, idempotent, acks, request_bytes_max, buffer_bytes_max) = {
             let c = &self.state.borrow().acc.config;
             (
@@ -225,20 +250,28 @@ impl<R: Runtime> BatchingProducer<R> {
         };
         let deadline = self.rt.monotonic_ms().saturating_add(block_ms_max);
         if idempotent && acks != -1 {
-            return SendHandle::done(Err(SendError::Failed(
-                "enable.idempotence needs acks=-1 (all), as Kafka requires".into(),
-            )));
+            complete(
+                slot,
+                Err(SendError::Failed(
+                    "enable.idempotence needs acks=-1 (all), as Kafka requires".into(),
+                )),
+            );
+            return None;
         }
         let bytes = record_bytes(&record);
         let limit = request_bytes_max.min(buffer_bytes_max);
         if bytes + HEADER_BYTES + REQUEST_OVERHEAD_BYTES > limit {
-            return SendHandle::done(Err(SendError::Failed(format!(
-                "RECORD_TOO_LARGE: the record takes {} bytes serialized, more than max.request.size ({}) or \
-                 buffer.memory ({})",
-                bytes + HEADER_BYTES,
-                request_bytes_max,
-                buffer_bytes_max
-            ))));
+            complete(
+                slot,
+                Err(SendError::Failed(format!(
+                    "RECORD_TOO_LARGE: the record takes {} bytes serialized, more than max.request.size ({}) or \
+                     buffer.memory ({})",
+                    bytes + HEADER_BYTES,
+                    request_bytes_max,
+                    buffer_bytes_max
+                ))),
+            );
+            return None;
         }
         let partition = match partition {
             Some(p) => p,
@@ -247,7 +280,10 @@ impl<R: Runtime> BatchingProducer<R> {
                 .await
             {
                 Ok(p) => p,
-                Err(e) => return SendHandle::done(Err(e)),
+                Err(e) => {
+                    complete(slot, Err(e));
+                    return None;
+                }
             },
         };
         // Wait for room in buffer.memory.
@@ -263,27 +299,24 @@ impl<R: Runtime> BatchingProducer<R> {
                 };
                 let now = self.rt.monotonic_ms();
                 if now >= deadline {
-                    return SendHandle::failed_for(
-                        Some(partition),
+                    complete(
+                        slot,
                         Err(SendError::Failed(format!(
                             "buffer.memory ({buffer_bytes_max} bytes) stayed full for max.block.ms ({block_ms_max} ms)"
                         ))),
                     );
+                    return Some(partition);
                 }
                 with_timeout(&self.rt, deadline - now, changed_since(&self.state, seen)).await;
             }
         }
-        let slot = Slot::default();
         let mut s = self.state.borrow_mut();
         let now = self.rt.monotonic_ms();
         if s.acc.append(topic, partition, record, slot.clone(), now) {
             // A new batch (its linger timer starts) or a full one: the sender looks.
             s.changed();
         }
-        SendHandle {
-            slot,
-            partition: Some(partition),
-        }
+        Some(partition)
     }
 
     async fn choose_partition(

@@ -402,6 +402,62 @@ fn an_oversized_record_fails_alone() {
     assert_eq!(outcomes.2, Ok(Some(1)), "the record after it went on");
 }
 
+/// Kafka's `send(record, callback)`: each callback runs once, with the partition and the outcome,
+/// when the producer learns the outcome: at once for a send that fails before it is buffered,
+/// else when its batch is answered (before `flush` returns), with no task awaiting anything.
+#[test]
+fn send_callbacks_run_once_each_with_partition_and_outcome() {
+    type Seen = Rc<RefCell<Vec<(&'static str, Option<i32>, Delivery, u64)>>>;
+    let rt = Timed::new(3);
+    let config = ProducerConfig {
+        request_bytes_max: 2_000,
+        ..idempotent(5, 16_384)
+    };
+    let p = producer(&rt, config);
+    let seen: Seen = Rc::default();
+    let callback = |label: &'static str| {
+        let (seen, rt) = (seen.clone(), rt.clone());
+        move |partition: Option<i32>, delivery: Delivery| seen.borrow_mut().push((label, partition, delivery, rt.now()))
+    };
+    let big = "x".repeat(5_000);
+    let (returned, seen_after_big, sent_at, flushed_at) = rt.run(
+        async {
+            let sent_at = rt.now();
+            let a = p.send_with_callback("t", Some(1), rec("a"), callback("a")).await;
+            let big = p.send_with_callback("t", Some(1), rec(&big), callback("big")).await;
+            let seen_after_big = seen.borrow().len();
+            let c = p.send_with_callback("t", None, rec("c"), callback("c")).await;
+            p.flush().await;
+            ([a, big, c], seen_after_big, sent_at, rt.now())
+        },
+        10_000,
+    );
+    let seen = seen.borrow().clone();
+    println!("returned partitions {returned:?}; callbacks (label, partition, outcome, ms): {seen:?}");
+    assert_eq!(
+        seen_after_big, 1,
+        "the oversized send's callback ran before send returned"
+    );
+    assert_eq!(seen.len(), 3, "one call per send");
+    let by_label = |label| seen.iter().find(|s| s.0 == label).expect("called").clone();
+    let big_seen = by_label("big");
+    assert!(
+        matches!(&big_seen.2, Err(SendError::Failed(why)) if why.contains("RECORD_TOO_LARGE")),
+        "{big_seen:?}"
+    );
+    assert_eq!(big_seen.3, sent_at, "at once");
+    let a = by_label("a");
+    assert_eq!((a.1, &a.2), (Some(1), &Ok(Some(0))), "acked at offset 0 of partition 1");
+    assert!(
+        a.3 >= sent_at + 5 && a.3 <= flushed_at,
+        "after linger.ms, by the flush: {a:?}"
+    );
+    let c = by_label("c");
+    assert_eq!(c.1, returned[2], "the partitioner's choice, as send returned it");
+    assert!(matches!(c.2, Ok(Some(_))), "{c:?}");
+    assert_eq!(returned[0], Some(1));
+}
+
 /// Sends `n` records to partition 0 in batches of ~3 with up to 5 in flight, with `fault`
 /// applied once two requests are out; returns the outcomes and the log.
 fn several_in_flight(
