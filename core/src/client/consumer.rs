@@ -8,6 +8,8 @@
 
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
+
 use crate::protocol::api::fetch::{FetchPartition, FetchRequest, FetchTopic};
 use crate::protocol::api::list_offsets::{ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic};
 use crate::protocol::{Request, Response};
@@ -46,8 +48,9 @@ pub struct ConsumerRecord {
     pub partition: i32,
     pub offset: i64,
     pub timestamp: i64,
-    pub key: Option<Vec<u8>>,
-    pub value: Option<Vec<u8>>,
+    /// Shares the fetched response's buffer (no copy per record).
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
 }
 
 /// What a poll returned.
@@ -226,8 +229,8 @@ impl<R: Runtime> Consumer<R> {
                         partition,
                         offset: r.offset.0,
                         timestamp: r.timestamp,
-                        key: r.key.map(<[u8]>::to_vec),
-                        value: r.value.map(<[u8]>::to_vec),
+                        key: r.key.map(|k| bytes.slice_ref(k)),
+                        value: r.value.map(|v| bytes.slice_ref(v)),
                     });
                 }
                 next = next.max(h.next_offset().0);
