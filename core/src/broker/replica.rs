@@ -677,10 +677,8 @@ impl Broker {
         // KIP-841: only registered brokers join an ISR. A broker in controlled shutdown has
         // deregistered and may still fetch; adding it back would undo the controller's shrink.
         // Without a cluster view (a single node) there is nobody to check against.
-        let registered: Option<Vec<BrokerId>> = self
-            .cluster_view
-            .as_ref()
-            .map(|v| v.brokers.iter().map(|b| b.id).collect());
+        let view = self.cluster_view.as_ref();
+        let registered = |id: &BrokerId| view.is_none_or(|v| v.brokers.iter().any(|b| b.id == *id));
         let mut out = Vec::new();
         let topics = &self.topics;
         for ((topic, p), part) in self.partitions.iter_mut() {
@@ -708,6 +706,27 @@ impl Broker {
             if repl.isr_changes_held {
                 continue;
             }
+            // The usual case, no change, is found without building the new ISR: it changes
+            // when a member (not this leader) falls behind, or a follower outside it qualifies.
+            let in_sync = |id: &BrokerId| {
+                *id == me
+                    || followers
+                        .get(id)
+                        .is_some_and(|f| now_ms.saturating_sub(f.last_caught_up_ms) <= lag_max)
+            };
+            let qualifies = |id: &BrokerId, f: &Progress| {
+                f.leo >= hw
+                    && f.leo >= *epoch_start
+                    && now_ms.saturating_sub(f.last_caught_up_ms) <= lag_max
+                    && registered(id)
+            };
+            let shrinks = !repl.isr.iter().all(in_sync);
+            let grows = followers
+                .iter()
+                .any(|(id, f)| !repl.isr.contains(id) && qualifies(id, f));
+            if !shrinks && !grows {
+                continue;
+            }
             let mut isr: Vec<BrokerId> = repl
                 .isr
                 .iter()
@@ -724,7 +743,7 @@ impl Broker {
                 // Kafka's isFollowerInSync: at the HW and past this epoch's start offset.
                 let reached_hw = f.leo >= hw && f.leo >= *epoch_start;
                 let lagging = now_ms.saturating_sub(f.last_caught_up_ms) > lag_max;
-                let eligible = registered.as_ref().is_none_or(|r| r.contains(id));
+                let eligible = registered(id);
                 if !isr.contains(id) && reached_hw && !lagging && eligible {
                     isr.push(*id);
                 }
