@@ -150,7 +150,7 @@ impl ProducerStateTable {
         let mut scratch: BTreeMap<ProducerId, ProducerEntry> = BTreeMap::new();
         let mut first_duplicate = None;
         let mut appends = 0usize;
-        for h in headers {
+        for (i, h) in headers.iter().enumerate() {
             if h.producer_id < 0 {
                 appends += 1;
                 continue;
@@ -163,6 +163,11 @@ impl ProducerStateTable {
                 }
                 BatchVerdict::Append => {
                     appends += 1;
+                    // Only a later batch of the same producer in this set reads the scratch
+                    // state: a set of one batch (the usual Produce) copies nothing.
+                    if !headers[i + 1..].iter().any(|later| later.producer_id == h.producer_id) {
+                        continue;
+                    }
                     let mut updated = entry.cloned().unwrap_or(ProducerEntry {
                         epoch: ProducerEpoch(h.producer_epoch),
                         batches: VecDeque::new(),
