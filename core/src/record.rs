@@ -280,6 +280,17 @@ fn write_varlong(out: &mut Vec<u8>, v: i64) {
     }
 }
 
+/// Bytes a record may take in a batch beyond its key and value: attributes, timestamp and
+/// offset deltas, the key and value lengths, the header count and the record's length prefix,
+/// each a varint at its widest. An upper bound, so a batch never outgrows `batch.size` by more
+/// than one record.
+pub const RECORD_OVERHEAD_BYTES_MAX: usize = 1 + 10 + 5 + 5 + 5 + 5 + 5;
+
+/// A record's size in a batch, at most.
+pub fn record_bytes(record: &NewRecord) -> usize {
+    RECORD_OVERHEAD_BYTES_MAX + record.key.as_ref().map_or(0, Vec::len) + record.value.as_ref().map_or(0, Vec::len)
+}
+
 /// A record to build a batch from (producers and tests).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NewRecord {
@@ -313,11 +324,7 @@ pub fn build_batch(records: &[NewRecord], producer: ProducerFields) -> Vec<u8> {
     let max_timestamp = records.iter().map(|r| r.timestamp).max().unwrap_or(base_timestamp);
     // One allocation for the batch (the header's length is patched in after the records), and
     // one scratch buffer for a record's body, whose length prefix goes before it.
-    let estimate: usize = records
-        .iter()
-        .map(|r| 16 + r.key.as_ref().map_or(0, Vec::len) + r.value.as_ref().map_or(0, Vec::len))
-        .sum();
-    let mut b = Vec::with_capacity(HEADER_BYTES + estimate);
+    let mut b = Vec::with_capacity(HEADER_BYTES + records.iter().map(record_bytes).sum::<usize>());
     b.extend_from_slice(&0i64.to_be_bytes());
     b.extend_from_slice(&[0; 4]); // batch length, filled below
     b.extend_from_slice(&(-1i32).to_be_bytes());

@@ -706,20 +706,25 @@ impl Broker {
             if repl.isr_changes_held {
                 continue;
             }
-            // The usual case, no change, is found without building the new ISR: it changes
-            // when a member (not this leader) falls behind, or a follower outside it qualifies.
+            // A member stays while it is this leader or has caught up within the lag bound.
             let in_sync = |id: &BrokerId| {
                 *id == me
                     || followers
                         .get(id)
                         .is_some_and(|f| now_ms.saturating_sub(f.last_caught_up_ms) <= lag_max)
             };
+            // A follower joins by Kafka's rule (isFollowerInSync: at the HW and past this epoch's
+            // start offset), plus not lagging by the shrink rule (or it would flap in and out),
+            // plus registered.
             let qualifies = |id: &BrokerId, f: &Progress| {
                 f.leo >= hw
                     && f.leo >= *epoch_start
                     && now_ms.saturating_sub(f.last_caught_up_ms) <= lag_max
                     && registered(id)
             };
+            // The usual case, no change, is found without building the new ISR. A member that
+            // falls out cannot qualify again (it lags or is no follower), so either one here
+            // changes the ISR.
             let shrinks = !repl.isr.iter().all(in_sync);
             let grows = followers
                 .iter()
@@ -727,33 +732,13 @@ impl Broker {
             if !shrinks && !grows {
                 continue;
             }
-            let mut isr: Vec<BrokerId> = repl
-                .isr
-                .iter()
-                .copied()
-                .filter(|id| {
-                    *id == me
-                        || followers
-                            .get(id)
-                            .is_some_and(|f| now_ms.saturating_sub(f.last_caught_up_ms) <= lag_max)
-                })
-                .collect();
+            let mut isr: Vec<BrokerId> = repl.isr.iter().copied().filter(in_sync).collect();
             for (id, f) in followers.iter() {
-                // Kafka's rule, plus not lagging by the shrink rule (or it would flap in and out).
-                // Kafka's isFollowerInSync: at the HW and past this epoch's start offset.
-                let reached_hw = f.leo >= hw && f.leo >= *epoch_start;
-                let lagging = now_ms.saturating_sub(f.last_caught_up_ms) > lag_max;
-                let eligible = registered(id);
-                if !isr.contains(id) && reached_hw && !lagging && eligible {
+                if !isr.contains(id) && qualifies(id, f) {
                     isr.push(*id);
                 }
             }
             isr.sort();
-            let mut current = repl.isr.clone();
-            current.sort();
-            if isr == current {
-                continue;
-            }
             // KIP-966: replicas leaving an ISR that is below min ISR stay eligible to lead.
             let elr = next_elr(
                 &repl.isr,

@@ -33,22 +33,11 @@ use bytes::Bytes;
 use crate::broker::partition_key::PartitionKey as KeyRef;
 use crate::broker::producer_state::{last_sequence, next_sequence};
 use crate::ids::{ProducerEpoch, ProducerId};
-use crate::record::{build_batch, NewRecord, ProducerFields, HEADER_BYTES};
+use crate::record::{build_batch, record_bytes, NewRecord, ProducerFields, HEADER_BYTES};
 use crate::ErrorCode;
 
 use super::producer::{ProducerConfig, SendError};
 use super::ClientError;
-
-/// Bytes a record may take in a batch beyond its key and value: attributes, timestamp and
-/// offset deltas, the key and value lengths, the header count and the record's length prefix,
-/// each a varint at its widest. An upper bound, so a batch never outgrows `batch.size` by more
-/// than one record.
-pub const RECORD_OVERHEAD_BYTES_MAX: usize = 1 + 10 + 5 + 5 + 5 + 5 + 5;
-
-/// A record's size in a batch, at most.
-pub fn record_bytes(record: &NewRecord) -> usize {
-    RECORD_OVERHEAD_BYTES_MAX + record.key.as_ref().map_or(0, Vec::len) + record.value.as_ref().map_or(0, Vec::len)
-}
 
 /// A send's outcome: the record's offset when acknowledged (`None` with acks=0).
 pub type Delivery = Result<Option<i64>, SendError>;
@@ -119,6 +108,11 @@ pub struct Batch {
 }
 
 impl Batch {
+    /// Whether `bytes` more may join this batch under `batch.size`.
+    fn fits(&self, bytes: usize, batch_bytes_max: usize) -> bool {
+        !self.closed && self.bytes + bytes <= batch_bytes_max
+    }
+
     fn fail(&self, why: String) -> SendError {
         if self.maybe_written {
             SendError::Unknown(why)
@@ -208,11 +202,7 @@ impl Accumulator {
         self.partitions
             .get(&(topic, partition) as &dyn KeyRef)
             .and_then(|p| p.queue.back())
-            .is_some_and(|b| !self.fits(b, bytes))
-    }
-
-    fn fits(&self, batch: &Batch, bytes: usize) -> bool {
-        !batch.closed && batch.bytes + bytes <= self.config.batch_bytes_max
+            .is_some_and(|b| !b.fits(bytes, self.config.batch_bytes_max))
     }
 
     /// Appends a record (the caller checked its size and the buffer's room). Returns whether the
@@ -224,11 +214,6 @@ impl Accumulator {
         let batch_bytes_max = self.config.batch_bytes_max;
         let deadline_ms = now_ms.saturating_add(self.config.delivery_timeout_ms);
         let lookup = (topic, partition);
-        let fits = self
-            .partitions
-            .get(&lookup as &dyn KeyRef)
-            .and_then(|p| p.queue.back())
-            .is_some_and(|b| self.fits(b, bytes));
         if !self.partitions.contains_key(&lookup as &dyn KeyRef) {
             self.partitions
                 .insert((topic.to_string(), partition), PartitionState::default());
@@ -237,6 +222,7 @@ impl Accumulator {
             .partitions
             .get_mut(&lookup as &dyn KeyRef)
             .expect("inserted above if absent");
+        let fits = partition.queue.back().is_some_and(|b| b.fits(bytes, batch_bytes_max));
         if !fits {
             let key = (topic.to_string(), lookup.1);
             if let Some(last) = partition.queue.back_mut() {

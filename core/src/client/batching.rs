@@ -26,10 +26,10 @@ use std::task::{Context, Poll, Waker};
 
 use crate::protocol::api::produce::{ProducePartition, ProduceRequest, ProduceTopic};
 use crate::protocol::{Request, Response};
-use crate::record::{NewRecord, HEADER_BYTES};
+use crate::record::{record_bytes, NewRecord, HEADER_BYTES};
 use crate::runtime::Runtime;
 
-use super::accumulator::{complete, record_bytes, Accumulator, Batch, Delivery, PartitionKey, ProducerStats, Slot};
+use super::accumulator::{complete, Accumulator, Batch, Delivery, PartitionKey, ProducerStats, Slot};
 use super::conn::with_timeout;
 use super::partitioner::Partitioner;
 use super::producer::{init_producer_id, ProducerConfig, SendError};
