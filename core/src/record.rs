@@ -235,6 +235,10 @@ fn read_bytes<'a>(b: &'a [u8], at: &mut usize) -> Option<Option<&'a [u8]>> {
     Some(Some(slice))
 }
 
+/// The fewest bytes a record takes: its length, attributes, timestamp and offset deltas, key and
+/// value lengths and header count, one byte each at the least.
+const MIN_RECORD_BYTES: usize = 7;
+
 /// The records of a validated, uncompressed batch. `None` for a compressed batch or when the
 /// record bytes are malformed (the CRC matched, so the producer wrote them that way).
 pub fn records(batch: &[u8]) -> Option<Vec<RecordView<'_>>> {
@@ -244,7 +248,10 @@ pub fn records(batch: &[u8]) -> Option<Vec<RecordView<'_>>> {
     }
     let body = batch.get(HEADER_BYTES..header.total_bytes())?;
     let mut at = 0;
-    let mut out = Vec::new();
+    // Sized by the header's count, bounded by what the body can hold (a record takes at least
+    // MIN_RECORD_BYTES): the count is the sender's word, the body's length is not.
+    let count = usize::try_from(header.record_count).unwrap_or(0);
+    let mut out = Vec::with_capacity(count.min(body.len() / MIN_RECORD_BYTES));
     for _ in 0..header.record_count {
         let length = read_varlong(body, &mut at)?;
         let end = at.checked_add(usize::try_from(length).ok()?)?;

@@ -223,6 +223,7 @@ impl<R: Runtime> Consumer<R> {
                 let recs = record::records(&bytes[at..end]).ok_or_else(|| {
                     ClientError::Protocol("compressed or malformed batch: not supported by this client yet".into())
                 })?;
+                polled.records.reserve(recs.len());
                 for r in recs.into_iter().filter(|r| r.offset.0 >= position) {
                     next = r.offset.0 + 1;
                     polled.records.push(ConsumerRecord {
