@@ -596,6 +596,41 @@ impl Broker {
         Ok(())
     }
 
+    /// Whether a Fetch of this partition from `offset` would answer no records and no error
+    /// now, by `replica` (a follower) or by a consumer (`None`): the cheap test a waiting Fetch
+    /// makes before it builds an answer. Only the plainly empty case says `true`: the epoch
+    /// matches (or is not given), this broker leads the partition (and `replica` follows it) and
+    /// `offset` is the log end, where a read touches no file. Anything else, the full read decides.
+    pub fn fetch_is_empty(
+        &self,
+        topic: &str,
+        partition: i32,
+        replica: Option<BrokerId>,
+        offset: Offset,
+        current_leader_epoch: i32,
+    ) -> bool {
+        let Ok(part) = self.partition(topic, partition) else {
+            return false;
+        };
+        if current_leader_epoch != -1 && current_leader_epoch != part.leader_epoch.0 {
+            return false;
+        }
+        if offset != part.log.log_end_offset() || offset < part.log.log_start_offset() {
+            return false;
+        }
+        match (replica, &part.repl) {
+            (
+                Some(r),
+                Some(Replication {
+                    role: Role::Leader { followers, .. },
+                    ..
+                }),
+            ) => followers.contains_key(&r),
+            (Some(_), _) => false,
+            (None, repl) => repl.as_ref().is_none_or(|r| r.is_leader()),
+        }
+    }
+
     /// A follower's Fetch, second half: whole batches from `offset` up to the log end (not the
     /// HW), with the leader's HW and log start. Only the leader serves it, only to a replica.
     pub fn replica_read<D: Disk>(

@@ -844,3 +844,61 @@ fn an_offline_replica_reports_its_log_end_for_the_offline_epoch_only() {
     assert!(r2.log_end < r.log_end, "follower 2 never fetched: the shorter log");
     assert_eq!(c[1].broker.offline_log_end(T, 0, LeaderEpoch(3)), None, "another epoch");
 }
+
+/// `fetch_is_empty` (a waiting Fetch's shortcut) says empty only where the full read answers no
+/// bytes and no error: every reader (followers, a broker that does not follow, a consumer),
+/// offset (below, at and past the log end) and epoch (none, current, stale, future), on the
+/// leader and on a follower.
+#[test]
+fn fetch_is_empty_only_where_the_full_read_is() {
+    let (mut c, _) = three_in_sync();
+    produce(&mut c[0], 1, 1, 0).expect("acks=1");
+    produce(&mut c[0], 2, 1, 0).expect("acks=1");
+    pump(&mut c, 1, 0, 1); // follower 1 has both records, follower 2 none: HW 0
+    let (mut empties, mut compared) = (0, 0);
+    for node in [0, 1] {
+        for reader in [Some(1), Some(2), Some(7), None] {
+            for offset in [0, 1, 2, 3] {
+                for epoch in [-1, 0, 1, 2] {
+                    let n = &c[node];
+                    let replica = reader.map(BrokerId);
+                    let shortcut = n.broker.fetch_is_empty(T, 0, replica, Offset(offset), epoch);
+                    let req = FetchRequest {
+                        replica_id: reader.unwrap_or(-1),
+                        max_wait_ms: 500,
+                        min_bytes: 1,
+                        max_bytes: 1 << 20,
+                        topics: vec![FetchTopic {
+                            topic: T.into(),
+                            partitions: vec![FetchPartition {
+                                partition: 0,
+                                current_leader_epoch: epoch,
+                                fetch_offset: offset,
+                                last_fetched_epoch: -1,
+                                log_start_offset: -1,
+                                partition_max_bytes: 1 << 20,
+                            }],
+                            ..FetchTopic::default()
+                        }],
+                        ..FetchRequest::default()
+                    };
+                    let (resp, bytes) = handlers::fetch(&n.broker, &n.disk, &req, 12);
+                    let error = resp.topics[0].partitions[0].error_code;
+                    compared += 1;
+                    if shortcut {
+                        empties += 1;
+                        assert_eq!(
+                            (bytes, error),
+                            (0, 0),
+                            "node {node} reader {reader:?} offset {offset} epoch {epoch}: the shortcut said empty"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // Leader, at its log end 2: followers 1 and 2 with epoch -1 or 1, and the consumer (its
+    // offset 2 is past the HW 0, an empty answer too).
+    println!("fetch_is_empty: {empties} of {compared} cases empty, each confirmed by the full read");
+    assert_eq!(empties, 6, "the shortcut must hold in the plainly empty cases");
+}

@@ -653,6 +653,13 @@ pub fn fetch_recording_with<D: Disk>(
     zero_copy: bool,
     leader_quota: Option<(&mut super::throttle::Throttle, u64)>,
 ) -> (FetchResponse, u64) {
+    record_follower_fetches(broker, req, version, now_ms);
+    fetch_with(broker, disk, req, version, zero_copy, leader_quota)
+}
+
+/// The first half of [`fetch_recording`]: a follower's (replica_id >= 0) fetch offsets
+/// recorded (its progress, the HW); nothing for a consumer's fetch.
+pub fn record_follower_fetches(broker: &mut Broker, req: &FetchRequest, version: i16, now_ms: i64) {
     if req.replica_id >= 0 {
         for t in &req.topics {
             let name = if version >= fetch::TOPIC_ID_MIN {
@@ -675,7 +682,6 @@ pub fn fetch_recording_with<D: Disk>(
             }
         }
     }
-    fetch_with(broker, disk, req, version, zero_copy, leader_quota)
 }
 
 /// OffsetForLeaderEpoch: where each asked epoch ends in the leader's log (KIP-279).

@@ -384,8 +384,9 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
             let follower = req.replica_id >= 0;
             let refused = gate.split_fetch(&broker.borrow(), req, version);
             let req = &*req;
-            // (topic, partition, fetch offset), topics named even when the request uses ids.
-            let asked: Vec<(String, i32, i64)> = {
+            // (topic, partition, fetch offset, current leader epoch), topics named even when
+            // the request uses ids.
+            let asked: Vec<(String, i32, i64, i32)> = {
                 let b = broker.borrow();
                 req.topics
                     .iter()
@@ -400,27 +401,53 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
                     .flat_map(|(n, t)| {
                         t.partitions
                             .iter()
-                            .map(move |p| (n.clone(), p.partition, p.fetch_offset))
+                            .map(move |p| (n.clone(), p.partition, p.fetch_offset, p.current_leader_epoch))
                     })
                     .collect()
             };
+            // Whether a pass may first ask the broker if the answer would be empty, and wait
+            // without building it: every partition is named and allowed (else the answer has an
+            // error), the request waits for at least a byte, and no leader throttle is charged
+            // per read (its bucket counts each read's time).
+            let partitions = req.topics.iter().map(|t| t.partitions.len()).sum::<usize>();
+            let may_skip =
+                refused.is_empty() && min_bytes > 0 && config.leader_throttle.is_none() && asked.len() == partitions;
+            let reader = follower.then_some(crate::ids::BrokerId(req.replica_id));
             loop {
                 let mut quota = config.leader_throttle.as_ref().map(|t| t.borrow_mut());
                 let leader_quota = quota.as_deref_mut().map(|t| (t, rt.monotonic_ms()));
-                let (mut resp, bytes) = rt.with_disk(|disk| {
+                let skip = may_skip && rt.monotonic_ms() < deadline;
+                let answer = rt.with_disk(|disk| {
                     let now = rt.now_ms();
                     let b = &mut broker.borrow_mut();
-                    handlers::fetch_recording_with(b, disk, req, version, now, zero_copy, leader_quota)
+                    handlers::record_follower_fetches(b, req, version, now);
+                    let empty = skip
+                        && asked.iter().all(|(topic, partition, offset, epoch)| {
+                            b.fetch_is_empty(topic, *partition, reader, crate::ids::Offset(*offset), *epoch)
+                        });
+                    (!empty).then(|| handlers::fetch_with(b, disk, req, version, zero_copy, leader_quota))
                 });
                 drop(quota);
-                resp.topics.extend(refused.iter().cloned());
                 if follower {
                     // The follower's fetch offset may have moved the high watermark.
                     let b = broker.borrow();
-                    for (topic, partition, _) in &asked {
+                    for (topic, partition, _, _) in &asked {
                         config.watch.poke(&b, topic, *partition);
                     }
                 }
+                let now = rt.monotonic_ms();
+                let Some((mut resp, bytes)) = answer else {
+                    // Nothing to answer yet (what the full read would have found): wait as it would.
+                    config
+                        .watch
+                        .wait(
+                            fetch_interests(&asked, follower),
+                            rt.sleep(Duration::from_millis(config.wait_recheck_ms.min(deadline - now).max(1))),
+                        )
+                        .await;
+                    continue;
+                };
+                resp.topics.extend(refused.iter().cloned());
                 let errors = resp
                     .topics
                     .iter()
@@ -436,19 +463,13 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
                     }
                     break resp.encode(version);
                 }
-                let interests = asked
-                    .iter()
-                    .map(|(topic, partition, offset)| watch::Interest {
-                        topic: topic.clone(),
-                        partition: *partition,
-                        log_end_above: follower.then_some(*offset),
-                        high_watermark_at_least: (!follower).then_some(offset.saturating_add(1)),
-                    })
-                    .collect();
                 let recheck = config.wait_recheck_ms.min(deadline - now).max(1);
                 config
                     .watch
-                    .wait(interests, rt.sleep(Duration::from_millis(recheck)))
+                    .wait(
+                        fetch_interests(&asked, follower),
+                        rt.sleep(Duration::from_millis(recheck)),
+                    )
                     .await;
             }
         }
@@ -735,6 +756,20 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
         _ => return Outcome::Close(format!("api key {} is not served by this node", header.api_key)),
     };
     Outcome::Reply(encode_response(&header, &body))
+}
+
+/// What a waiting Fetch waits for on each partition it asked: a follower's for the log end to
+/// pass its offset, a consumer's for the high watermark.
+fn fetch_interests(asked: &[(String, i32, i64, i32)], follower: bool) -> Vec<watch::Interest> {
+    asked
+        .iter()
+        .map(|(topic, partition, offset, _)| watch::Interest {
+            topic: topic.clone(),
+            partition: *partition,
+            log_end_above: follower.then_some(*offset),
+            high_watermark_at_least: (!follower).then_some(offset.saturating_add(1)),
+        })
+        .collect()
 }
 
 #[cfg(test)]
