@@ -907,6 +907,12 @@ impl Broker {
 
     /// What the replica fetcher should do for each partition this broker follows.
     pub fn follower_tasks(&self) -> Vec<FollowerTask> {
+        self.follower_tasks_of(None)
+    }
+
+    /// [`Broker::follower_tasks`] of the partitions `leader` leads (all with `None`): what one
+    /// leader's fetcher asks for, without copying the others' names.
+    pub fn follower_tasks_of(&self, only: Option<BrokerId>) -> Vec<FollowerTask> {
         let mut out = Vec::new();
         for ((topic, p), part) in &self.partitions {
             let Some(Replication {
@@ -916,6 +922,9 @@ impl Broker {
             else {
                 continue;
             };
+            if only.is_some_and(|l| l != *leader) {
+                continue;
+            }
             let action = match phase {
                 Phase::Truncating => FollowerAction::Truncate {
                     epoch: part.log.latest_epoch().unwrap_or(LeaderEpoch(-1)),

@@ -115,6 +115,8 @@ type PartitionName = (String, i32);
 struct LeaderFetcher<R: Runtime> {
     leader: BrokerId,
     conn: Option<KafkaConn<R>>,
+    /// The (host, port) `conn` goes to: a registration that moves drops it.
+    conn_to: Option<(String, i32)>,
     /// Partition -> the monotonic ms before which it is left out of requests.
     delayed: BTreeMap<PartitionName, u64>,
     /// Which throttled partition goes next (one per request, see [`LeaderFetcher::fetch`]).
@@ -132,16 +134,12 @@ async fn fetch_from_leader<R: Runtime>(
     let mut fetcher = LeaderFetcher {
         leader,
         conn: None,
+        conn_to: None,
         delayed: BTreeMap::new(),
         throttled_turn: 0,
     };
     loop {
-        let tasks: Vec<FollowerTask> = broker
-            .borrow()
-            .follower_tasks()
-            .into_iter()
-            .filter(|t| t.leader == leader)
-            .collect();
+        let tasks: Vec<FollowerTask> = broker.borrow().follower_tasks_of(Some(leader));
         if tasks.is_empty() {
             running.borrow_mut().remove(&leader);
             return;
@@ -175,17 +173,20 @@ impl<R: Runtime> LeaderFetcher<R> {
         config: &ReplicaFetcherConfig,
         ready: &[&FollowerTask],
     ) -> Result<(), String> {
-        let (me, addr) = {
+        let (me, moved) = {
             let b = broker.borrow();
-            let addr = b
+            let to = b
                 .cluster_view()
                 .and_then(|v| v.brokers.iter().find(|r| r.id == self.leader))
-                .map(|r| format!("{}:{}", r.host, r.port));
-            (b.config().broker_id, addr)
+                .map(|r| (r.host.as_str(), r.port))
+                .ok_or_else(|| format!("leader {} is not in the cluster view", self.leader.0))?;
+            let same = self.conn.is_some() && self.conn_to.as_ref().is_some_and(|(h, p)| (h.as_str(), *p) == to);
+            (b.config().broker_id, (!same).then(|| (to.0.to_string(), to.1)))
         };
-        let addr = addr.ok_or_else(|| format!("leader {} is not in the cluster view", self.leader.0))?;
-        if self.conn.as_ref().is_none_or(|c| c.addr != addr) {
+        if let Some((host, port)) = moved {
             self.conn = None;
+            self.conn_to = None;
+            let addr = format!("{host}:{port}");
             let mut conn = KafkaConn::connect(rt, &addr, &config.client_id, config.request_timeout_ms)
                 .await
                 .map_err(|e| e.to_string())?;
@@ -195,6 +196,7 @@ impl<R: Runtime> LeaderFetcher<R> {
                     .map_err(|e| format!("inter-broker login: {e}"))?;
             }
             self.conn = Some(conn);
+            self.conn_to = Some((host, port));
         }
         let truncating: Vec<&FollowerTask> = ready
             .iter()
