@@ -910,6 +910,20 @@ impl Broker {
         self.follower_tasks_of(None)
     }
 
+    /// The leaders [`Broker::follower_tasks`] names, without building the tasks.
+    pub fn followed_leaders(&self) -> std::collections::BTreeSet<BrokerId> {
+        self.partitions
+            .values()
+            .filter_map(|part| match &part.repl {
+                Some(Replication {
+                    role: Role::Follower { leader, phase },
+                    ..
+                }) if *phase != Phase::AwaitingState => Some(*leader),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// [`Broker::follower_tasks`] of the partitions `leader` leads (all with `None`): what one
     /// leader's fetcher asks for, without copying the others' names.
     pub fn follower_tasks_of(&self, only: Option<BrokerId>) -> Vec<FollowerTask> {

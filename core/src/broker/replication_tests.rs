@@ -80,7 +80,18 @@ fn apply(c: &mut [Node], who: &[usize], rec: &TopicRecord, state: &ZkState, vers
 /// One step of broker `f`'s replica fetcher against broker `l`, as the node would run it (with
 /// the handler's epoch fencing). Returns whether it did anything.
 fn pump(c: &mut [Node], f: usize, l: usize, now: i64) -> bool {
-    let Some(task) = c[f].broker.follower_tasks().into_iter().next() else {
+    let tasks = c[f].broker.follower_tasks();
+    let leaders: std::collections::BTreeSet<BrokerId> = tasks.iter().map(|t| t.leader).collect();
+    assert_eq!(
+        c[f].broker.followed_leaders(),
+        leaders,
+        "the fetcher's leaders are the tasks' leaders"
+    );
+    for leader in &leaders {
+        let of: Vec<_> = tasks.iter().filter(|t| t.leader == *leader).cloned().collect();
+        assert_eq!(c[f].broker.follower_tasks_of(Some(*leader)), of, "one leader's tasks");
+    }
+    let Some(task) = tasks.into_iter().next() else {
         return false;
     };
     let me = c[f].broker.config().broker_id;

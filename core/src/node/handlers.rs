@@ -19,7 +19,9 @@ use crate::log::{Log, LogError};
 use crate::protocol::api::api_versions::{ApiVersion, ApiVersionsResponse};
 use crate::protocol::api::create_topics::{CreatableTopicResult, CreateTopicsRequest, CreateTopicsResponse};
 use crate::protocol::api::describe_groups as describe_groups_api;
-use crate::protocol::api::fetch::{FetchPartitionResponse, FetchRequest, FetchResponse, FetchTopicResponse};
+use crate::protocol::api::fetch::{
+    FetchPartitionResponse, FetchRequest, FetchResponse, FetchTopic, FetchTopicResponse,
+};
 use crate::protocol::api::init_producer_id::{InitProducerIdRequest, InitProducerIdResponse};
 use crate::protocol::api::list_offsets::{
     ListOffsetsPartitionResponse, ListOffsetsRequest, ListOffsetsResponse, ListOffsetsTopicResponse,
@@ -512,11 +514,7 @@ pub fn fetch_with<D: Disk>(
         .topics
         .iter()
         .map(|t| {
-            let name = if version >= fetch::TOPIC_ID_MIN {
-                broker.topic_by_id(TopicId(t.topic_id.0)).map(|(n, _)| n.clone())
-            } else {
-                Some(t.topic.clone())
-            };
+            let name = fetch_topic_name(broker, t, version);
             FetchTopicResponse {
                 topic: t.topic.clone(),
                 topic_id: t.topic_id,
@@ -657,17 +655,29 @@ pub fn fetch_recording_with<D: Disk>(
     fetch_with(broker, disk, req, version, zero_copy, leader_quota)
 }
 
+/// The topic a Fetch names: by id from v13 on, else by name (borrowed from the request).
+fn fetch_topic_name<'a>(broker: &'a Broker, t: &'a FetchTopic, version: i16) -> Option<&'a str> {
+    if version >= fetch::TOPIC_ID_MIN {
+        broker.topic_by_id(TopicId(t.topic_id.0)).map(|(n, _)| n.as_str())
+    } else {
+        Some(&t.topic)
+    }
+}
+
 /// The first half of [`fetch_recording`]: a follower's (replica_id >= 0) fetch offsets
 /// recorded (its progress, the HW); nothing for a consumer's fetch.
 pub fn record_follower_fetches(broker: &mut Broker, req: &FetchRequest, version: i16, now_ms: i64) {
     if req.replica_id >= 0 {
         for t in &req.topics {
-            let name = if version >= fetch::TOPIC_ID_MIN {
-                broker.topic_by_id(TopicId(t.topic_id.0)).map(|(n, _)| n.clone())
+            // Owned only when named by id (it borrows the broker, which the loop updates).
+            let name: std::borrow::Cow<'_, str> = if version >= fetch::TOPIC_ID_MIN {
+                match broker.topic_by_id(TopicId(t.topic_id.0)) {
+                    Some((n, _)) => n.clone().into(),
+                    None => continue,
+                }
             } else {
-                Some(t.topic.clone())
+                t.topic.as_str().into()
             };
-            let Some(name) = name else { continue };
             for p in &t.partitions {
                 if check_leader_epoch(broker, &name, p.partition, p.current_leader_epoch).is_ok() {
                     // A refusal shows again, as the partition's error, when it is read.

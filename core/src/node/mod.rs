@@ -386,16 +386,17 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
             let req = &*req;
             // (topic, partition, fetch offset, current leader epoch), topics named even when
             // the request uses ids.
-            let asked: Vec<(String, i32, i64, i32)> = {
+            let asked: Vec<(std::borrow::Cow<'_, str>, i32, i64, i32)> = {
                 let b = broker.borrow();
                 req.topics
                     .iter()
                     .filter_map(|t| {
-                        let name = if version >= crate::protocol::api::fetch::TOPIC_ID_MIN {
-                            b.topic_by_id(TopicId(t.topic_id.0)).map(|(n, _)| n.clone())
-                        } else {
-                            Some(t.topic.clone())
-                        };
+                        let name: Option<std::borrow::Cow<'_, str>> =
+                            if version >= crate::protocol::api::fetch::TOPIC_ID_MIN {
+                                b.topic_by_id(TopicId(t.topic_id.0)).map(|(n, _)| n.clone().into())
+                            } else {
+                                Some(t.topic.as_str().into())
+                            };
                         name.map(|n| (n, t))
                     })
                     .flat_map(|(n, t)| {
@@ -760,11 +761,11 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
 
 /// What a waiting Fetch waits for on each partition it asked: a follower's for the log end to
 /// pass its offset, a consumer's for the high watermark.
-fn fetch_interests(asked: &[(String, i32, i64, i32)], follower: bool) -> Vec<watch::Interest> {
+fn fetch_interests(asked: &[(std::borrow::Cow<'_, str>, i32, i64, i32)], follower: bool) -> Vec<watch::Interest> {
     asked
         .iter()
         .map(|(topic, partition, offset, _)| watch::Interest {
-            topic: topic.clone(),
+            topic: topic.to_string(),
             partition: *partition,
             log_end_above: follower.then_some(*offset),
             high_watermark_at_least: (!follower).then_some(offset.saturating_add(1)),

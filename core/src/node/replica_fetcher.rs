@@ -91,7 +91,7 @@ const OFFSET_FOR_LEADER_EPOCH_VERSION: i16 = 4;
 pub async fn run_replica_fetcher<R: Runtime>(rt: R, broker: SharedBroker, config: ReplicaFetcherConfig) {
     let running: Rc<RefCell<BTreeSet<BrokerId>>> = Rc::default();
     loop {
-        let leaders: BTreeSet<BrokerId> = broker.borrow().follower_tasks().iter().map(|t| t.leader).collect();
+        let leaders = broker.borrow().followed_leaders();
         for leader in leaders {
             if running.borrow_mut().insert(leader) {
                 rt.spawn(fetch_from_leader(
