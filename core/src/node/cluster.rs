@@ -222,7 +222,11 @@ impl ClusterConfig {
             coordinators,
             session_timeout_ms: 6_000,
             refresh_ms: 500,
-            refresh_quiet_ms_max: 2_000,
+            // A backstop (every read sets a watch, and a new coordinator connection re-reads at
+            // once): `idle_broker_backs_off_its_scans_and_rereads_at_once_after_its_coordinator_restarts`
+            // shows a broker with 60 s quiet waits still reacting within a second. Kafka's
+            // ZooKeeper-mode controller had no periodic re-read at all.
+            refresh_quiet_ms_max: 10_000,
             controller: ControllerConfig::default(),
             detect_restarts: true,
             group_coordination: Coordination::partitioned_default(),
