@@ -237,7 +237,7 @@ fn read_bytes<'a>(b: &'a [u8], at: &mut usize) -> Option<Option<&'a [u8]>> {
 
 /// The fewest bytes a record takes: its length, attributes, timestamp and offset deltas, key and
 /// value lengths and header count, one byte each at the least.
-const MIN_RECORD_BYTES: usize = 7;
+pub const MIN_RECORD_BYTES: usize = 7;
 
 /// The records of a validated, uncompressed batch. `None` for a compressed batch or when the
 /// record bytes are malformed (the CRC matched, so the producer wrote them that way).

@@ -141,3 +141,15 @@ pub struct History {
     /// `[quorum]` scenarios: the probe's coordinator writes and the membership changes.
     pub quorum: Option<crate::checker::coordinator::QuorumObservation>,
 }
+
+impl History {
+    /// An empty history with room for `records` sends, polls and processings.
+    pub fn with_room_for(records: usize) -> History {
+        History {
+            sends: Vec::with_capacity(records),
+            polls: Vec::with_capacity(records),
+            processed: Vec::with_capacity(records),
+            ..History::default()
+        }
+    }
+}

@@ -611,6 +611,15 @@ async fn read_partition(rt: &SimRuntime, w: &Workload, p: i32) -> Result<FinalRe
     Err("the final read did not finish".into())
 }
 
+/// About how many records the scenario's producers send (their rate for the duration): the
+/// history's vectors start with room for as many (at most 131,072: a few MB), instead of
+/// copying themselves as they double.
+fn expected_sends(s: &Scenario) -> usize {
+    let per_producer = u64::from(s.producer.rate_per_s).saturating_mul(s.duration_s);
+    let all = per_producer.saturating_mul(u64::from(s.producer.count));
+    usize::try_from(all.min(1 << 17)).unwrap_or(1 << 17)
+}
+
 async fn simulate(world: World, scenario: Scenario) -> Simulated {
     let s = &scenario;
     let replicated = cluster::is_cluster(s);
@@ -633,7 +642,7 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
     let w = Arc::new(Workload {
         scenario: scenario.clone(),
         brokers: brokers.len(),
-        history: Arc::new(Mutex::new(History::default())),
+        history: Arc::new(Mutex::new(History::with_room_for(expected_sends(s)))),
         pending: Arc::new(Mutex::new(BTreeMap::new())),
         created: Arc::default(),
         produce_until_ms: setup_ms + s.duration_s * 1_000,

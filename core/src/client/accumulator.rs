@@ -129,6 +129,8 @@ pub struct PartitionState {
     pub in_flight: Vec<(u64, u64)>,
     /// No drain before this (the leader was unknown).
     pub backoff_until_ms: u64,
+    /// Records in this partition's last batch: a new batch starts with room for as many.
+    pub records_hint: usize,
 }
 
 /// Counters for benchmarks and tests.
@@ -227,15 +229,17 @@ impl Accumulator {
             let key = (topic.to_string(), lookup.1);
             if let Some(last) = partition.queue.back_mut() {
                 last.closed = true;
+                partition.records_hint = last.records.len();
             }
+            let room = partition.records_hint.max(1);
             let id = self.next_batch_id;
             self.next_batch_id += 1;
             self.outstanding.insert(id);
             partition.queue.push_back(Batch {
                 id,
                 key,
-                records: Vec::new(),
-                slots: Vec::new(),
+                records: Vec::with_capacity(room),
+                slots: Vec::with_capacity(room),
                 bytes: HEADER_BYTES,
                 created_ms: now_ms,
                 deadline_ms,

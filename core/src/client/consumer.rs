@@ -53,6 +53,22 @@ pub struct ConsumerRecord {
     pub value: Option<Bytes>,
 }
 
+/// The records the whole batches of a fetched record set say they hold, bounded by what its
+/// bytes could hold (the counts are the sender's word).
+fn record_count(bytes: &[u8]) -> usize {
+    let mut at = 0;
+    let mut count = 0usize;
+    while let Ok(h) = BatchHeader::parse(&bytes[at..]) {
+        let end = at + h.total_bytes();
+        if end > bytes.len() || h.total_bytes() < record::HEADER_BYTES {
+            break;
+        }
+        count = count.saturating_add(usize::try_from(h.record_count).unwrap_or(0));
+        at = end;
+    }
+    count.min(bytes.len() / record::MIN_RECORD_BYTES)
+}
+
 /// What a poll returned.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Polled {
@@ -205,6 +221,9 @@ impl<R: Runtime> Consumer<R> {
                 }
             }
             let bytes = p.records.clone().unwrap_or_default();
+            // Room for every record of the answer at once (a catching-up read brings thousands):
+            // growing by doubling copied them again and again.
+            polled.records.reserve(record_count(&bytes));
             let mut at = 0;
             let mut next = position;
             let mut corrupt = None;
@@ -223,7 +242,6 @@ impl<R: Runtime> Consumer<R> {
                 let recs = record::records(&bytes[at..end]).ok_or_else(|| {
                     ClientError::Protocol("compressed or malformed batch: not supported by this client yet".into())
                 })?;
-                polled.records.reserve(recs.len());
                 for r in recs.into_iter().filter(|r| r.offset.0 >= position) {
                     next = r.offset.0 + 1;
                     polled.records.push(ConsumerRecord {

@@ -319,7 +319,7 @@ impl<R: Runtime> LeaderFetcher<R> {
         ready: &[&FollowerTask],
     ) -> Result<(), String> {
         let mut throttled: Vec<&FollowerTask> = Vec::new();
-        let mut plain: Vec<&FollowerTask> = Vec::new();
+        let mut plain: Vec<&FollowerTask> = Vec::with_capacity(ready.len());
         {
             let b = broker.borrow();
             let view = b.cluster_view();
@@ -337,7 +337,7 @@ impl<R: Runtime> LeaderFetcher<R> {
             }
         }
         // (task, partition_max_bytes), the throttled one (if any) first.
-        let mut asked: Vec<(&FollowerTask, i32)> = Vec::new();
+        let mut asked: Vec<(&FollowerTask, i32)> = Vec::with_capacity(ready.len());
         let mut throttle_wait_ms = 0;
         if let (Some(throttle), false) = (&config.throttle, throttled.is_empty()) {
             let mut bucket = throttle.borrow_mut();
