@@ -90,7 +90,10 @@ impl PartitionWatch {
                 if w.woken {
                     return Poll::Ready(());
                 }
-                w.waker = Some(cx.waker().clone());
+                match &mut w.waker {
+                    Some(waker) => waker.clone_from(cx.waker()),
+                    None => w.waker = Some(cx.waker().clone()),
+                }
             }
             sleep.as_mut().poll(cx)
         })
@@ -112,9 +115,10 @@ impl PartitionWatch {
     /// Wakes the waiters whose interest in `topic`/`partition` these offsets meet.
     pub fn poke_offsets(&self, topic: &str, partition: i32, log_end: i64, high_watermark: i64) {
         self.wake(|interests| {
+            // The partition first: most interests differ there, and it costs no string compare.
             interests.iter().any(|i| {
-                i.topic == topic
-                    && i.partition == partition
+                i.partition == partition
+                    && i.topic == topic
                     && (i.log_end_above.is_some_and(|o| log_end > o)
                         || i.high_watermark_at_least.is_some_and(|o| high_watermark >= o))
             })
