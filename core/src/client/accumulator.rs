@@ -129,7 +129,8 @@ pub struct PartitionState {
     pub in_flight: Vec<(u64, u64)>,
     /// No drain before this (the leader was unknown).
     pub backoff_until_ms: u64,
-    /// Records in this partition's last batch: a new batch starts with room for as many.
+    /// Records in this partition's last batch (closed by a new one, or drained): a new batch
+    /// starts with room for as many.
     pub records_hint: usize,
 }
 
@@ -231,6 +232,7 @@ impl Accumulator {
                 last.closed = true;
                 partition.records_hint = last.records.len();
             }
+            // (With linger the last batch has usually been drained already: drain sets the hint.)
             let room = partition.records_hint.max(1);
             let id = self.next_batch_id;
             self.next_batch_id += 1;
@@ -359,6 +361,7 @@ impl Accumulator {
             });
         }
         let mut batch = p.queue.pop_front().expect("checked above");
+        p.records_hint = batch.records.len();
         batch.closed = true;
         batch.attempts += 1;
         batch.maybe_written_before = batch.maybe_written;
