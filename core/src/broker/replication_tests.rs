@@ -5,7 +5,7 @@ use super::*;
 use crate::cluster::{PartitionState as ZkState, TopicRecord};
 use crate::disk::mem::{CrashMode, MemDisk};
 use crate::node::handlers;
-use crate::protocol::api::fetch::{FetchPartition, FetchRequest, FetchTopic};
+use crate::protocol::api::fetch::FetchRequest;
 use crate::record::{build_batch, NewRecord, ProducerFields};
 
 const T: &str = "orders";
@@ -478,22 +478,7 @@ fn isr_expands_only_with_registered_brokers() {
 }
 
 fn fetch_req(replica_id: i32, epoch: i32) -> FetchRequest {
-    FetchRequest {
-        replica_id,
-        max_bytes: 1 << 20,
-        topics: vec![FetchTopic {
-            topic: T.into(),
-            partitions: vec![FetchPartition {
-                partition: 0,
-                current_leader_epoch: epoch,
-                fetch_offset: 0,
-                partition_max_bytes: 1 << 20,
-                ..FetchPartition::default()
-            }],
-            ..FetchTopic::default()
-        }],
-        ..FetchRequest::default()
-    }
+    FetchRequest::of_one(T, 0, replica_id, epoch, 0)
 }
 
 fn fetch_code(n: &mut Node, req: &FetchRequest) -> i16 {
@@ -875,23 +860,9 @@ fn fetch_is_empty_only_where_the_full_read_is() {
                     let replica = reader.map(BrokerId);
                     let shortcut = n.broker.fetch_is_empty(T, 0, replica, Offset(offset), epoch);
                     let req = FetchRequest {
-                        replica_id: reader.unwrap_or(-1),
                         max_wait_ms: 500,
                         min_bytes: 1,
-                        max_bytes: 1 << 20,
-                        topics: vec![FetchTopic {
-                            topic: T.into(),
-                            partitions: vec![FetchPartition {
-                                partition: 0,
-                                current_leader_epoch: epoch,
-                                fetch_offset: offset,
-                                last_fetched_epoch: -1,
-                                log_start_offset: -1,
-                                partition_max_bytes: 1 << 20,
-                            }],
-                            ..FetchTopic::default()
-                        }],
-                        ..FetchRequest::default()
+                        ..FetchRequest::of_one(T, 0, reader.unwrap_or(-1), epoch, offset)
                     };
                     let (resp, bytes) = handlers::fetch(&n.broker, &n.disk, &req, 12);
                     let error = resp.topics[0].partitions[0].error_code;

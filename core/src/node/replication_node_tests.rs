@@ -421,24 +421,7 @@ fn produce_sized(marker: u8, acks: i16, value_bytes: usize) -> Request {
 
 /// A follower's fetch of partition 0 from `offset`, as replica `replica` (-1: a consumer).
 fn fetch_as(replica: i32, offset: i64) -> crate::protocol::api::fetch::FetchRequest {
-    use crate::protocol::api::fetch::{FetchPartition, FetchRequest, FetchTopic};
-    FetchRequest {
-        replica_id: replica,
-        max_bytes: 1 << 20,
-        topics: vec![FetchTopic {
-            topic: T.into(),
-            partitions: vec![FetchPartition {
-                partition: 0,
-                current_leader_epoch: -1,
-                fetch_offset: offset,
-                last_fetched_epoch: -1,
-                log_start_offset: -1,
-                partition_max_bytes: 1 << 20,
-            }],
-            ..FetchTopic::default()
-        }],
-        ..FetchRequest::default()
-    }
+    crate::protocol::api::fetch::FetchRequest::of_one(T, 0, replica, -1, offset)
 }
 
 /// Record bytes in a fetch answer's partition 0.

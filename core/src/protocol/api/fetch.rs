@@ -41,6 +41,32 @@ pub struct FetchRequest {
     pub rack_id: String,
 }
 
+#[cfg(test)]
+impl FetchRequest {
+    /// Tests' fetch of one partition from `offset` as `replica_id` (-1: a consumer), at
+    /// `current_leader_epoch` (-1: unchecked), with no last fetched epoch or log start, 1 MiB
+    /// limits and no wait.
+    pub(crate) fn of_one(topic: &str, partition: i32, replica_id: i32, current_leader_epoch: i32, offset: i64) -> Self {
+        FetchRequest {
+            replica_id,
+            max_bytes: 1 << 20,
+            topics: vec![FetchTopic {
+                topic: topic.to_string(),
+                partitions: vec![FetchPartition {
+                    partition,
+                    current_leader_epoch,
+                    fetch_offset: offset,
+                    last_fetched_epoch: -1,
+                    log_start_offset: -1,
+                    partition_max_bytes: 1 << 20,
+                }],
+                ..FetchTopic::default()
+            }],
+            ..FetchRequest::default()
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct FetchTopic {
     /// v4–v12; empty from v13.
