@@ -309,7 +309,9 @@ pub fn check(h: &History) -> Report {
         SendOutcome::Acked { offset } => Some(((s.partition, offset), s.value)),
         _ => None,
     });
-    let observations = h.sends.len() + h.polls.len();
+    // Every final record, poll and acknowledgement: the hash maps start with room for them all
+    // (growing into them rehashed every entry several times).
+    let observations = c.final_records + h.polls.len() + c.acked;
     let at_position = observed().map(|(p, o, v)| ((p, o), v)).chain(acked);
     for ((p, o), values) in conflicts(at_position, observations) {
         report.add(
@@ -325,15 +327,19 @@ pub fn check(h: &History) -> Report {
         );
     }
 
-    let final_at: FxHashMap<(Partition, i64), Value> = h
-        .final_reads
-        .iter()
-        .flat_map(|(&p, r)| r.records.iter().map(move |&(o, v)| ((p, o), v)))
-        .collect();
-    let polled: FxHashSet<Value> = h.polls.iter().map(|p| p.value).collect();
+    let final_records = report.compared.final_records;
+    let mut final_at: FxHashMap<(Partition, i64), Value> = map_with_room(final_records);
+    final_at.extend(
+        h.final_reads
+            .iter()
+            .flat_map(|(&p, r)| r.records.iter().map(move |&(o, v)| ((p, o), v))),
+    );
+    let mut polled: FxHashSet<Value> = set_with_room(h.polls.len());
+    polled.extend(h.polls.iter().map(|p| p.value));
     // Where the final read holds each value: a write is lost when the log no longer has it,
     // whatever a consumer saw before a crash.
-    let in_final: FxHashSet<(Value, Partition)> = final_at.iter().map(|(&(p, _), &v)| (v, p)).collect();
+    let mut in_final: FxHashSet<(Value, Partition)> = set_with_room(final_at.len());
+    in_final.extend(final_at.iter().map(|(&(p, _), &v)| (v, p)));
     for s in &h.sends {
         let SendOutcome::Acked { offset } = s.outcome else {
             continue;
@@ -409,7 +415,8 @@ pub fn check(h: &History) -> Report {
         }
     }
 
-    let in_log: FxHashSet<Value> = final_at.values().copied().collect();
+    let mut in_log: FxHashSet<Value> = set_with_room(final_at.len());
+    in_log.extend(final_at.values().copied());
     for s in h.sends.iter().filter(|s| s.outcome == SendOutcome::Abandoned) {
         if !in_log.contains(&s.value) && !polled.contains(&s.value) {
             report.add(
@@ -544,7 +551,7 @@ where
     K: Hash + Ord + Copy,
     V: Ord + Copy,
 {
-    let mut first: FxHashMap<K, V> = FxHashMap::with_capacity_and_hasher(capacity, Default::default());
+    let mut first: FxHashMap<K, V> = map_with_room(capacity);
     let mut conflicts: BTreeMap<K, BTreeSet<V>> = BTreeMap::new();
     for (k, v) in pairs {
         match first.entry(k) {
@@ -561,6 +568,16 @@ where
         }
     }
     conflicts
+}
+
+/// An empty Fx hash map with room for `n` entries.
+fn map_with_room<K, V>(n: usize) -> FxHashMap<K, V> {
+    FxHashMap::with_capacity_and_hasher(n, Default::default())
+}
+
+/// An empty Fx hash set with room for `n` entries.
+fn set_with_room<T>(n: usize) -> FxHashSet<T> {
+    FxHashSet::with_capacity_and_hasher(n, Default::default())
 }
 
 #[cfg(test)]

@@ -47,7 +47,7 @@ pub(super) fn check(h: &History, report: &mut Report) {
             );
         }
     }
-    let mut times: fxhash::FxHashMap<Value, usize> = fxhash::FxHashMap::default();
+    let mut times: fxhash::FxHashMap<Value, usize> = super::map_with_room(h.processed.len());
     for p in &h.processed {
         *times.entry(p.value).or_insert(0) += 1;
     }
