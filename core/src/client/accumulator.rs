@@ -129,8 +129,7 @@ pub struct PartitionState {
     pub in_flight: Vec<(u64, u64)>,
     /// No drain before this (the leader was unknown).
     pub backoff_until_ms: u64,
-    /// Records in this partition's last batch (closed by a new one, or drained): a new batch
-    /// starts with room for as many.
+    /// Records in this partition's last drained batch: a new batch starts with room for as many.
     pub records_hint: usize,
 }
 
@@ -230,9 +229,7 @@ impl Accumulator {
             let key = (topic.to_string(), lookup.1);
             if let Some(last) = partition.queue.back_mut() {
                 last.closed = true;
-                partition.records_hint = last.records.len();
             }
-            // (With linger the last batch has usually been drained already: drain sets the hint.)
             let room = partition.records_hint.max(1);
             let id = self.next_batch_id;
             self.next_batch_id += 1;

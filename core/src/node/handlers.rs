@@ -10,6 +10,8 @@ pub mod groups;
 pub mod reassignments;
 pub mod users;
 
+use std::borrow::Cow;
+
 use crate::broker::{AckWait, ClusterView};
 use crate::broker::{Broker, TopicId};
 use crate::disk::Disk;
@@ -638,29 +640,19 @@ pub fn fetch_recording<D: Disk>(
     version: i16,
     now_ms: i64,
 ) -> (FetchResponse, u64) {
-    fetch_recording_with(broker, disk, req, version, now_ms, false, None)
-}
-
-/// As [`fetch_recording`], with [`fetch_with`]'s `zero_copy` and `leader_quota`.
-pub fn fetch_recording_with<D: Disk>(
-    broker: &mut Broker,
-    disk: &D,
-    req: &FetchRequest,
-    version: i16,
-    now_ms: i64,
-    zero_copy: bool,
-    leader_quota: Option<(&mut super::throttle::Throttle, u64)>,
-) -> (FetchResponse, u64) {
     record_follower_fetches(broker, req, version, now_ms);
-    fetch_with(broker, disk, req, version, zero_copy, leader_quota)
+    fetch_with(broker, disk, req, version, false, None)
 }
 
-/// The topic a Fetch names: by id from v13 on, else by name (borrowed from the request).
-fn fetch_topic_name<'a>(broker: &'a Broker, t: &'a FetchTopic, version: i16) -> Option<&'a str> {
+/// The topic a Fetch names: by id from v13 on (copied: callers go on to change the broker),
+/// else by name (borrowed from the request). `None`: no topic has that id.
+pub(crate) fn fetch_topic_name<'r>(broker: &Broker, t: &'r FetchTopic, version: i16) -> Option<Cow<'r, str>> {
     if version >= fetch::TOPIC_ID_MIN {
-        broker.topic_by_id(TopicId(t.topic_id.0)).map(|(n, _)| n.as_str())
+        broker
+            .topic_by_id(TopicId(t.topic_id.0))
+            .map(|(n, _)| Cow::Owned(n.clone()))
     } else {
-        Some(&t.topic)
+        Some(Cow::Borrowed(&t.topic))
     }
 }
 
@@ -669,14 +661,8 @@ fn fetch_topic_name<'a>(broker: &'a Broker, t: &'a FetchTopic, version: i16) -> 
 pub fn record_follower_fetches(broker: &mut Broker, req: &FetchRequest, version: i16, now_ms: i64) {
     if req.replica_id >= 0 {
         for t in &req.topics {
-            // Owned only when named by id (it borrows the broker, which the loop updates).
-            let name: std::borrow::Cow<'_, str> = if version >= fetch::TOPIC_ID_MIN {
-                match broker.topic_by_id(TopicId(t.topic_id.0)) {
-                    Some((n, _)) => n.clone().into(),
-                    None => continue,
-                }
-            } else {
-                t.topic.as_str().into()
+            let Some(name) = fetch_topic_name(broker, t, version) else {
+                continue;
             };
             for p in &t.partitions {
                 if check_leader_epoch(broker, &name, p.partition, p.current_leader_epoch).is_ok() {

@@ -390,15 +390,7 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
                 let b = broker.borrow();
                 req.topics
                     .iter()
-                    .filter_map(|t| {
-                        let name: Option<std::borrow::Cow<'_, str>> =
-                            if version >= crate::protocol::api::fetch::TOPIC_ID_MIN {
-                                b.topic_by_id(TopicId(t.topic_id.0)).map(|(n, _)| n.clone().into())
-                            } else {
-                                Some(t.topic.as_str().into())
-                            };
-                        name.map(|n| (n, t))
-                    })
+                    .filter_map(|t| handlers::fetch_topic_name(&b, t, version).map(|n| (n, t)))
                     .flat_map(|(n, t)| {
                         t.partitions
                             .iter()
@@ -437,32 +429,23 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
                     }
                 }
                 let now = rt.monotonic_ms();
-                let Some((mut resp, bytes)) = answer else {
-                    // Nothing to answer yet (what the full read would have found): wait as it would.
-                    config
-                        .watch
-                        .wait(
-                            fetch_interests(&asked, follower),
-                            rt.sleep(Duration::from_millis(config.wait_recheck_ms.min(deadline - now).max(1))),
-                        )
-                        .await;
-                    continue;
-                };
-                resp.topics.extend(refused.iter().cloned());
-                let errors = resp
-                    .topics
-                    .iter()
-                    .flat_map(|t| &t.partitions)
-                    .any(|p| p.error_code != 0);
-                let now = rt.monotonic_ms();
-                if bytes >= min_bytes || errors || now >= deadline {
-                    if zero_copy {
-                        let mut parts = resp.encode_parts(version);
-                        let head = encode_response(&header, &[]);
-                        parts.insert(0, FramePart::Bytes(head));
-                        return Outcome::ReplyParts(parts);
+                // No answer: the shortcut found it empty, as the full read would have.
+                if let Some((mut resp, bytes)) = answer {
+                    resp.topics.extend(refused.iter().cloned());
+                    let errors = resp
+                        .topics
+                        .iter()
+                        .flat_map(|t| &t.partitions)
+                        .any(|p| p.error_code != 0);
+                    if bytes >= min_bytes || errors || now >= deadline {
+                        if zero_copy {
+                            let mut parts = resp.encode_parts(version);
+                            let head = encode_response(&header, &[]);
+                            parts.insert(0, FramePart::Bytes(head));
+                            return Outcome::ReplyParts(parts);
+                        }
+                        break resp.encode(version);
                     }
-                    break resp.encode(version);
                 }
                 let recheck = config.wait_recheck_ms.min(deadline - now).max(1);
                 config
