@@ -53,20 +53,28 @@ pub struct ConsumerRecord {
     pub value: Option<Bytes>,
 }
 
+/// The whole batches of a fetched record set, in order: (start, end, header) of each. Stops at
+/// the first that is cut short (a partial batch at the end of a fetch: read it next time) or
+/// whose header does not parse.
+fn whole_batches(bytes: &[u8]) -> impl Iterator<Item = (usize, usize, BatchHeader)> + '_ {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        let h = BatchHeader::parse(bytes.get(at..)?).ok()?;
+        let end = at + h.total_bytes();
+        if end > bytes.len() || h.total_bytes() < record::HEADER_BYTES {
+            return None;
+        }
+        Some((std::mem::replace(&mut at, end), end, h))
+    })
+}
+
 /// The records the whole batches of a fetched record set say they hold, bounded by what its
 /// bytes could hold (the counts are the sender's word).
 fn record_count(bytes: &[u8]) -> usize {
-    let mut at = 0;
-    let mut count = 0usize;
-    while let Ok(h) = BatchHeader::parse(&bytes[at..]) {
-        let end = at + h.total_bytes();
-        if end > bytes.len() || h.total_bytes() < record::HEADER_BYTES {
-            break;
-        }
-        count = count.saturating_add(usize::try_from(h.record_count).unwrap_or(0));
-        at = end;
-    }
-    count.min(bytes.len() / record::MIN_RECORD_BYTES)
+    whole_batches(bytes)
+        .map(|(_, _, h)| usize::try_from(h.record_count).unwrap_or(0))
+        .fold(0usize, usize::saturating_add)
+        .min(bytes.len() / record::MIN_RECORD_BYTES)
 }
 
 /// What a poll returned.
@@ -224,15 +232,9 @@ impl<R: Runtime> Consumer<R> {
             // Room for every record of the answer at once (a catching-up read brings thousands):
             // growing by doubling copied them again and again.
             polled.records.reserve(record_count(&bytes));
-            let mut at = 0;
             let mut next = position;
             let mut corrupt = None;
-            while at < bytes.len() {
-                let Ok(h) = BatchHeader::parse(&bytes[at..]) else { break };
-                let end = at + h.total_bytes();
-                if end > bytes.len() || h.total_bytes() < record::HEADER_BYTES {
-                    break; // a partial batch at the end of a fetch: read it next time
-                }
+            for (at, end, h) in whole_batches(&bytes) {
                 // `check.crcs` (Kafka's default): a batch damaged on its way is never handed to
                 // the application; the position stays before it and the next poll fetches it anew.
                 if let Err(e) = record::validate_batch(&bytes[at..end]) {
@@ -253,7 +255,6 @@ impl<R: Runtime> Consumer<R> {
                     });
                 }
                 next = next.max(h.next_offset().0);
-                at = end;
             }
             self.positions.insert(partition, Some(next));
             if let Some(e) = corrupt {

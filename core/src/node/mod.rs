@@ -22,6 +22,7 @@ pub mod scram_sync;
 pub mod throttle;
 pub mod watch;
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
@@ -384,9 +385,7 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
             let follower = req.replica_id >= 0;
             let refused = gate.split_fetch(&broker.borrow(), req, version);
             let req = &*req;
-            // (topic, partition, fetch offset, current leader epoch), topics named even when
-            // the request uses ids.
-            let asked: Vec<(std::borrow::Cow<'_, str>, i32, i64, i32)> = {
+            let asked: Vec<AskedPartition<'_>> = {
                 let b = broker.borrow();
                 req.topics
                     .iter()
@@ -742,9 +741,13 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
     Outcome::Reply(encode_response(&header, &body))
 }
 
+/// A partition a Fetch asks for: (topic, partition, fetch offset, current leader epoch), the
+/// topic named even when the request uses ids.
+type AskedPartition<'a> = (Cow<'a, str>, i32, i64, i32);
+
 /// What a waiting Fetch waits for on each partition it asked: a follower's for the log end to
 /// pass its offset, a consumer's for the high watermark.
-fn fetch_interests(asked: &[(std::borrow::Cow<'_, str>, i32, i64, i32)], follower: bool) -> Vec<watch::Interest> {
+fn fetch_interests(asked: &[AskedPartition<'_>], follower: bool) -> Vec<watch::Interest> {
     asked
         .iter()
         .map(|(topic, partition, offset, _)| watch::Interest {

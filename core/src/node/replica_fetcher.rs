@@ -115,8 +115,6 @@ type PartitionName = (String, i32);
 struct LeaderFetcher<R: Runtime> {
     leader: BrokerId,
     conn: Option<KafkaConn<R>>,
-    /// The (host, port) `conn` goes to: a registration that moves drops it.
-    conn_to: Option<(String, i32)>,
     /// Partition -> the monotonic ms before which it is left out of requests.
     delayed: BTreeMap<PartitionName, u64>,
     /// Which throttled partition goes next (one per request, see [`LeaderFetcher::fetch`]).
@@ -134,7 +132,6 @@ async fn fetch_from_leader<R: Runtime>(
     let mut fetcher = LeaderFetcher {
         leader,
         conn: None,
-        conn_to: None,
         delayed: BTreeMap::new(),
         throttled_turn: 0,
     };
@@ -180,13 +177,17 @@ impl<R: Runtime> LeaderFetcher<R> {
                 .and_then(|v| v.brokers.iter().find(|r| r.id == self.leader))
                 .map(|r| (r.host.as_str(), r.port))
                 .ok_or_else(|| format!("leader {} is not in the cluster view", self.leader.0))?;
-            let same = self.conn.is_some() && self.conn_to.as_ref().is_some_and(|(h, p)| (h.as_str(), *p) == to);
-            (b.config().broker_id, (!same).then(|| (to.0.to_string(), to.1)))
+            // A registration that moved drops the connection; the address is compared in
+            // parts, not formatted for every request.
+            let same = self.conn.as_ref().is_some_and(|c| {
+                c.addr
+                    .rsplit_once(':')
+                    .is_some_and(|(host, port)| host == to.0 && port.parse() == Ok(to.1))
+            });
+            (b.config().broker_id, (!same).then(|| format!("{}:{}", to.0, to.1)))
         };
-        if let Some((host, port)) = moved {
+        if let Some(addr) = moved {
             self.conn = None;
-            self.conn_to = None;
-            let addr = format!("{host}:{port}");
             let mut conn = KafkaConn::connect(rt, &addr, &config.client_id, config.request_timeout_ms)
                 .await
                 .map_err(|e| e.to_string())?;
@@ -196,7 +197,6 @@ impl<R: Runtime> LeaderFetcher<R> {
                     .map_err(|e| format!("inter-broker login: {e}"))?;
             }
             self.conn = Some(conn);
-            self.conn_to = Some((host, port));
         }
         let truncating: Vec<&FollowerTask> = ready
             .iter()
