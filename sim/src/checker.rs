@@ -422,13 +422,15 @@ pub fn check(h: &History) -> Report {
         }
     }
 
-    let abandoned = h.sends.iter().filter(|s| s.outcome == SendOutcome::Abandoned);
-    let mut in_log: FxHashSet<Value> = FxHashSet::default();
-    if abandoned.clone().next().is_some() {
-        in_log.reserve(final_at.len());
-        in_log.extend(final_at.values().copied());
-    }
-    for s in abandoned {
+    // Every value the final read holds, built at its first use as `in_final` is: only for a
+    // send abandoned in a dead producer's buffer.
+    let in_log_set = std::cell::OnceCell::new();
+    for s in h.sends.iter().filter(|s| s.outcome == SendOutcome::Abandoned) {
+        let in_log = in_log_set.get_or_init(|| {
+            let mut set: FxHashSet<Value> = set_with_room(final_at.len());
+            set.extend(final_at.values().copied());
+            set
+        });
         if !in_log.contains(&s.value) && !polled.contains(&s.value) {
             report.add(
                 AnomalyKind::LostInBuffer,
