@@ -215,7 +215,7 @@ async fn producer_main(rt: SimRuntime, w: Arc<Workload>, p: u32, next_seq: Arc<A
         in_flight_max: spec.max_in_flight as usize,
         ..ProducerConfig::default()
     };
-    let interval = Duration::from_millis(u64::from(1_000 / spec.rate_per_s.max(1)).max(1));
+    let mut pacer = Pacer::new(Duration::from_millis(u64::from(1_000 / spec.rate_per_s.max(1)).max(1)));
     let partitions = w.scenario.topic.get_ref().partitions;
     let topic = w.scenario.topic.get_ref().name.clone();
     // Sticky: the producer's partitioner picks (keyless records); until it has, the record's
@@ -238,7 +238,9 @@ async fn producer_main(rt: SimRuntime, w: Arc<Workload>, p: u32, next_seq: Arc<A
                 let (value, partition) = next();
                 let result = producer.send(&topic, partition, &[record(&rt, value)]).await;
                 record_outcome(&rt, &w, p, value, partition, result);
-                rt.sleep(interval).await;
+                if let Some(pause) = pacer.after_send() {
+                    rt.sleep(pause).await;
+                }
             }
         }
         SendMode::Async => {
@@ -261,12 +263,43 @@ async fn producer_main(rt: SimRuntime, w: Arc<Workload>, p: u32, next_seq: Arc<A
                 if let Some(entry) = lock(&w.pending).get_mut(&value) {
                     *entry = (chosen.unwrap_or(partition), true);
                 }
-                rt.sleep(interval).await;
+                if let Some(pause) = pacer.after_send() {
+                    rt.sleep(pause).await;
+                }
             }
             // close(): wait for what is buffered, as Kafka's producer does, within the run.
             let left_ms = w.consume_until_ms.saturating_sub(rt.monotonic_ms());
             with_timeout(&rt, left_ms, producer.flush()).await;
         }
+    }
+}
+
+/// Paces a workload producer as Kafka's `ThroughputThrottler` paces `kafka-producer-perf-test`
+/// and the `VerifiableProducer` of Kafka's own system tests: every send adds the interval between
+/// records to a sleep deficit, and the producer sleeps the deficit off once it reaches 2 ms (the
+/// throttler's `MIN_SLEEP_NS`). An interval of 2 ms or more is slept after every send, as
+/// before; above 500 records a second the records go out in bursts of two a wake-up (at 1,000 a
+/// second: two records, then 2 ms), the rate unchanged and half the wake-ups.
+#[derive(Debug)]
+struct Pacer {
+    interval: Duration,
+    deficit: Duration,
+}
+
+impl Pacer {
+    const MIN_SLEEP: Duration = Duration::from_millis(2);
+
+    fn new(interval: Duration) -> Self {
+        Pacer {
+            interval,
+            deficit: Duration::ZERO,
+        }
+    }
+
+    /// How long to sleep after a send, if at all.
+    fn after_send(&mut self) -> Option<Duration> {
+        self.deficit += self.interval;
+        (self.deficit >= Self::MIN_SLEEP).then(|| std::mem::take(&mut self.deficit))
     }
 }
 
@@ -846,4 +879,37 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
 /// Virtual ms since the simulation started (as `SimRuntime::monotonic_ms`).
 fn monotonic_ms() -> u64 {
     madsim::time::TimeHandle::current().elapsed().as_millis() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sleeps of `sends` sends: one entry per send, `None` for a send not followed by one.
+    fn sleeps(interval_ms: u64, sends: usize) -> Vec<Option<u64>> {
+        let mut pacer = Pacer::new(Duration::from_millis(interval_ms));
+        (0..sends)
+            .map(|_| pacer.after_send().map(|d| d.as_millis() as u64))
+            .collect()
+    }
+
+    #[test]
+    fn pacer_sleeps_every_interval_of_two_ms_or_more_after_each_send() {
+        for interval in [2, 5, 50, 1_000] {
+            assert_eq!(sleeps(interval, 4), vec![Some(interval); 4], "interval {interval} ms");
+        }
+    }
+
+    #[test]
+    fn pacer_sends_two_records_a_wake_up_at_one_ms_keeping_the_rate() {
+        let s = sleeps(1, 1_000);
+        assert_eq!(s[..4], [None, Some(2), None, Some(2)]);
+        let slept: u64 = s.iter().flatten().sum();
+        let wake_ups = s.iter().flatten().count();
+        assert_eq!(
+            (slept, wake_ups),
+            (1_000, 500),
+            "1,000 sends at 1 ms: 1 s slept in 500 wake-ups"
+        );
+    }
 }
