@@ -663,3 +663,69 @@ fn a_short_sleep_polled_again_with_another_waker_wakes_the_new_one() {
         assert_eq!(took_ms, 10, "at its deadline");
     });
 }
+
+/// A frame sent while its receiver waits wakes the receiver once, at the frame's arrival: its
+/// sender arms the receiver's timer (`runtime::net`), where the receiver used to be woken at the
+/// send only to start that sleep itself. A frame already queued when the receiver comes back is
+/// taken after the receiver's own sleep, which lasts at least 1 ms (madsim's stream delivered
+/// frames already due 1 ms apart, and so does this network).
+#[test]
+fn a_waiting_receiver_is_polled_once_per_frame_at_its_arrival() {
+    let config = gregor_sim::world::WorldConfig {
+        // One latency for every frame: 4 ms (a range must not be empty).
+        send_latency: Duration::from_millis(4)..Duration::from_nanos(4_000_001),
+        ..Default::default()
+    };
+    let received = gregor_sim::world::run_seed_with(3, config, |world| async move {
+        let server = idle_node(&world, "server");
+        let client = idle_node(&world, "client");
+        let addr = world.addr(server, PORT);
+        let receiver = world.spawn_on(server, move |rt| async move {
+            let mut listener = rt.listen(&addr).await.expect("listen");
+            let mut conn = listener.accept().await.expect("accept");
+            let mut received = Vec::new();
+            for _ in 0..2 {
+                let mut polls = 0;
+                let mut recv = std::pin::pin!(conn.recv());
+                let frame = std::future::poll_fn(|cx| {
+                    polls += 1;
+                    recv.as_mut().poll(cx)
+                })
+                .await;
+                let frame = frame.expect("recv").expect("a frame");
+                received.push((frame, madsim::time::Instant::now(), polls));
+            }
+            received
+        });
+        settle().await;
+        let addr = world.addr(server, PORT);
+        let sent_at = world
+            .spawn_on(client, move |rt| async move {
+                let mut conn = rt.connect(&addr).await.expect("connect");
+                // The receiver is waiting by now.
+                rt.sleep(Duration::from_millis(50)).await;
+                let at = madsim::time::Instant::now();
+                conn.send(Bytes::from_static(b"first")).await.expect("send");
+                conn.send(Bytes::from_static(b"second")).await.expect("send");
+                rt.sleep(Duration::from_millis(50)).await;
+                at
+            })
+            .await
+            .expect("client task ran");
+        let received = receiver.await.expect("receiver task ran");
+        received
+            .into_iter()
+            .map(|(frame, at, polls)| (frame, (at - sent_at).as_micros(), polls))
+            .collect::<Vec<_>>()
+    });
+    println!("received (frame, us after the sends, polls of its recv): {received:?}");
+    assert_eq!(received.len(), 2);
+    let (first, first_us, first_polls) = &received[0];
+    let (second, second_us, second_polls) = &received[1];
+    assert_eq!((first.as_ref(), second.as_ref()), (&b"first"[..], &b"second"[..]));
+    // Both arrive 4 ms after the sends (plus madsim's nanosecond steps between polls).
+    assert!((4_000..4_100).contains(first_us), "the first frame is taken at its arrival");
+    assert_eq!(*first_polls, 2, "waiting (pending), then woken once, at the arrival");
+    assert!((5_000..5_100).contains(second_us), "the second, already due, 1 ms after the first");
+    assert_eq!(*second_polls, 2, "the receiver's own 1 ms sleep, then the frame");
+}

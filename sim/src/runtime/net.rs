@@ -17,7 +17,9 @@
 //!   is down), and it waits; else it arrives after a latency drawn from the run's range with
 //!   madsim's generator. Frames arrive in order; the receiver waits for a frame's arrival with
 //!   madsim's `sleep_until`, which lasts at least 1 ms, so even frames already due reach the
-//!   reader 1 ms apart, as madsim's receiving stream delivered them. A frame that was sent over
+//!   reader 1 ms apart, as madsim's receiving stream delivered them. A frame sent while its
+//!   receiver waits has the sender arm that same timer for the receiver (the receiver is woken
+//!   once, at the arrival, instead of at the send to start its sleep). A frame that was sent over
 //!   a clogged link is retried by its receiver after 1 ms, then after twice as long each time
 //!   (up to 10 s), the latency drawn when the link is found open.
 //! - A dropped end ends its peer's stream after the frames in flight (end-of-stream); frames sent
@@ -40,7 +42,8 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Poll, Waker};
+use std::future::Future;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -393,6 +396,9 @@ struct PipeState {
     frames: VecDeque<(Option<Instant>, Bytes)>,
     /// The receiver's, while it waits for a frame.
     waker: Option<Waker>,
+    /// The front frame was sent while the receiver waited, and its sender armed the receiver's
+    /// wake-up for the frame's arrival (see [`End::send`]): the receiver takes it when woken.
+    announced: bool,
     sender_gone: bool,
     receiver_gone: bool,
 }
@@ -440,10 +446,27 @@ impl End {
                 return Err(NetError::Closed);
             }
             state.frames.push_back((arrival, frame));
-            state.waker.take()
+            let waker = state.waker.take();
+            if waker.is_some() && arrival.is_some() {
+                // A waiting receiver has no frame before this one: it is the front.
+                state.announced = true;
+            }
+            waker
         };
-        if let Some(waker) = waker {
-            waker.wake();
+        match (waker, arrival) {
+            // The receiver waits for this frame: wake it when the frame arrives rather than now,
+            // when it would only start a sleep until then (one task poll a frame instead of two).
+            // madsim's `Sleep` arms its timer at its first poll, for the waker polling it, and
+            // dropping it does not disarm it; its deadline is the one the receiver's own
+            // `sleep_until` would have had (at least 1 ms away: every latency is).
+            (Some(waker), Some(at)) => {
+                let mut sleep = std::pin::pin!(self.time.sleep_until(at));
+                if sleep.as_mut().poll(&mut Context::from_waker(&waker)).is_ready() {
+                    waker.wake();
+                }
+            }
+            (Some(waker), None) => waker.wake(),
+            (None, _) => {}
         }
         Ok(())
     }
@@ -455,7 +478,12 @@ impl End {
             let front = std::future::poll_fn(|cx| {
                 let mut state = self.incoming.state();
                 match state.frames.front() {
-                    Some(&(arrival, _)) => Poll::Ready(Some(arrival)),
+                    // Woken at its arrival by the sender (see `send`).
+                    Some(&(Some(at), _)) if state.announced && self.time.now_instant() >= at => {
+                        state.announced = false;
+                        Poll::Ready(state.frames.pop_front().map(|(_, frame)| Ok(frame)))
+                    }
+                    Some(&(arrival, _)) => Poll::Ready(Some(Err(arrival))),
                     None if state.sender_gone => Poll::Ready(None),
                     None => {
                         state.waker = Some(cx.waker().clone());
@@ -465,8 +493,9 @@ impl End {
             })
             .await?;
             let arrival = match front {
-                Some(at) => at,
-                None => {
+                Ok(frame) => return Some(frame),
+                Err(Some(at)) => at,
+                Err(None) => {
                     let mut backoff = Duration::from_millis(1);
                     let at = loop {
                         self.time.sleep(backoff).await;
@@ -482,7 +511,9 @@ impl End {
                 }
             };
             self.time.sleep_until(arrival).await;
-            if let Some((_, frame)) = self.incoming.state().frames.pop_front() {
+            let mut state = self.incoming.state();
+            if let Some((_, frame)) = state.frames.pop_front() {
+                state.announced = false;
                 return Some(frame);
             }
         }
