@@ -724,8 +724,14 @@ fn a_waiting_receiver_is_polled_once_per_frame_at_its_arrival() {
     let (second, second_us, second_polls) = &received[1];
     assert_eq!((first.as_ref(), second.as_ref()), (&b"first"[..], &b"second"[..]));
     // Both arrive 4 ms after the sends (plus madsim's nanosecond steps between polls).
-    assert!((4_000..4_100).contains(first_us), "the first frame is taken at its arrival");
+    assert!(
+        (4_000..4_100).contains(first_us),
+        "the first frame is taken at its arrival"
+    );
     assert_eq!(*first_polls, 2, "waiting (pending), then woken once, at the arrival");
-    assert!((5_000..5_100).contains(second_us), "the second, already due, 1 ms after the first");
+    assert!(
+        (5_000..5_100).contains(second_us),
+        "the second, already due, 1 ms after the first"
+    );
     assert_eq!(*second_polls, 2, "the receiver's own 1 ms sleep, then the frame");
 }

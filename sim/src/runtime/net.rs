@@ -39,10 +39,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::future::Future;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
