@@ -246,10 +246,21 @@ fn ephemeral_node_lives_while_its_owner_heartbeats_and_goes_after_its_timeout() 
     });
 }
 
+/// Over several seeds: one seed's schedule may happen to find the new leader in time. Before
+/// the client followed a named leader at once and passed over servers it had just failed to
+/// reach, 20 of seeds 0..301 lost the session (5, 10 and 13 among these; the new leader was
+/// elected within a second, but the client chased followers' stale hints back to the dead one
+/// and backed off after each until its own 3 s ran out).
 #[test]
 fn ephemeral_node_survives_leader_crashes_while_its_owner_heartbeats() {
+    for seed in 0..16 {
+        ephemeral_survives_leader_crashes(seed);
+    }
+}
+
+fn ephemeral_survives_leader_crashes(seed: u64) {
     const TIMEOUT_MS: u64 = 3000;
-    run_seed(13, |world| async move {
+    run_seed(seed, move |world| async move {
         let addrs = add_coordinators(&world, 3);
         let owner = idle_node(&world, "owner");
         let observer = idle_node(&world, "observer");
@@ -288,19 +299,19 @@ fn ephemeral_node_survives_leader_crashes_while_its_owner_heartbeats() {
         }
         let polls = polls.lock().expect("log").clone();
         println!(
-            "ephemeral under leader crashes: {} polls, {} present",
+            "seed {seed}: ephemeral under leader crashes: {} polls, {} present",
             polls.len(),
             polls.iter().filter(|p| **p).count()
         );
-        assert!(polls.len() > 50, "too few polls: {}", polls.len());
+        assert!(polls.len() > 50, "seed {seed}: too few polls: {}", polls.len());
         assert!(
             polls.iter().all(|p| *p),
-            "the ephemeral vanished while its owner heartbeated"
+            "seed {seed}: the ephemeral vanished while its owner heartbeated"
         );
         assert_eq!(
             *expired.lock().expect("flag"),
             Some(false),
-            "the owner's session expired"
+            "seed {seed}: the owner's session expired"
         );
     });
 }

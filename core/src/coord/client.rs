@@ -182,6 +182,19 @@ async fn call<R: Runtime>(
         )
     };
     let mut backoff = backoff_min;
+    // The servers this call failed to reach, and when. One that failed within the longest
+    // backoff is passed over while another is left, and a hint naming it is not followed: right
+    // after a leader dies its followers still name it until they elect another, and chasing
+    // their stale hints back to the dead node (and backing off after each) could outlast a
+    // heartbeating client's session although a new leader was elected in half a second.
+    let mut unreachable: Vec<(String, u64)> = Vec::new();
+    let mut followed_at_once = false;
+    let recently_failed = |unreachable: &[(String, u64)], addr: &str| {
+        let now = rt.monotonic_ms();
+        unreachable
+            .iter()
+            .any(|(a, at)| a == addr && now.saturating_sub(*at) < backoff_max)
+    };
     for _ in 0..attempts {
         let (addr, conn, frame) = {
             let mut i = inner.borrow_mut();
@@ -200,8 +213,17 @@ async fn call<R: Runtime>(
                 Some(a) => a,
                 None => {
                     let n = i.config.servers.len().max(1);
-                    let a = i.config.servers.get(i.next_server % n).cloned().unwrap_or_default();
-                    a
+                    let pick = (0..n)
+                        .map(|k| (i.next_server + k) % n)
+                        .find(|&k| {
+                            i.config
+                                .servers
+                                .get(k)
+                                .is_some_and(|a| !recently_failed(&unreachable, a))
+                        })
+                        .unwrap_or(i.next_server % n);
+                    i.next_server = pick;
+                    i.config.servers.get(pick).cloned().unwrap_or_default()
                 }
             };
             i.idle.retain(|(a, _)| *a == addr);
@@ -231,6 +253,8 @@ async fn call<R: Runtime>(
                     }
                     i.next_server += 1;
                 }
+                unreachable.retain(|(a, _)| *a != addr);
+                unreachable.push((addr.clone(), rt.monotonic_ms()));
                 rt.sleep(Duration::from_millis(backoff)).await;
                 backoff = (backoff * 2).min(backoff_max);
                 continue;
@@ -248,7 +272,7 @@ async fn call<R: Runtime>(
                         i.leader = None;
                     }
                     match leader {
-                        Some(l) if l != addr => i.leader_hint = Some(l),
+                        Some(l) if l != addr && !recently_failed(&unreachable, &l) => i.leader_hint = Some(l),
                         _ => i.next_server += 1,
                     }
                     None
@@ -284,6 +308,15 @@ async fn call<R: Runtime>(
         if let Some(answer) = answer {
             return answer;
         }
+        // A server named the leader: follow it at once, as Kafka's clients follow a
+        // NOT_LEADER's new leader; a pause here was time a heartbeat's session could not spare.
+        // Every other attempt at most, so two servers naming each other still back off.
+        let hinted = inner.borrow().leader_hint.is_some();
+        if hinted && !followed_at_once {
+            followed_at_once = true;
+            continue;
+        }
+        followed_at_once = false;
         // Nothing happened (not the leader, or refused before acting): try again after a pause.
         rt.sleep(Duration::from_millis(backoff)).await;
         backoff = (backoff * 2).min(backoff_max);
