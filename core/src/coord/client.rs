@@ -1,8 +1,10 @@
 //! `CoordClient`: a session with the coordinator quorum, as brokers and the controller use it.
 //!
-//! What it owns: a connection to the current leader (found by following `NotLeader` hints and
-//! trying each address in turn), the session and its heartbeat task, and the watch events
-//! delivered with responses, in order, for [`CoordClient::next_watch_event`].
+//! What it owns: a connection to the current leader (found by following `NotLeader` hints at
+//! once and trying each address in turn, passing over, and not following hints to, one that
+//! just failed: a dead leader's followers name it until they elect another), the session and its
+//! heartbeat task, and the watch events delivered with responses, in order, for
+//! [`CoordClient::next_watch_event`].
 //!
 //! Contract:
 //! - Every op is retried with backoff while nothing can have happened (no connection, `NotLeader`,
