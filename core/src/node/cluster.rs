@@ -409,7 +409,11 @@ impl AdminQueue {
 
     /// Queues a DeleteTopics (topics named by name, or by an id this broker's view knows) and
     /// waits for the cluster task's answer: the deletion is requested under
-    /// `/admin/delete_topics` and carried out by the controller.
+    /// `/admin/delete_topics` and carried out by the controller. Then, as Kafka's
+    /// DelayedDeleteTopics does, waits until this broker's view no longer shows each topic whose
+    /// deletion was requested (bounded by the request's timeout, at least 1 s), so that a
+    /// Metadata right after the answer does not list it; a topic still shown at the deadline
+    /// answers REQUEST_TIMED_OUT, and its deletion goes on.
     pub async fn delete_topics_request<R: Runtime>(
         &self,
         rt: &R,
@@ -429,19 +433,53 @@ impl AdminQueue {
                 }),
             }
         }
+        let deadline = rt
+            .monotonic_ms()
+            .saturating_add(u64::try_from(req.timeout_ms.max(1_000)).unwrap_or(30_000));
         let results = self
             .submit(rt, AdminRequest::Delete(names.clone()), names, req.timeout_ms)
             .await;
-        let broker = broker.borrow();
+        // The ids before the topics leave this broker's view.
+        let ids: Vec<crate::protocol::Uuid> = results
+            .iter()
+            .map(|(name, ..)| {
+                broker
+                    .borrow()
+                    .topic(name)
+                    .map_or(crate::protocol::Uuid::ZERO, |m| crate::protocol::Uuid(m.id.0))
+            })
+            .collect();
+        let shown = |name: &String| {
+            broker
+                .borrow()
+                .cluster_view()
+                .is_none_or(|v| v.topics.contains_key(name))
+        };
+        let requested = || results.iter().filter(|r| r.1 == ErrorCode::None).map(|r| &r.0);
+        while requested().any(shown) && rt.monotonic_ms() < deadline {
+            rt.sleep(Duration::from_millis(5)).await;
+        }
         let mut responses: Vec<DeletableTopicResult> = results
             .into_iter()
-            .map(|(name, code, message, _)| DeletableTopicResult {
-                topic_id: broker
-                    .topic(&name)
-                    .map_or(crate::protocol::Uuid::ZERO, |m| crate::protocol::Uuid(m.id.0)),
-                name: Some(name),
-                error_code: code.code(),
-                error_message: (code != ErrorCode::None).then_some(message),
+            .zip(ids)
+            .map(|((name, code, message, _), topic_id)| {
+                let (code, message) = if code == ErrorCode::None && shown(&name) {
+                    (
+                        ErrorCode::RequestTimedOut,
+                        format!(
+                            "deletion of {name} requested; not finished within the request's timeout ({} ms)",
+                            req.timeout_ms
+                        ),
+                    )
+                } else {
+                    (code, message)
+                };
+                DeletableTopicResult {
+                    topic_id,
+                    name: Some(name),
+                    error_code: code.code(),
+                    error_message: (code != ErrorCode::None).then_some(message),
+                }
             })
             .collect();
         responses.extend(refused);
