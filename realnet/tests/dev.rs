@@ -660,24 +660,30 @@ fn data_dir_of_the_broker_only_dev_with_committed_offsets_is_refused_clearly() {
     println!("refused as it should: {}", stderr.lines().last().unwrap_or(""));
 }
 
-/// CreateTopics answers once the topic is usable here (Kafka's DelayedCreatePartitions): a
-/// Produce sent right after the answer, on the same connection, is accepted every time.
-#[test]
-fn a_created_topic_takes_produce_at_once() {
+/// Creates twelve topics one after another on a fresh `gregor dev`, handing each to `then` right
+/// after its CreateTopics answer, on the same connection; returns how many.
+fn after_each_creation(mut then: impl FnMut(&mut Client, &'static str)) -> usize {
     const TOPICS: [&str; 12] = ["n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9", "n10", "n11"];
     let dir = tempfile::tempdir().expect("temp dir");
     let broker = Broker::start(&dir.path().join("data"), free_port());
     let mut client = Client::connect(&broker.addr());
     for topic in TOPICS {
         create_topic(&mut client, topic, 2);
-        assert_eq!(produce(&mut client, topic, 1, batch(&["first"])), 0, "{topic}");
+        then(&mut client, topic);
     }
-    println!(
-        "compared {} produces sent right after their topic's creation",
-        TOPICS.len()
-    );
     drop(client);
     assert!(broker.stop().success());
+    TOPICS.len()
+}
+
+/// CreateTopics answers once the topic is usable here (Kafka's DelayedCreatePartitions): a
+/// Produce sent right after the answer, on the same connection, is accepted every time.
+#[test]
+fn a_created_topic_takes_produce_at_once() {
+    let compared = after_each_creation(|client, topic| {
+        assert_eq!(produce(client, topic, 1, batch(&["first"])), 0, "{topic}");
+    });
+    println!("compared {compared} produces sent right after their topic's creation");
 }
 
 /// DeleteTopics answers once the topic is gone from this broker's view (Kafka's
@@ -686,12 +692,7 @@ fn a_created_topic_takes_produce_at_once() {
 /// used to come as soon as the deletion was requested, before the controller carried it out.)
 #[test]
 fn a_deleted_topic_is_not_listed_once_its_deletion_is_answered() {
-    const TOPICS: [&str; 12] = ["d0", "d1", "d2", "d3", "d4", "d5", "d6", "d7", "d8", "d9", "d10", "d11"];
-    let dir = tempfile::tempdir().expect("temp dir");
-    let broker = Broker::start(&dir.path().join("data"), free_port());
-    let mut client = Client::connect(&broker.addr());
-    for topic in TOPICS {
-        create_topic(&mut client, topic, 2);
+    let compared = after_each_creation(|client, topic| {
         let mut t = kp::delete_topics_request::DeleteTopicState::default();
         t.name = Some(name(topic));
         let mut req = kp::DeleteTopicsRequest::default();
@@ -708,11 +709,6 @@ fn a_deleted_topic_is_not_listed_once_its_deletion_is_answered() {
             .iter()
             .any(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic));
         assert!(!listed, "{topic} still listed right after its deletion was answered");
-    }
-    println!(
-        "compared {} topic lists sent right after their topic's deletion was answered",
-        TOPICS.len()
-    );
-    drop(client);
-    assert!(broker.stop().success());
+    });
+    println!("compared {compared} topic lists sent right after their topic's deletion was answered");
 }
