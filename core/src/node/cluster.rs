@@ -360,9 +360,7 @@ impl AdminQueue {
         req: &CreateTopicsRequest,
     ) -> CreateTopicsResponse {
         let names: Vec<String> = req.topics.iter().map(|t| t.name.clone()).collect();
-        let deadline = rt
-            .monotonic_ms()
-            .saturating_add(u64::try_from(req.timeout_ms.max(1_000)).unwrap_or(30_000));
+        let deadline = view_deadline(rt, req.timeout_ms);
         let results = self
             .submit(rt, AdminRequest::Create(req.clone()), names, req.timeout_ms)
             .await;
@@ -382,9 +380,7 @@ impl AdminQueue {
                     })
                 })
             };
-            while !created.iter().all(|n| led(n)) && rt.monotonic_ms() < deadline {
-                rt.sleep(Duration::from_millis(5)).await;
-            }
+            wait_for_view(rt, deadline, || created.iter().all(|n| led(n))).await;
         }
         CreateTopicsResponse {
             throttle_time_ms: 0,
@@ -433,9 +429,7 @@ impl AdminQueue {
                 }),
             }
         }
-        let deadline = rt
-            .monotonic_ms()
-            .saturating_add(u64::try_from(req.timeout_ms.max(1_000)).unwrap_or(30_000));
+        let deadline = view_deadline(rt, req.timeout_ms);
         let results = self
             .submit(rt, AdminRequest::Delete(names.clone()), names, req.timeout_ms)
             .await;
@@ -456,9 +450,7 @@ impl AdminQueue {
                 .is_none_or(|v| v.topics.contains_key(name))
         };
         let requested = || results.iter().filter(|r| r.1 == ErrorCode::None).map(|r| &r.0);
-        while requested().any(shown) && rt.monotonic_ms() < deadline {
-            rt.sleep(Duration::from_millis(5)).await;
-        }
+        wait_for_view(rt, deadline, || !requested().any(shown)).await;
         let mut responses: Vec<DeletableTopicResult> = results
             .into_iter()
             .zip(ids)
@@ -620,6 +612,21 @@ impl AdminQueue {
 
     fn is_empty(&self) -> bool {
         self.0.borrow().is_empty()
+    }
+}
+
+/// Until when an admin request waits for this broker's view to show its outcome: its timeout,
+/// at least 1 s.
+fn view_deadline<R: Runtime>(rt: &R, timeout_ms: i32) -> u64 {
+    rt.monotonic_ms()
+        .saturating_add(u64::try_from(timeout_ms.max(1_000)).unwrap_or(30_000))
+}
+
+/// Waits until `done` (a look at this broker's view, which the cluster task updates) or the
+/// deadline, looking every 5 ms.
+async fn wait_for_view<R: Runtime>(rt: &R, deadline: u64, done: impl Fn() -> bool) {
+    while !done() && rt.monotonic_ms() < deadline {
+        rt.sleep(Duration::from_millis(5)).await;
     }
 }
 
