@@ -18,7 +18,6 @@
 //! the ISR may shrink below min ISR (COORDINATOR_NOT_AVAILABLE, retriable); a log that cannot be
 //! read leaves the partition unloaded (NOT_COORDINATOR) and is retried on the next request.
 
-use super::partition_key::PartitionKey;
 use crate::disk::Disk;
 use crate::error_code::ErrorCode;
 use crate::group::{offsets, CommitEntry, Coordination, OFFSETS_TOPIC};
@@ -78,7 +77,7 @@ fn commit_error(append: ErrorCode) -> ErrorCode {
 impl Broker {
     /// The leader epoch of offsets partition `p` if this broker leads it.
     fn offsets_partition_led(&self, p: i32) -> Option<LeaderEpoch> {
-        let part = self.partitions.get(&(OFFSETS_TOPIC, p) as &dyn PartitionKey)?;
+        let part = self.partitions.get(OFFSETS_TOPIC, p)?;
         let repl = part.repl.as_ref()?;
         matches!(repl.role, super::replica::Role::Leader { .. }).then_some(part.leader_epoch)
     }
@@ -96,10 +95,7 @@ impl Broker {
             match (led, loaded) {
                 (Some(epoch), Some(l)) if epoch == l => {}
                 (Some(epoch), _) => {
-                    let part = self
-                        .partitions
-                        .get(&(OFFSETS_TOPIC, p) as &dyn PartitionKey)
-                        .expect("led, so hosted");
+                    let part = self.partitions.get(OFFSETS_TOPIC, p).expect("led, so hosted");
                     match offsets::replay(disk, &part.log, part.log.log_end_offset()) {
                         Ok((records, skipped)) => {
                             if skipped > 0 {

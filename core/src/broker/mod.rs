@@ -44,7 +44,7 @@ use crate::ids::{BrokerId, LeaderEpoch, Offset, ProducerEpoch, ProducerId};
 use crate::log::{Log, LogConfig, LogError, ReadSlice};
 use crate::record::{self, BatchError, BatchHeader};
 pub use coordination::{CommitStart, PendingCommit, PendingStore};
-use partition_key::PartitionKey;
+use partition_key::PartitionMap;
 use producer_ids::ProducerIdAllocator;
 pub use producer_state::ProducerStateTable;
 use producer_state::Verdict;
@@ -187,7 +187,7 @@ pub type RoleObserver = Box<dyn FnMut(RoleChange<'_>)>;
 pub struct Broker {
     config: BrokerConfig,
     topics: BTreeMap<String, TopicMeta>,
-    partitions: BTreeMap<(String, i32), PartitionState>,
+    partitions: PartitionMap<PartitionState>,
     producer_ids: ProducerIdAllocator,
     next_retention_check_ms: i64,
     groups: GroupCoordinator,
@@ -243,7 +243,7 @@ impl Broker {
             next_retention_check_ms: now_ms.saturating_add(config.retention_check_interval_ms),
             config,
             topics: BTreeMap::new(),
-            partitions: BTreeMap::new(),
+            partitions: PartitionMap::new(),
             producer_ids: ProducerIdAllocator::open(disk).map_err(BrokerError::ProducerIds)?,
             groups,
             cluster_view: None,
@@ -311,7 +311,8 @@ impl Broker {
             })?;
             broker.topics.entry(name.clone()).or_insert(meta);
             broker.partitions.insert(
-                (name, partition),
+                &name,
+                partition,
                 PartitionState {
                     log,
                     leader_epoch,
@@ -325,7 +326,7 @@ impl Broker {
             .topics
             .iter()
             .filter(|(_, meta)| !meta.replicated)
-            .filter(|(name, meta)| (0..meta.partitions).any(|p| !broker.partitions.contains_key(&((*name).clone(), p))))
+            .filter(|(name, meta)| (0..meta.partitions).any(|p| !broker.partitions.contains_key(name, p)))
             .map(|(name, _)| name.clone())
             .collect();
         for name in incomplete {
@@ -334,7 +335,7 @@ impl Broker {
                 .push(format!("topic {name} is missing partitions; they are recreated empty"));
             let meta = broker.topics[&name].clone();
             for p in 0..meta.partitions {
-                if !broker.partitions.contains_key(&(name.clone(), p)) {
+                if !broker.partitions.contains_key(&name, p) {
                     broker
                         .create_partition(disk, &name, p, &meta)
                         .map_err(|source| BrokerError::Log {
@@ -514,7 +515,8 @@ impl Broker {
         // The metadata goes last: a partition without it is removed at startup.
         disk.write_file_atomic(&format!("{dir}/{}", topic::METADATA_FILE), &metadata_bytes(meta))?;
         self.partitions.insert(
-            (name.to_string(), p),
+            name,
+            p,
             PartitionState {
                 log,
                 leader_epoch: LeaderEpoch(0),
@@ -533,7 +535,7 @@ impl Broker {
             .remove(name)
             .ok_or((ErrorCode::UnknownTopicOrPartition, format!("no topic {name}")))?;
         for p in 0..meta.partitions {
-            self.partitions.remove(&(name.to_string(), p));
+            self.partitions.remove(name, p);
             let dir = topic::partition_dir(name, p);
             let storage = |e: DiskError| (ErrorCode::KafkaStorageError, e.to_string());
             // Metadata first: a crash midway leaves a directory that startup cleans up.
@@ -550,7 +552,7 @@ impl Broker {
 
     fn partition(&self, topic: &str, partition: i32) -> Result<&PartitionState, ErrorCode> {
         self.partitions
-            .get(&(topic, partition) as &dyn PartitionKey)
+            .get(topic, partition)
             .ok_or(ErrorCode::UnknownTopicOrPartition)
     }
 
@@ -572,7 +574,7 @@ impl Broker {
         let min_isr = self.topics.get(topic).map_or(1, |m| m.min_insync_replicas);
         let state = self
             .partitions
-            .get_mut(&(topic, partition) as &dyn PartitionKey)
+            .get_mut(topic, partition)
             .ok_or(ErrorCode::UnknownTopicOrPartition)?;
         if state
             .repl

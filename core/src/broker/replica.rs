@@ -28,7 +28,6 @@
 
 use std::collections::BTreeMap;
 
-use super::partition_key::PartitionKey;
 use super::{
     log_error_code, topic, Broker, BrokerError, PartitionState as Part, ProducerStateTable, RoleChange, RoleObserver,
     TopicId, TopicMeta,
@@ -205,11 +204,6 @@ impl Replication {
     }
 }
 
-/// The key of `topic`/`partition` in the broker's partition map, without copying the name.
-fn key(topic: &str, partition: i32) -> (&str, i32) {
-    (topic, partition)
-}
-
 /// Parses the checkpoint: `0`, a count, then `topic partition hw` lines. `None` if malformed.
 pub(crate) fn decode_hw_checkpoint(bytes: &[u8]) -> Option<BTreeMap<(String, i32), Offset>> {
     let text = std::str::from_utf8(bytes).ok()?;
@@ -337,10 +331,7 @@ impl Broker {
         let me = self.config.broker_id;
         let replicas = record.assignment.get(&partition).cloned().unwrap_or_default();
         self.ensure_replicated_topic(disk, topic, record)?;
-        if !self
-            .partitions
-            .contains_key(&key(topic, partition) as &dyn PartitionKey)
-        {
+        if !self.partitions.contains_key(topic, partition) {
             let meta = self.topics[topic].clone();
             self.create_partition(disk, topic, partition, &meta)
                 .map_err(|source| BrokerError::Log {
@@ -350,10 +341,7 @@ impl Broker {
         }
         let policy = self.config.truncation;
         let min_isr = self.topics.get(topic).map_or(1, |m| m.min_insync_replicas);
-        let part = self
-            .partitions
-            .get_mut(&key(topic, partition) as &dyn PartitionKey)
-            .expect("created above");
+        let part = self.partitions.get_mut(topic, partition).expect("created above");
         let repl = part.repl.get_or_insert_with(Replication::offline);
         let held = part.leader_epoch;
         let fresh = matches!(repl.role, Role::Offline) && repl.zk_version < 0;
@@ -500,7 +488,7 @@ impl Broker {
 
     /// Stops hosting a partition and deletes its files (a reassignment or topic deletion).
     pub fn remove_replica<D: Disk>(&mut self, disk: &mut D, topic: &str, partition: i32) -> Result<(), BrokerError> {
-        self.partitions.remove(&key(topic, partition) as &dyn PartitionKey);
+        self.partitions.remove(topic, partition);
         let dir = topic::partition_dir(topic, partition);
         let metadata = format!("{dir}/{}", topic::METADATA_FILE);
         if disk.exists(&metadata) {
@@ -509,7 +497,7 @@ impl Broker {
         for file in disk.list(&dir)? {
             disk.remove(&format!("{dir}/{file}"))?;
         }
-        if !self.partitions.keys().any(|(t, _)| t == topic) {
+        if !self.partitions.has_topic(topic) {
             self.topics.remove(topic);
         }
         self.hw_checkpoint_dirty = true;
@@ -565,7 +553,7 @@ impl Broker {
     ) -> Result<(), ErrorCode> {
         let part = self
             .partitions
-            .get_mut(&key(topic, partition) as &dyn PartitionKey)
+            .get_mut(topic, partition)
             .ok_or(ErrorCode::UnknownTopicOrPartition)?;
         let leo = part.log.log_end_offset();
         let start = part.log.log_start_offset();
@@ -813,7 +801,7 @@ impl Broker {
     pub fn hold_isr_changes(&mut self, topic: &str, partition: i32, hold: bool) {
         if let Some(repl) = self
             .partitions
-            .get_mut(&key(topic, partition) as &dyn PartitionKey)
+            .get_mut(topic, partition)
             .and_then(|part| part.repl.as_mut())
         {
             repl.isr_changes_held = hold;
@@ -824,7 +812,7 @@ impl Broker {
     /// it applied the offline state of `offline_epoch` (it then neither leads nor follows, so its
     /// log stays as reported until a new state names a leader).
     pub fn offline_log_end(&self, topic: &str, partition: i32, offline_epoch: LeaderEpoch) -> Option<LogEndReport> {
-        let part = self.partitions.get(&key(topic, partition) as &dyn PartitionKey)?;
+        let part = self.partitions.get(topic, partition)?;
         let repl = part.repl.as_ref()?;
         if part.leader_epoch != offline_epoch || !matches!(repl.role, Role::Offline) {
             return None;
@@ -838,7 +826,7 @@ impl Broker {
 
     /// The coordinator's answer to a proposal from [`Broker::poll_isr_proposals`].
     pub fn isr_update_result(&mut self, topic: &str, partition: i32, result: IsrUpdateResult) {
-        let Some(part) = self.partitions.get_mut(&key(topic, partition) as &dyn PartitionKey) else {
+        let Some(part) = self.partitions.get_mut(topic, partition) else {
             return;
         };
         let Some(repl) = &mut part.repl else { return };
@@ -928,7 +916,7 @@ impl Broker {
     /// leader's fetcher asks for, without copying the others' names.
     pub fn follower_tasks_of(&self, only: Option<BrokerId>) -> Vec<FollowerTask> {
         let mut out = Vec::new();
-        for ((topic, p), part) in &self.partitions {
+        for ((topic, p), part) in self.partitions.iter() {
             let Some(Replication {
                 role: Role::Follower { leader, phase },
                 ..
@@ -961,7 +949,7 @@ impl Broker {
     }
 
     fn follower_part(&mut self, topic: &str, partition: i32, epoch: LeaderEpoch) -> Option<(&mut Part, Phase)> {
-        let part = self.partitions.get_mut(&key(topic, partition) as &dyn PartitionKey)?;
+        let part = self.partitions.get_mut(topic, partition)?;
         if part.leader_epoch != epoch {
             return None;
         }
@@ -1107,7 +1095,7 @@ impl Broker {
             .partitions
             .iter()
             .filter(|(_, part)| part.repl.is_some())
-            .map(|(k, part)| (k.clone(), part.high_watermark))
+            .map(|((topic, p), part)| ((topic.clone(), *p), part.high_watermark))
             .collect();
         disk.write_file_atomic(HW_CHECKPOINT_FILE, &encode_hw_checkpoint(&entries))?;
         self.hw_checkpoint_dirty = false;
@@ -1116,7 +1104,7 @@ impl Broker {
 
     /// The ISR, replicas and role of a replicated partition (for tests and Metadata).
     pub fn replica_state(&self, topic: &str, partition: i32) -> Option<(Vec<BrokerId>, Vec<BrokerId>, bool, i32)> {
-        let part = self.partitions.get(&key(topic, partition) as &dyn PartitionKey)?;
+        let part = self.partitions.get(topic, partition)?;
         let r = part.repl.as_ref()?;
         Some((r.replicas.clone(), r.isr.clone(), r.is_leader(), r.zk_version))
     }
@@ -1125,13 +1113,11 @@ impl Broker {
     /// [`Broker::replica_state`] and [`Broker::leader_epoch`] tell together, without copying the
     /// replica lists (the simulator samples it every few milliseconds).
     pub fn leading_epoch(&self, topic: &str, partition: i32) -> Option<LeaderEpoch> {
-        let part = self.partitions.get(&key(topic, partition) as &dyn PartitionKey)?;
+        let part = self.partitions.get(topic, partition)?;
         part.repl.as_ref()?.is_leader().then_some(part.leader_epoch)
     }
 
     pub fn log(&self, topic: &str, partition: i32) -> Option<&Log> {
-        self.partitions
-            .get(&key(topic, partition) as &dyn PartitionKey)
-            .map(|p| &p.log)
+        self.partitions.get(topic, partition).map(|p| &p.log)
     }
 }
