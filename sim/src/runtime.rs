@@ -174,6 +174,10 @@ pub struct SimRuntime {
     /// madsim's clock, looked up once: `TimeHandle::current()` costs a thread-local lookup and
     /// two `Arc` clones, and the core asks for the time on every request.
     time: VirtualClock,
+    /// madsim's wall clock at virtual time zero, since the Unix epoch: its wall clock is this
+    /// base plus the virtual time elapsed, so `now_ms` adds the two instead of asking for a
+    /// `SystemTime` and subtracting the epoch from it (a `Timespec` subtraction per call).
+    base_since_epoch: Duration,
 }
 
 /// The simulation's [`TimeHandle`], which has no `Debug` of its own.
@@ -190,11 +194,17 @@ impl SimRuntime {
     /// The runtime of the node the calling task runs on. Call it from the node's init task (it
     /// spawns the driver task of the runtime's sleeps there).
     pub fn attach(state: Arc<NodeState>) -> Self {
+        let time = TimeHandle::current();
+        let now = time
+            .now_time()
+            .duration_since(UNIX_EPOCH)
+            .expect("madsim's virtual clock starts in 2022, after the epoch");
         SimRuntime {
             state,
             node: madsim::plugin::node(),
             alarms: Alarms::spawn(),
-            time: VirtualClock(TimeHandle::current()),
+            base_since_epoch: now - time.elapsed(),
+            time: VirtualClock(time),
         }
     }
 
@@ -223,10 +233,7 @@ impl Runtime for SimRuntime {
     type Listener = SimListener;
 
     fn now_ms(&self) -> i64 {
-        let now = self.time.0.now_time();
-        let since_epoch = now
-            .duration_since(UNIX_EPOCH)
-            .expect("madsim's virtual clock starts in 2022, after the epoch");
+        let since_epoch = self.base_since_epoch + self.time.0.elapsed();
         let ms = i64::try_from(since_epoch.as_millis()).expect("virtual time within i64 ms");
         ms + self.state.skew_ms()
     }

@@ -488,6 +488,36 @@ fn clock_skew_moves_wall_clock_not_monotonic() {
 }
 
 #[test]
+fn wall_clock_is_madsims_system_time_to_the_millisecond() {
+    run_seed(7, |world| async move {
+        let node = idle_node(&world, "clock");
+        let compared = world
+            .spawn_on(node, |rt| async move {
+                let mut compared = 0;
+                for i in 0..300u64 {
+                    // Sleeps of whole and partial milliseconds; each task poll also moves
+                    // madsim's clock by 50-100 ns, so the elapsed time has sub-millisecond parts.
+                    madsim::time::sleep(Duration::from_micros(1 + i * 337)).await;
+                    let system = madsim::time::TimeHandle::current()
+                        .now_time()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .expect("after the epoch");
+                    assert_eq!(
+                        rt.now_ms(),
+                        i64::try_from(system.as_millis()).expect("fits"),
+                        "step {i}"
+                    );
+                    compared += 1;
+                }
+                compared
+            })
+            .await
+            .expect("ran");
+        println!("{compared} readings of the wall clock compared with madsim's SystemTime");
+    });
+}
+
+#[test]
 fn paused_node_answers_only_after_resume() {
     run_seed(9, |world| async move {
         let events = Log::default();
