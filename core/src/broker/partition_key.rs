@@ -1,9 +1,9 @@
-//! Looking up the broker's `(topic, partition)` maps (and the producer accumulator's) by a
-//! borrowed topic name.
+//! Looking up `(topic, partition)` maps by a borrowed topic name.
 //!
-//! The maps are keyed by `(String, i32)`, and `BTreeMap::get` wants a `&Q` the key borrows as;
-//! building a `(String, i32)` for every lookup allocated and freed the topic name on every
-//! produce, fetch and replica step. [`PartitionKey`] is that `Q`: both `(String, i32)` and
+//! The broker's partitions live in a [`PartitionMap`] (a map per topic). The producer
+//! accumulator's maps are keyed by `(String, i32)`, and `BTreeMap::get` wants a `&Q` the key
+//! borrows as; building a `(String, i32)` for every lookup allocated and freed the topic name on
+//! every record. [`PartitionKey`] is that `Q`: both `(String, i32)` and
 //! `(&str, i32)` are one, ordered as the tuples are (name, then partition), so
 //! `map.get(&(topic, partition) as &dyn PartitionKey)` finds what `map.get(&(topic.to_string(),
 //! partition))` found.
@@ -59,7 +59,7 @@ impl Ord for dyn PartitionKey + '_ {
 /// then partition), held as one map per topic: a lookup compares the topic's name with the few
 /// topics' names once and then partition numbers, where the flat map compared names (through
 /// [`PartitionKey`]'s dynamic calls) at every step of its search. The broker looks a partition up
-/// several times per request (26 name comparisons a request, measured).
+/// several times per request (26 name comparisons a request with the flat map, measured).
 #[derive(Debug, Clone)]
 pub struct PartitionMap<V> {
     topics: BTreeMap<String, BTreeMap<i32, V>>,

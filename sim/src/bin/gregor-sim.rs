@@ -39,6 +39,7 @@ static ALLOCATOR: Mimalloc = Mimalloc;
 /// allocation before they reach the same free-list pop: 3% of a batched seed's instructions.
 /// Every block `mi_malloc` returns is aligned to at least 8 bytes (its size classes are whole
 /// words), so a layout asking 8 or less takes the plain path; anything stricter the aligned one.
+/// Zeroed blocks come from `GlobalAlloc`'s default (`alloc`, then zeroes), rare on hot paths.
 struct Mimalloc;
 
 /// What `mi_malloc` and `mi_realloc` guarantee for any size (a machine word).
@@ -61,19 +62,6 @@ unsafe impl std::alloc::GlobalAlloc for Mimalloc {
                 libmimalloc_sys::mi_malloc(size).cast()
             } else {
                 libmimalloc_sys::mi_malloc_aligned(size, align).cast()
-            }
-        }
-    }
-
-    #[inline]
-    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
-        let (size, align) = (layout.size(), layout.align());
-        // SAFETY: see the impl.
-        unsafe {
-            if align <= MI_PLAIN_ALIGN {
-                libmimalloc_sys::mi_zalloc(size).cast()
-            } else {
-                libmimalloc_sys::mi_zalloc_aligned(size, align).cast()
             }
         }
     }
