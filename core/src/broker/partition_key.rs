@@ -63,14 +63,12 @@ impl Ord for dyn PartitionKey + '_ {
 #[derive(Debug, Clone)]
 pub struct PartitionMap<V> {
     topics: BTreeMap<String, BTreeMap<i32, V>>,
-    len: usize,
 }
 
 impl<V> Default for PartitionMap<V> {
     fn default() -> Self {
         Self {
             topics: BTreeMap::new(),
-            len: 0,
         }
     }
 }
@@ -80,8 +78,9 @@ impl<V> PartitionMap<V> {
         Self::default()
     }
 
+    /// How many partitions (a sum over the topics: asked only when a topic is created).
     pub fn len(&self) -> usize {
-        self.len
+        self.topics.values().map(BTreeMap::len).sum()
     }
 
     pub fn get(&self, topic: &str, partition: i32) -> Option<&V> {
@@ -103,18 +102,14 @@ impl<V> PartitionMap<V> {
 
     /// Inserts `value` at `(topic, partition)`, returning the value it replaced.
     pub fn insert(&mut self, topic: &str, partition: i32, value: V) -> Option<V> {
-        let old = match self.topics.get_mut(topic) {
+        match self.topics.get_mut(topic) {
             Some(parts) => parts.insert(partition, value),
             None => {
                 self.topics
                     .insert(topic.to_string(), BTreeMap::from([(partition, value)]));
                 None
             }
-        };
-        if old.is_none() {
-            self.len += 1;
         }
-        old
     }
 
     pub fn remove(&mut self, topic: &str, partition: i32) -> Option<V> {
@@ -123,7 +118,6 @@ impl<V> PartitionMap<V> {
         if parts.is_empty() {
             self.topics.remove(topic);
         }
-        self.len -= 1;
         Some(old)
     }
 
