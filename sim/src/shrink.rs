@@ -25,7 +25,7 @@
 use std::time::Instant;
 
 use crate::checker::AnomalyKind;
-use crate::cli::exec::{run_jobs, Job};
+use crate::cli::exec::{run_jobs, Histories, Job};
 use crate::cli::{RunOptions, RunResult, Runner};
 use crate::scenario::{Outcome, Scenario, ScheduledFault};
 
@@ -260,7 +260,7 @@ impl Search<'_> {
                     seed: self.options.seed,
                 })
                 .collect();
-            let results = run_jobs(&scenarios, &list, jobs, self.runner, &mut |_, _| {});
+            let results = run_jobs(&scenarios, &list, jobs, Histories::Keep, self.runner, &mut |_, _| {});
             self.candidates += chunk.len();
             for ((case, _), result) in chunk.iter().zip(results) {
                 if fails_as(self.failure, &result) {

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use gregor_sim::cli::exec::{run_jobs, run_one, Job};
+use gregor_sim::cli::exec::{run_jobs, run_one, Histories, Job};
 use gregor_sim::cli::seeds::Seeds;
 use gregor_sim::cli::verdict::{coverage_table, markdown_table, seed_status, summarize, table, RuleRow, SeedStatus};
 use gregor_sim::cli::{differences, replay_line, RunOptions, RunResult, Runner};
@@ -387,14 +387,21 @@ fn run(
     let jobs_list = all_jobs(&scenarios, seeds, 1);
     let bar = progress(jobs_list.len(), "runs");
     let mut failing = 0;
-    let results = run_jobs(&scenarios, &jobs_list, parallelism(jobs), runner(), &mut |i, result| {
-        let expect = scenarios[jobs_list[i].scenario].expect.get_ref();
-        if matches!(seed_status(expect, result), SeedStatus::Fail(_)) {
-            failing += 1;
-            bar.set_message(format!("({failing} failing)"));
-        }
-        bar.inc(1);
-    });
+    let results = run_jobs(
+        &scenarios,
+        &jobs_list,
+        parallelism(jobs),
+        Histories::Drop,
+        runner(),
+        &mut |i, result| {
+            let expect = scenarios[jobs_list[i].scenario].expect.get_ref();
+            if matches!(seed_status(expect, result), SeedStatus::Fail(_)) {
+                failing += 1;
+                bar.set_message(format!("({failing} failing)"));
+            }
+            bar.inc(1);
+        },
+    );
     bar.finish_and_clear();
 
     let commit = commit();
@@ -521,9 +528,14 @@ fn check_determinism(paths: &[PathBuf], seeds: &Seeds, jobs: Option<usize>) -> a
     };
     let jobs_list = all_jobs(&scenarios, seeds, 2);
     let bar = progress(jobs_list.len(), "runs");
-    let results = run_jobs(&scenarios, &jobs_list, parallelism(jobs), runner(), &mut |_, _| {
-        bar.inc(1)
-    });
+    let results = run_jobs(
+        &scenarios,
+        &jobs_list,
+        parallelism(jobs),
+        Histories::Drop,
+        runner(),
+        &mut |_, _| bar.inc(1),
+    );
     bar.finish_and_clear();
     let commit = commit();
     let mut differ = 0;

@@ -5,13 +5,15 @@
 //! `error` holds the panic message (a failing seed, not a failing CLI). Worker threads are plain
 //! std threads outside any simulation; each run makes its own simulation thread (`run_seed`), so
 //! madsim state never leaks between seeds. `on_done` is called on the calling thread, once per
-//! job, as results arrive (for a progress bar).
+//! job, as results arrive (for a progress bar). Under [`Histories::Drop`] each result's history
+//! is freed on its worker as its run ends, so that a sweep of many seeds holds verdicts only.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 
 use super::{failed_run, RunOptions, RunResult, Runner};
+use crate::history::History;
 use crate::scenario::Scenario;
 
 /// One run to make: which scenario (index into the list), which seed.
@@ -43,11 +45,25 @@ pub fn run_one(runner: &dyn Runner, scenario: &Scenario, options: &RunOptions) -
     })
 }
 
+/// Whether [`run_jobs`] hands back each run's [`History`](crate::history::History).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Histories {
+    /// Every result keeps the history its verdict was checked from (shrinking counts and keeps
+    /// the messages of the case it settles on).
+    Keep,
+    /// Each result comes back with an empty history; its report, trace hash and coverage were
+    /// taken before. A batched benchmark seed's history is ~9 MB: a `run` over 300 seeds that
+    /// kept them grew to 2.7 GB, and each seed ran in freshly faulted memory (a quarter of its
+    /// CPU time in the kernel zeroing pages, see BENCHMARKS.md).
+    Drop,
+}
+
 /// Runs every job, `parallel` at a time (clamped to 1..=[`JOBS_MAX`]); result `i` is job `i`'s.
 pub fn run_jobs(
     scenarios: &[Scenario],
     jobs: &[Job],
     parallel: usize,
+    histories: Histories,
     runner: &dyn Runner,
     on_done: &mut dyn FnMut(usize, &RunResult),
 ) -> Vec<RunResult> {
@@ -70,7 +86,10 @@ pub fn run_jobs(
                         seed: job.seed,
                         ..RunOptions::default()
                     };
-                    let result = run_one(runner, &scenarios[job.scenario], &options);
+                    let mut result = run_one(runner, &scenarios[job.scenario], &options);
+                    if histories == Histories::Drop {
+                        result.history = History::default();
+                    }
                     if tx.send((i, result)).is_err() {
                         return;
                     }
@@ -126,7 +145,7 @@ mod tests {
             }
         };
         let mut done = Vec::new();
-        let results = run_jobs(&scenarios, &jobs, 4, &runner, &mut |i, _| done.push(i));
+        let results = run_jobs(&scenarios, &jobs, 4, Histories::Keep, &runner, &mut |i, _| done.push(i));
         assert_eq!(results.len(), 20);
         for (i, r) in results.iter().enumerate() {
             assert_eq!((r.seed, r.scenario.as_str()), (i as u64, ["a", "b"][i % 2]));
@@ -134,6 +153,56 @@ mod tests {
         done.sort_unstable();
         assert_eq!(done, (0..20).collect::<Vec<_>>());
         assert_eq!(threads.lock().expect("lock").len(), 4, "four workers ran jobs");
+    }
+
+    /// A runner whose history has one acknowledged send per seed number (and none for seed 0),
+    /// checked as `run_scenario` checks its runs.
+    fn sends_runner(s: &Scenario, o: &RunOptions) -> RunResult {
+        let mut history = History::default();
+        for seq in 0..o.seed {
+            history.sends.push(crate::history::Send {
+                producer: 0,
+                partition: 0,
+                value: crate::history::Value::new(0, seq as u32),
+                outcome: crate::history::SendOutcome::Acked { offset: seq as i64 },
+                at_ms: seq,
+            });
+        }
+        RunResult {
+            report: crate::checker::check(&history),
+            history,
+            error: None,
+            ..failed_run(s, o.seed, String::new())
+        }
+    }
+
+    #[test]
+    fn dropped_histories_come_back_empty_with_the_verdicts_taken_from_them() {
+        let scenarios = scenarios();
+        let jobs: Vec<Job> = (0..6).map(|seed| Job { scenario: 0, seed }).collect();
+        let kept = run_jobs(&scenarios, &jobs, 2, Histories::Keep, &sends_runner, &mut |_, _| {});
+        let mut seen_at_done = Vec::new();
+        let dropped = run_jobs(&scenarios, &jobs, 2, Histories::Drop, &sends_runner, &mut |_, r| {
+            seen_at_done.push(r.history.sends.len())
+        });
+        let kept_sends: Vec<usize> = kept.iter().map(|r| r.history.sends.len()).collect();
+        assert_eq!(kept_sends, vec![0, 1, 2, 3, 4, 5], "Keep hands back every history");
+        for (k, d) in kept.iter().zip(&dropped) {
+            assert_eq!(
+                d.history,
+                History::default(),
+                "seed {}: Drop empties the history",
+                d.seed
+            );
+            assert_eq!(
+                k.report, d.report,
+                "seed {}: the report was taken before the drop",
+                d.seed
+            );
+        }
+        // The verdicts differ from seed to seed, so equal reports compared something.
+        assert_ne!(kept[1].report, kept[5].report);
+        assert_eq!(seen_at_done, vec![0; 6], "the progress callback sees the slim result");
     }
 
     #[test]
@@ -147,7 +216,7 @@ mod tests {
             }
         };
         let jobs: Vec<Job> = (0..5).map(|seed| Job { scenario: 0, seed }).collect();
-        let results = run_jobs(&scenarios, &jobs, 2, &runner, &mut |_, _| {});
+        let results = run_jobs(&scenarios, &jobs, 2, Histories::Keep, &runner, &mut |_, _| {});
         let errors: Vec<(u64, &str)> = results
             .iter()
             .filter_map(|r| r.error.as_deref().map(|e| (r.seed, e)))

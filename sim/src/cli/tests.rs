@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use super::exec::{run_jobs, Job};
+use super::exec::{run_jobs, Histories, Job};
 use super::*;
 use crate::nemesis::Nemesis;
 use crate::world::{run_seed, NodeIndex};
@@ -72,7 +72,7 @@ fn parallel_runs_of_one_seed_are_identical_and_seeds_differ() {
         .map(|&seed| Job { scenario: 0, seed })
         .collect();
     let runner = idle_cluster_runner;
-    let results = run_jobs(&scenarios, &jobs, 3, &runner, &mut |_, _| {});
+    let results = run_jobs(&scenarios, &jobs, 3, Histories::Drop, &runner, &mut |_, _| {});
     for i in 0..3 {
         let (a, b) = (&results[i], &results[i + 3]);
         assert_eq!(differences(a, b), Vec::<String>::new(), "seed {i}");
