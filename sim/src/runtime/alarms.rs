@@ -29,11 +29,16 @@ use std::time::{Duration, Instant};
 
 use madsim::time::TimeHandle;
 
+/// The shortest sleep madsim's `TimeHandle::sleep_until` makes, which an alarm keeps to.
+const MIN_SLEEP: Duration = Duration::from_millis(1);
+
 /// One waiter's place in the queue: its deadline, then the order it registered in.
 type Key = (Instant, u64);
 
-#[derive(Debug, Default)]
 struct Queue {
+    /// madsim's clock, looked up once when the queue is made: `TimeHandle::current()` costs a
+    /// thread-local lookup and two `Arc` clones (and their drops), and a sleep asked for it twice.
+    time: TimeHandle,
     next_seq: u64,
     waiting: BTreeMap<Key, Waker>,
     /// The deadlines madsim timers of this queue are pending for: at most one timer per
@@ -41,6 +46,18 @@ struct Queue {
     pending: BTreeSet<Instant>,
     /// The queue's driver task, woken to arm the next timer (see [`Fire`]).
     driver: Option<Waker>,
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // madsim's TimeHandle has no Debug of its own.
+        f.debug_struct("Queue")
+            .field("next_seq", &self.next_seq)
+            .field("waiting", &self.waiting)
+            .field("pending", &self.pending)
+            .field("driver", &self.driver)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The alarm queue of one node incarnation. Cheap to clone.
@@ -98,7 +115,7 @@ fn needs_timer(queue: &Queue) -> bool {
 
 /// Arms a madsim timer for the earliest waiter unless one is already pending for it or earlier.
 /// Call it from task context only (see [`Fire`]).
-fn arm_next(shared: &Arc<Mutex<Queue>>, queue: &mut Queue, time: &TimeHandle) {
+fn arm_next(shared: &Arc<Mutex<Queue>>, queue: &mut Queue) {
     if !needs_timer(queue) {
         return;
     }
@@ -112,7 +129,7 @@ fn arm_next(shared: &Arc<Mutex<Queue>>, queue: &mut Queue, time: &TimeHandle) {
     }));
     // madsim's Sleep adds its timer at a pending poll; `next` is in the future (every waiter
     // still queued is: a poll at or after its deadline removes it), so this adds one.
-    let mut timer = time.sleep_until(next);
+    let mut timer = queue.time.sleep_until(next);
     let polled = Pin::new(&mut timer).poll(&mut Context::from_waker(&waker));
     debug_assert!(polled.is_pending(), "an alarm deadline is in the future");
 }
@@ -121,16 +138,27 @@ impl Alarms {
     /// A queue for the node of the calling task, with its driver task spawned there (it dies
     /// with the node, as the node's sleeps do).
     pub fn spawn() -> Self {
-        let alarms = Alarms { queue: Arc::default() };
+        let queue = Queue {
+            time: TimeHandle::current(),
+            next_seq: 0,
+            waiting: BTreeMap::new(),
+            pending: BTreeSet::new(),
+            driver: None,
+        };
+        let alarms = Alarms {
+            queue: Arc::new(Mutex::new(queue)),
+        };
         drop(madsim::task::spawn_local(Driver {
             queue: alarms.queue.clone(),
         }));
         alarms
     }
 
-    /// A sleep of `duration` on this queue.
+    /// A sleep of `duration` on this queue: due when madsim's `TimeHandle::sleep` would be, at
+    /// least 1 ms away.
     pub fn sleep(&self, duration: Duration) -> AlarmSleep {
-        let deadline = TimeHandle::current().sleep(duration).deadline();
+        let now = lock(&self.queue).time.now_instant();
+        let deadline = (now + duration).max(now + MIN_SLEEP);
         AlarmSleep {
             queue: self.queue.clone(),
             deadline,
@@ -157,10 +185,9 @@ impl Future for AlarmSleep {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let time = TimeHandle::current();
         let this = &mut *self;
         let mut queue = lock(&this.queue);
-        if time.now_instant() >= this.deadline {
+        if queue.time.now_instant() >= this.deadline {
             if let Some(key) = this.key.take() {
                 queue.waiting.remove(&key);
             }
@@ -186,7 +213,7 @@ impl Future for AlarmSleep {
                 this.key = Some(key);
             }
         }
-        arm_next(&this.queue, &mut queue, &time);
+        arm_next(&this.queue, &mut queue);
         Poll::Pending
     }
 }
@@ -210,13 +237,12 @@ impl Future for Driver {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let time = TimeHandle::current();
         let mut queue = lock(&self.queue);
         match &mut queue.driver {
             Some(waker) if waker.will_wake(cx.waker()) => {}
             slot => *slot = Some(cx.waker().clone()),
         }
-        arm_next(&self.queue, &mut queue, &time);
+        arm_next(&self.queue, &mut queue);
         Poll::Pending
     }
 }
