@@ -29,3 +29,33 @@ fn output_to_a_closed_pipe_ends_quietly() {
     );
     assert_eq!(out.status.code(), Some(141), "the status of a command ended by SIGPIPE");
 }
+
+/// `--version` names the commit the binary was built from, stamped at build time (`build.rs`),
+/// which is this checkout's HEAD while its tests run (with `+dirty` when its sources have
+/// uncommitted changes). Outside a git checkout both sides say so.
+#[test]
+fn the_version_names_the_commit_the_binary_was_built_from() {
+    let out = Command::new(env!("CARGO_BIN_EXE_gregor-sim"))
+        .arg("--version")
+        .output()
+        .expect("gregor-sim starts");
+    let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let head = Command::new("git")
+        .args(["-C", env!("CARGO_MANIFEST_DIR"), "rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    println!("version: {version:?}; this checkout's HEAD: {head:?}");
+    let stamp = version
+        .strip_prefix(concat!("gregor-sim ", env!("CARGO_PKG_VERSION"), " (commit "))
+        .and_then(|rest| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("unexpected --version output: {version:?}"));
+    match head {
+        Some(head) => assert!(
+            stamp == head || stamp == format!("{head}+dirty"),
+            "the binary names commit {stamp:?}, the checkout is at {head:?}"
+        ),
+        None => assert_eq!(stamp, "unknown"),
+    }
+}

@@ -121,7 +121,7 @@ mod shrinking;
 
 /// Runs Gregor clusters in a deterministic simulation, with faults, and checks what clients saw.
 #[derive(Parser, Debug)]
-#[command(name = "gregor-sim", version, about)]
+#[command(name = "gregor-sim", version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("GREGOR_SIM_COMMIT"), ")"), about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -311,29 +311,10 @@ fn load(paths: &[PathBuf]) -> Result<Vec<Scenario>, ExitCode> {
     Ok(scenarios)
 }
 
-/// The commit the binary's sources are at (`+dirty` with uncommitted changes), or `unknown`.
+/// The commit the binary was built from (`+dirty` when its sources had uncommitted changes), or
+/// `unknown`: stamped at build time by `build.rs`.
 fn commit() -> String {
-    let git = |args: &[&str]| {
-        std::process::Command::new("git")
-            .arg("-C")
-            .arg(env!("CARGO_MANIFEST_DIR"))
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-    };
-    match git(&["rev-parse", "--short", "HEAD"]) {
-        Some(hash) if !hash.is_empty() => {
-            let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
-            if dirty {
-                format!("{hash}+dirty")
-            } else {
-                hash
-            }
-        }
-        _ => "unknown".to_string(),
-    }
+    env!("GREGOR_SIM_COMMIT").to_string()
 }
 
 /// The fault kinds and rates a swarm scenario's seed ran with (`None` for other profiles).

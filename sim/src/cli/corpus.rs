@@ -19,7 +19,7 @@ pub struct Entry {
     /// The scenario file, as the campaign was given it.
     pub scenario: String,
     pub seed: u64,
-    /// `git rev-parse --short HEAD` of the binary that found it (`+dirty` with local changes).
+    /// The commit the binary that found it was built from (`+dirty` with local changes).
     pub commit: String,
     /// Why the seed failed (the verdict's words).
     pub why: String,
