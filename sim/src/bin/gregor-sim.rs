@@ -368,21 +368,14 @@ fn run(
     let jobs_list = all_jobs(&scenarios, seeds, 1);
     let bar = progress(jobs_list.len(), "runs");
     let mut failing = 0;
-    let results = run_jobs(
-        &scenarios,
-        &jobs_list,
-        parallelism(jobs),
-        Histories::Drop,
-        runner(),
-        &mut |i, result| {
-            let expect = scenarios[jobs_list[i].scenario].expect.get_ref();
-            if matches!(seed_status(expect, result), SeedStatus::Fail(_)) {
-                failing += 1;
-                bar.set_message(format!("({failing} failing)"));
-            }
-            bar.inc(1);
-        },
-    );
+    let results = sweep(&scenarios, &jobs_list, jobs, &mut |i, result| {
+        let expect = scenarios[jobs_list[i].scenario].expect.get_ref();
+        if matches!(seed_status(expect, result), SeedStatus::Fail(_)) {
+            failing += 1;
+            bar.set_message(format!("({failing} failing)"));
+        }
+        bar.inc(1);
+    });
     bar.finish_and_clear();
 
     let commit = commit();
@@ -502,6 +495,24 @@ fn replay(
     }
 }
 
+/// Runs `jobs_list` for a verdict only: each seed's history is dropped as it ends (see
+/// [`Histories::Drop`]).
+fn sweep(
+    scenarios: &[Scenario],
+    jobs_list: &[Job],
+    jobs: Option<usize>,
+    on_done: &mut dyn FnMut(usize, &RunResult),
+) -> Vec<RunResult> {
+    run_jobs(
+        scenarios,
+        jobs_list,
+        parallelism(jobs),
+        Histories::Drop,
+        runner(),
+        on_done,
+    )
+}
+
 fn check_determinism(paths: &[PathBuf], seeds: &Seeds, jobs: Option<usize>) -> anyhow::Result<ExitCode> {
     let scenarios = match load(paths) {
         Ok(s) => s,
@@ -509,14 +520,7 @@ fn check_determinism(paths: &[PathBuf], seeds: &Seeds, jobs: Option<usize>) -> a
     };
     let jobs_list = all_jobs(&scenarios, seeds, 2);
     let bar = progress(jobs_list.len(), "runs");
-    let results = run_jobs(
-        &scenarios,
-        &jobs_list,
-        parallelism(jobs),
-        Histories::Drop,
-        runner(),
-        &mut |_, _| bar.inc(1),
-    );
+    let results = sweep(&scenarios, &jobs_list, jobs, &mut |_, _| bar.inc(1));
     bar.finish_and_clear();
     let commit = commit();
     let mut differ = 0;
