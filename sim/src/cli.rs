@@ -8,6 +8,7 @@
 
 pub mod campaign;
 pub mod corpus;
+pub mod cpu;
 pub mod exec;
 pub mod seeds;
 pub mod verdict;

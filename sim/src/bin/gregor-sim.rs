@@ -20,7 +20,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use gregor_sim::cli::exec::{run_jobs, run_one, Histories, Job};
+use gregor_sim::cli::cpu::{process_cpu_time, totals_line};
+use gregor_sim::cli::exec::{run_jobs, run_one, Histories, Job, JOBS_MAX};
 use gregor_sim::cli::seeds::Seeds;
 use gregor_sim::cli::verdict::{coverage_table, markdown_table, seed_status, summarize, table, RuleRow, SeedStatus};
 use gregor_sim::cli::{differences, replay_line, RunOptions, RunResult, Runner};
@@ -365,6 +366,7 @@ fn run(
         Ok(s) => s,
         Err(code) => return Ok(code),
     };
+    let started = std::time::Instant::now();
     let jobs_list = all_jobs(&scenarios, seeds, 1);
     let bar = progress(jobs_list.len(), "runs");
     let mut failing = 0;
@@ -399,6 +401,16 @@ fn run(
         summaries.push(summary);
     }
     outln!("\n{}", table(&summaries));
+    outln!(
+        "{}\n",
+        totals_line(
+            results.len(),
+            results.iter().map(|r| r.simulated_ms).sum(),
+            started.elapsed(),
+            process_cpu_time(),
+            parallelism(jobs).clamp(1, JOBS_MAX).min(results.len().max(1)),
+        )
+    );
     outln!("{}", coverage_table(&summaries));
     if let Some(file) = markdown {
         let rows: Vec<RuleRow<'_>> = scenarios
