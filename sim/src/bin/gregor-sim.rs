@@ -21,7 +21,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use gregor_sim::cli::cpu::{process_cpu_time, totals_line};
-use gregor_sim::cli::exec::{run_jobs, run_one, Histories, Job, JOBS_MAX};
+use gregor_sim::cli::exec::{run_jobs, run_one, workers, Histories, Job};
 use gregor_sim::cli::seeds::Seeds;
 use gregor_sim::cli::verdict::{coverage_table, markdown_table, seed_status, summarize, table, RuleRow, SeedStatus};
 use gregor_sim::cli::{differences, replay_line, RunOptions, RunResult, Runner};
@@ -408,7 +408,7 @@ fn run(
             results.iter().map(|r| r.simulated_ms).sum(),
             started.elapsed(),
             process_cpu_time(),
-            parallelism(jobs).clamp(1, JOBS_MAX).min(results.len().max(1)),
+            workers(parallelism(jobs), results.len()),
         )
     );
     outln!("{}", coverage_table(&summaries));

@@ -58,6 +58,11 @@ pub enum Histories {
     Drop,
 }
 
+/// How many worker threads [`run_jobs`] starts for `jobs` jobs asked to run `parallel` at a time.
+pub fn workers(parallel: usize, jobs: usize) -> usize {
+    parallel.clamp(1, JOBS_MAX).min(jobs.max(1))
+}
+
 /// Runs every job, `parallel` at a time (clamped to 1..=[`JOBS_MAX`]); result `i` is job `i`'s.
 pub fn run_jobs(
     scenarios: &[Scenario],
@@ -69,7 +74,7 @@ pub fn run_jobs(
 ) -> Vec<RunResult> {
     let next = AtomicUsize::new(0);
     let (tx, rx) = mpsc::channel::<(usize, RunResult)>();
-    let workers = parallel.clamp(1, JOBS_MAX).min(jobs.len().max(1));
+    let workers = workers(parallel, jobs.len());
     let mut results: Vec<Option<RunResult>> = vec![None; jobs.len()];
     std::thread::scope(|scope| {
         for w in 0..workers {
