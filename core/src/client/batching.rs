@@ -331,14 +331,14 @@ impl<R: Runtime> BatchingProducer<R> {
                 let mut s = self.state.borrow_mut();
                 if let Some(&count) = s.partition_counts.get(topic) {
                     let s = &mut *s;
-                    let chosen = s.partitioner.partition(topic, key, count, self.rt.random_u64());
+                    let chosen = s.partitioner.partition(topic, key, count, || self.rt.random_u64());
                     let Some(mut p) = chosen else {
                         return Err(SendError::Failed(format!("topic {topic} has no partitions")));
                     };
                     if key.is_none() && s.acc.would_start_new_batch(topic, p, bytes) {
                         // KIP-480: the sticky partition's batch is done; move on.
                         s.partitioner.on_new_batch(topic, count, self.rt.random_u64());
-                        p = s.partitioner.partition(topic, key, count, 0).unwrap_or(p);
+                        p = s.partitioner.partition(topic, key, count, || 0).unwrap_or(p);
                     }
                     return Ok(p);
                 }

@@ -58,25 +58,36 @@ pub struct Partitioner {
 }
 
 impl Partitioner {
-    /// Where a record goes: by key hash, else the topic's sticky partition (chosen with
-    /// `random` when there is none yet).
-    pub fn partition(&mut self, topic: &str, key: Option<&[u8]>, partitions: i32, random: u64) -> Option<i32> {
+    /// Where a record goes: by key hash, else the topic's sticky partition. `random` is called
+    /// only to choose one (none yet, or the topic shrank below it), as Kafka's partitioner
+    /// draws only when it picks: a record that joins the sticky partition draws nothing.
+    pub fn partition(
+        &mut self,
+        topic: &str,
+        key: Option<&[u8]>,
+        partitions: i32,
+        random: impl FnOnce() -> u64,
+    ) -> Option<i32> {
         if partitions <= 0 {
             return None;
         }
         if let Some(key) = key {
             return key_partition(key, partitions);
         }
+        let pick = |random: u64| (random % partitions as u64) as i32;
         // Looked up by the borrowed name: a record only allocates the topic's entry once.
-        if !self.sticky.contains_key(topic) {
-            self.sticky
-                .insert(topic.to_string(), (random % partitions as u64) as i32);
+        match self.sticky.get_mut(topic) {
+            Some(sticky) if *sticky < partitions => Some(*sticky),
+            Some(sticky) => {
+                *sticky = pick(random());
+                Some(*sticky)
+            }
+            None => {
+                let chosen = pick(random());
+                self.sticky.insert(topic.to_string(), chosen);
+                Some(chosen)
+            }
         }
-        let sticky = self.sticky.get_mut(topic).expect("inserted above if absent");
-        if *sticky >= partitions {
-            *sticky = (random % partitions as u64) as i32;
-        }
-        Some(*sticky)
     }
 
     /// A batch to the sticky partition was completed: keyless records move to another
@@ -131,24 +142,41 @@ mod tests {
         assert_eq!(to_positive(i32::MIN), 0, "not abs(), which would overflow");
         assert_eq!(key_partition(b"21", 0), None);
         let mut p = Partitioner::default();
-        assert_eq!(p.partition("t", Some(b"abc"), 4, 99), Some(479_470_107 % 4));
+        assert_eq!(p.partition("t", Some(b"abc"), 4, || 99), Some(479_470_107 % 4));
     }
 
     #[test]
     fn keyless_records_stick_until_a_batch_completes_then_move() {
         let mut p = Partitioner::default();
-        let first = p.partition("t", None, 5, 12).expect("partitions");
+        let draws = std::cell::Cell::new(0);
+        let draw = |r: u64| {
+            let draws = &draws;
+            move || {
+                draws.set(draws.get() + 1);
+                r
+            }
+        };
+        let first = p.partition("t", None, 5, draw(12)).expect("partitions");
+        assert_eq!((first, draws.get()), (2, 1), "the first record picks: 12 % 5");
         for r in 0..10 {
-            assert_eq!(p.partition("t", None, 5, r), Some(first), "sticky within a batch");
+            assert_eq!(p.partition("t", None, 5, draw(r)), Some(first), "sticky within a batch");
         }
+        assert_eq!(draws.get(), 1, "records joining the sticky partition draw nothing");
         for r in 0..20 {
-            let before = p.partition("t", None, 5, 0).expect("partitions");
+            let before = p.partition("t", None, 5, draw(0)).expect("partitions");
             p.on_new_batch("t", 5, r);
-            let after = p.partition("t", None, 5, 0).expect("partitions");
+            let after = p.partition("t", None, 5, draw(0)).expect("partitions");
             assert_ne!(before, after, "a new batch moves to another partition");
             assert!((0..5).contains(&after));
         }
+        assert_eq!(draws.get(), 1, "on_new_batch brings its own draw");
+        assert_eq!(
+            p.partition("t", None, 2, draw(7)),
+            Some(1),
+            "the topic shrank: picks again"
+        );
+        assert_eq!(draws.get(), 2);
         p.on_new_batch("one", 1, 7);
-        assert_eq!(p.partition("one", None, 1, 3), Some(0));
+        assert_eq!(p.partition("one", None, 1, draw(3)), Some(0));
     }
 }
