@@ -202,7 +202,7 @@ impl SimRuntime {
         SimRuntime {
             state,
             node: madsim::plugin::node(),
-            alarms: Alarms::spawn(),
+            alarms: Alarms::spawn(VirtualClock(time.clone())),
             base_since_epoch: now - time.elapsed(),
             time: VirtualClock(time),
         }

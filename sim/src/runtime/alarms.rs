@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use madsim::time::TimeHandle;
+use super::VirtualClock;
 
 /// The shortest sleep madsim's `TimeHandle::sleep_until` makes, which an alarm keeps to.
 const MIN_SLEEP: Duration = Duration::from_millis(1);
@@ -35,10 +35,11 @@ const MIN_SLEEP: Duration = Duration::from_millis(1);
 /// One waiter's place in the queue: its deadline, then the order it registered in.
 type Key = (Instant, u64);
 
+#[derive(Debug)]
 struct Queue {
-    /// madsim's clock, looked up once when the queue is made: `TimeHandle::current()` costs a
-    /// thread-local lookup and two `Arc` clones (and their drops), and a sleep asked for it twice.
-    time: TimeHandle,
+    /// madsim's clock, the node runtime's own (`TimeHandle::current()` costs a thread-local
+    /// lookup and two `Arc` clones and their drops, and a sleep asked for it twice).
+    time: VirtualClock,
     next_seq: u64,
     waiting: BTreeMap<Key, Waker>,
     /// The deadlines madsim timers of this queue are pending for: at most one timer per
@@ -46,18 +47,6 @@ struct Queue {
     pending: BTreeSet<Instant>,
     /// The queue's driver task, woken to arm the next timer (see [`Fire`]).
     driver: Option<Waker>,
-}
-
-impl std::fmt::Debug for Queue {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // madsim's TimeHandle has no Debug of its own.
-        f.debug_struct("Queue")
-            .field("next_seq", &self.next_seq)
-            .field("waiting", &self.waiting)
-            .field("pending", &self.pending)
-            .field("driver", &self.driver)
-            .finish_non_exhaustive()
-    }
 }
 
 /// The alarm queue of one node incarnation. Cheap to clone.
@@ -129,17 +118,17 @@ fn arm_next(shared: &Arc<Mutex<Queue>>, queue: &mut Queue) {
     }));
     // madsim's Sleep adds its timer at a pending poll; `next` is in the future (every waiter
     // still queued is: a poll at or after its deadline removes it), so this adds one.
-    let mut timer = queue.time.sleep_until(next);
+    let mut timer = queue.time.0.sleep_until(next);
     let polled = Pin::new(&mut timer).poll(&mut Context::from_waker(&waker));
     debug_assert!(polled.is_pending(), "an alarm deadline is in the future");
 }
 
 impl Alarms {
-    /// A queue for the node of the calling task, with its driver task spawned there (it dies
-    /// with the node, as the node's sleeps do).
-    pub fn spawn() -> Self {
+    /// A queue on `time` for the node of the calling task, with its driver task spawned there
+    /// (it dies with the node, as the node's sleeps do).
+    pub(super) fn spawn(time: VirtualClock) -> Self {
         let queue = Queue {
-            time: TimeHandle::current(),
+            time,
             next_seq: 0,
             waiting: BTreeMap::new(),
             pending: BTreeSet::new(),
@@ -157,7 +146,7 @@ impl Alarms {
     /// A sleep of `duration` on this queue: due when madsim's `TimeHandle::sleep` would be, at
     /// least 1 ms away.
     pub fn sleep(&self, duration: Duration) -> AlarmSleep {
-        let now = lock(&self.queue).time.now_instant();
+        let now = lock(&self.queue).time.0.now_instant();
         let deadline = (now + duration).max(now + MIN_SLEEP);
         AlarmSleep {
             queue: self.queue.clone(),
@@ -187,7 +176,7 @@ impl Future for AlarmSleep {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = &mut *self;
         let mut queue = lock(&this.queue);
-        if queue.time.now_instant() >= this.deadline {
+        if queue.time.0.now_instant() >= this.deadline {
             if let Some(key) = this.key.take() {
                 queue.waiting.remove(&key);
             }
