@@ -31,10 +31,8 @@
 //! A report says what it compared; [`Report::compared_nothing`] makes a run that compared
 //! nothing a failure rather than a pass.
 
-use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::hash::Hash;
 
 // Hash maps and sets of the checker's own keys (values, positions, small tuples of integers):
 // rustc's Fx hash in place of SipHash, whose guard against chosen keys the checker does not need.
@@ -49,6 +47,9 @@ pub mod coordinator;
 pub mod leaders;
 pub mod linearizable;
 pub mod replicas;
+mod table;
+
+use table::{Dense, Layout, Table};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum AnomalyKind {
@@ -296,7 +297,7 @@ pub fn check(h: &History) -> Report {
     }
 
     // Every value observed at each log position, and every position each value was seen at
-    // (the final read and the polls; acknowledgements name positions too): one hash lookup per
+    // (the final read and the polls; acknowledgements name positions too): one lookup per
     // observation against the first seen, an ordered set only where two differ.
     let observed = || {
         let finals = h
@@ -309,41 +310,54 @@ pub fn check(h: &History) -> Report {
         SendOutcome::Acked { offset } => Some(((s.partition, offset), s.value)),
         _ => None,
     });
-    // Every final record, poll and acknowledgement: the hash maps start with room for them all
-    // (growing into them rehashed every entry several times).
-    let observations = c.final_records + h.polls.len() + c.acked;
+    // Positions and values are dense (`table`): a slot for each offset of a partition's final
+    // read and for each value a producer sent, a hash map for any other.
+    let final_records = c.final_records;
+    let final_positions = h
+        .final_reads
+        .iter()
+        .flat_map(|(&p, r)| r.records.iter().map(move |&(o, _)| (p, o)));
+    let position_slots = Layout::covering(final_positions);
+    let value_slots = Layout::covering(h.sends.iter().map(|s| s.value));
     let at_position = observed().map(|(p, o, v)| ((p, o), v)).chain(acked);
-    for ((p, o), values) in conflicts(at_position, observations) {
+    for ((p, o), values) in conflicts(at_position, Table::new(&position_slots)) {
         report.add(
             AnomalyKind::InconsistentOffsets,
             format!("partition {p} offset {o} holds {values:?}"),
         );
     }
     let positions_of = observed().map(|(p, o, v)| (v, (p, o)));
-    for (v, positions) in conflicts(positions_of, observations) {
+    for (v, positions) in conflicts(positions_of, Table::new(&value_slots)) {
         report.add(
             AnomalyKind::Duplicate,
             format!("value {}/{} at {positions:?}", v.producer(), v.seq()),
         );
     }
 
-    let final_records = report.compared.final_records;
-    let mut final_at: FxHashMap<(Partition, i64), Value> = map_with_room(final_records);
-    final_at.extend(
-        h.final_reads
-            .iter()
-            .flat_map(|(&p, r)| r.records.iter().map(move |&(o, v)| ((p, o), v))),
-    );
-    let mut polled: FxHashSet<Value> = set_with_room(h.polls.len());
-    polled.extend(h.polls.iter().map(|p| p.value));
+    let mut final_at: Table<(Partition, i64), Value> = Table::new(&position_slots);
+    for (&p, r) in &h.final_reads {
+        for &(o, v) in &r.records {
+            final_at.insert((p, o), v);
+        }
+    }
+    // The final read's records as `final_at` keeps them (of two at one offset, the last).
+    let final_kept = || {
+        let finals = h.final_reads.iter();
+        let records = finals.flat_map(|(&p, r)| r.records.iter().map(move |&(o, v)| (p, o, v)));
+        records.filter(|&(p, o, v)| final_at.get((p, o)) == Some(v))
+    };
+    let mut polled: Table<Value, ()> = Table::new(&value_slots);
+    for poll in &h.polls {
+        polled.first(poll.value, ());
+    }
     // Where the final read holds each value: a write is lost when the log no longer has it,
     // whatever a consumer saw before a crash. Built at its first use: a run whose acknowledged
     // writes all sit where they were acknowledged, and that has no acks=0 send, never asks.
     let in_final_set = std::cell::OnceCell::new();
     let in_final = || {
         in_final_set.get_or_init(|| {
-            let mut set: FxHashSet<(Value, Partition)> = set_with_room(final_at.len());
-            set.extend(final_at.iter().map(|(&(p, _), &v)| (v, p)));
+            let mut set: FxHashSet<(Value, Partition)> = set_with_room(final_records);
+            set.extend(final_kept().map(|(p, _, v)| (v, p)));
             set
         })
     };
@@ -356,8 +370,8 @@ pub fn check(h: &History) -> Report {
         };
         report.compared.acked_checked += 1;
         let (p, v) = (s.partition, s.value);
-        if final_at.get(&(p, offset)) == Some(&v) {
-            if h.consumers_drained && !polled.contains(&v) {
+        if final_at.get((p, offset)) == Some(v) {
+            if h.consumers_drained && !polled.contains(v) {
                 report.add(
                     AnomalyKind::Unseen,
                     format!(
@@ -368,7 +382,7 @@ pub fn check(h: &History) -> Report {
                 );
             }
         } else if offset < read.log_start_offset {
-            if !polled.contains(&v) {
+            if !polled.contains(v) {
                 report.add(
                     AnomalyKind::Unseen,
                     format!(
@@ -381,7 +395,7 @@ pub fn check(h: &History) -> Report {
             }
         } else if !in_final().contains(&(v, p)) {
             let there = final_at
-                .get(&(p, offset))
+                .get((p, offset))
                 .map_or("nothing".to_string(), |x| format!("{}/{}", x.producer(), x.seq()));
             report.add(
                 AnomalyKind::LostWrite,
@@ -407,7 +421,7 @@ pub fn check(h: &History) -> Report {
         let in_partition = in_final().contains(&(v, p));
         // Absent but read by a consumer while retention has since moved the log start: maybe
         // deleted by retention, not lost (its offset, unknown, may lie below the log start).
-        let maybe_deleted = read.log_start_offset > 0 && polled.contains(&v);
+        let maybe_deleted = read.log_start_offset > 0 && polled.contains(v);
         if !in_partition && !maybe_deleted {
             report.add(
                 AnomalyKind::LostWrite,
@@ -427,11 +441,11 @@ pub fn check(h: &History) -> Report {
     let in_log_set = std::cell::OnceCell::new();
     for s in h.sends.iter().filter(|s| s.outcome == SendOutcome::Abandoned) {
         let in_log = in_log_set.get_or_init(|| {
-            let mut set: FxHashSet<Value> = set_with_room(final_at.len());
-            set.extend(final_at.values().copied());
+            let mut set: FxHashSet<Value> = set_with_room(final_records);
+            set.extend(final_kept().map(|(_, _, v)| v));
             set
         });
-        if !in_log.contains(&s.value) && !polled.contains(&s.value) {
+        if !in_log.contains(&s.value) && !polled.contains(s.value) {
             report.add(
                 AnomalyKind::LostInBuffer,
                 format!(
@@ -562,27 +576,20 @@ mod groups;
 
 /// The keys among `pairs` seen with more than one distinct value, with every value each was
 /// seen with, in order: what a `BTreeMap<K, BTreeSet<V>>` of all the pairs holds with two or
-/// more values. Each pair costs one hash lookup of its key against the first value seen; only
-/// conflicting keys (rare: each is an anomaly) go to the ordered map.
-fn conflicts<K, V>(pairs: impl Iterator<Item = (K, V)>, capacity: usize) -> BTreeMap<K, BTreeSet<V>>
+/// more values. Each pair costs one lookup of its key in `first` (empty) against the first value
+/// seen; only conflicting keys (rare: each is an anomaly) go to the ordered map.
+fn conflicts<K, V>(pairs: impl Iterator<Item = (K, V)>, mut first: Table<'_, K, V>) -> BTreeMap<K, BTreeSet<V>>
 where
-    K: Hash + Ord + Copy,
+    K: Dense + Ord,
     V: Ord + Copy,
 {
-    let mut first: FxHashMap<K, V> = map_with_room(capacity);
     let mut conflicts: BTreeMap<K, BTreeSet<V>> = BTreeMap::new();
     for (k, v) in pairs {
-        match first.entry(k) {
-            Entry::Vacant(e) => {
-                e.insert(v);
+        match first.first(k, v) {
+            Some(had) if had != v => {
+                conflicts.entry(k).or_insert_with(|| BTreeSet::from([had])).insert(v);
             }
-            Entry::Occupied(e) if *e.get() != v => {
-                conflicts
-                    .entry(k)
-                    .or_insert_with(|| BTreeSet::from([*e.get()]))
-                    .insert(v);
-            }
-            Entry::Occupied(_) => {}
+            _ => {}
         }
     }
     conflicts
