@@ -21,7 +21,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fxhash::FxHashMap;
 use gregor_core::client::batching::BatchingProducer;
 use gregor_core::client::conn::with_timeout;
 use gregor_core::client::consumer::{Consumer, ConsumerConfig};
@@ -185,15 +184,69 @@ pub(crate) fn client(rt: &SimRuntime, name: String, brokers: usize) -> Cluster<S
     Cluster::new(rt.clone(), (0..brokers).map(broker_addr).collect(), config)
 }
 
+#[derive(Default)]
+struct Books {
+    history: History,
+    pending: Pending,
+}
+
+/// Values handed to a producer, with their partition and whether `send()` had already returned
+/// to the application (async), until an outcome is recorded: per producer, by sequence number.
+/// A producer numbers its values 0, 1, 2, ... across its restarts, so each send takes the next
+/// place of its producer's list, and its outcome only marks that place: no hashing (a hash map's
+/// insert and remove per send were most of recording an outcome).
+#[derive(Debug, Default)]
+struct Pending {
+    producers: Vec<Vec<Option<(i32, bool)>>>,
+}
+
+impl Pending {
+    fn place(&mut self, value: Value) -> &mut Option<(i32, bool)> {
+        let (p, seq) = (value.producer() as usize, value.seq() as usize);
+        if self.producers.len() <= p {
+            self.producers.resize_with(p + 1, Vec::new);
+        }
+        let places = &mut self.producers[p];
+        if places.len() <= seq {
+            places.resize(seq + 1, None);
+        }
+        &mut places[seq]
+    }
+
+    fn insert(&mut self, value: Value, partition: i32) {
+        *self.place(value) = Some((partition, false));
+    }
+
+    /// Notes that `send()` returned for `value` (if it is still pending), with its partition.
+    fn returned(&mut self, value: Value, partition: i32) {
+        if let Some(entry) = self.place(value) {
+            *entry = (partition, true);
+        }
+    }
+
+    fn remove(&mut self, value: Value) {
+        *self.place(value) = None;
+    }
+
+    /// Every value still pending, in value order, with its partition and whether `send()` had
+    /// returned.
+    fn take(&mut self) -> Vec<(Value, (i32, bool))> {
+        let producers = std::mem::take(&mut self.producers).into_iter().enumerate();
+        let values = producers.flat_map(|(p, places)| {
+            let p = u32::try_from(p).expect("producer numbers are u32");
+            let places = places.into_iter().enumerate();
+            places.filter_map(move |(seq, e)| Some((Value::new(p, u32::try_from(seq).ok()?), e?)))
+        });
+        values.collect()
+    }
+}
+
 struct Workload {
     scenario: Scenario,
     brokers: usize,
-    history: Shared<History>,
-    /// Values handed to a producer, with their partition and whether `send()` had already
-    /// returned to the application (async), until an outcome is recorded. A hash map: every
-    /// send inserts and removes once, and a B-tree's removal cost ~4x as much; the leftovers are
-    /// sorted when read at the end.
-    pending: Shared<FxHashMap<Value, (i32, bool)>>,
+    /// The history and the sends without an outcome yet, behind one lock: a send's outcome
+    /// updates both.
+    books: Shared<Books>,
     /// `[acl]`: when each toggled producer's value was created (virtual ms since start).
     created: Shared<BTreeMap<Value, u64>>,
     /// Virtual ms (since the run started) when producers stop and consumers must have drained.
@@ -225,7 +278,7 @@ async fn producer_main(rt: SimRuntime, w: Arc<Workload>, p: u32, next_seq: Arc<A
         let seq = next_seq.fetch_add(1, Ordering::Relaxed);
         let value = Value::new(p, seq);
         let partition = if sticky { NOT_CHOSEN } else { (seq % partitions) as i32 };
-        lock(&w.pending).insert(value, (partition, false));
+        lock(&w.books).pending.insert(value, partition);
         if w.scenario.acl.as_ref().is_some_and(|a| p < a.toggled_producers) {
             lock(&w.created).insert(value, rt.monotonic_ms());
         }
@@ -264,9 +317,7 @@ async fn producer_main(rt: SimRuntime, w: Arc<Workload>, p: u32, next_seq: Arc<A
                 let chosen = producer
                     .send_with_callback(&topic, chosen, record(&rt, value), on_delivery)
                     .await;
-                if let Some(entry) = lock(&w.pending).get_mut(&value) {
-                    *entry = (chosen.unwrap_or(partition), true);
-                }
+                lock(&w.books).pending.returned(value, chosen.unwrap_or(partition));
                 if let Some(pause) = pacer.after_send() {
                     rt.sleep(pause).await;
                 }
@@ -333,9 +384,10 @@ fn record_outcome(
         Ok(None) | Err(SendError::Unknown(_)) => SendOutcome::Unknown,
         Err(SendError::Failed(_)) => SendOutcome::Failed,
     };
-    lock(&w.pending).remove(&value);
     let at_ms = rt.monotonic_ms();
-    lock(&w.history).sends.push(Send {
+    let mut books = lock(&w.books);
+    books.pending.remove(value);
+    books.history.sends.push(Send {
         producer: p,
         partition,
         value,
@@ -366,7 +418,8 @@ async fn consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions: Arc<A
         match consumer.poll().await {
             Ok(polled) => {
                 let at_ms = rt.monotonic_ms();
-                let mut h = lock(&w.history);
+                let mut books = lock(&w.books);
+                let h = &mut books.history;
                 for r in polled.records {
                     let Some(value) = r.value.as_deref().and_then(Value::from_bytes) else {
                         continue;
@@ -448,7 +501,7 @@ async fn group_consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions:
                 match next {
                     Some(value) => {
                         rt.sleep(processing).await;
-                        lock(&w.history).processed.push(Processed { consumer: c, value });
+                        lock(&w.books).history.processed.push(Processed { consumer: c, value });
                     }
                     None => rt.sleep(Duration::from_millis(1)).await,
                 }
@@ -466,7 +519,7 @@ async fn group_consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions:
             // A new assignment: positions come from committed offsets, a new poll session.
             generation_seen = Some(generation);
             session = sessions.fetch_add(1, Ordering::Relaxed);
-            lock(&w.history).assignments.push(Assignment {
+            lock(&w.books).history.assignments.push(Assignment {
                 consumer: c,
                 group: group_id.clone(),
                 member: member.to_string(),
@@ -492,7 +545,8 @@ async fn group_consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions:
             }
         };
         {
-            let mut h = lock(&w.history);
+            let mut books = lock(&w.books);
+            let h = &mut books.history;
             for &(partition, offset, value) in &records {
                 h.polls.push(Poll {
                     consumer: c,
@@ -518,7 +572,7 @@ async fn group_consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions:
                     if !processing.is_zero() {
                         rt.sleep(processing).await;
                     }
-                    lock(&w.history).processed.push(Processed { consumer: c, value });
+                    lock(&w.books).history.processed.push(Processed { consumer: c, value });
                 }
             }
         }
@@ -536,7 +590,8 @@ async fn group_consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions:
 /// each at the time its answer arrived (commits made inside a poll are taken after it returns).
 fn record_commits(w: &Workload, c: u32, group: &str, consumer: &mut GroupConsumer<SimRuntime>) {
     let commits = consumer.take_commits();
-    let mut h = lock(&w.history);
+    let mut books = lock(&w.books);
+    let h = &mut books.history;
     for (at_ms, offsets) in commits {
         for (tp, offset) in offsets {
             h.commits.push(Commit {
@@ -682,8 +737,10 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
     let w = Arc::new(Workload {
         scenario: scenario.clone(),
         brokers: brokers.len(),
-        history: Arc::new(Mutex::new(History::with_room_for(expected_sends(s)))),
-        pending: Arc::default(),
+        books: Arc::new(Mutex::new(Books {
+            history: History::with_room_for(expected_sends(s)),
+            pending: Pending::default(),
+        })),
         created: Arc::default(),
         produce_until_ms: setup_ms + s.duration_s * 1_000,
         consume_until_ms: setup_ms + (s.duration_s + s.heal_s) * 1_000,
@@ -811,9 +868,10 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
             .await
             .expect("the admin node is never killed")
     };
-    let mut history = std::mem::take(&mut *lock(&w.history));
-    let mut unfinished: Vec<_> = std::mem::take(&mut *lock(&w.pending)).into_iter().collect();
-    unfinished.sort_unstable_by_key(|&(value, _)| value);
+    let (mut history, unfinished) = {
+        let mut books = lock(&w.books);
+        (std::mem::take(&mut books.history), books.pending.take())
+    };
     for (value, (partition, returned)) in unfinished {
         // Handed to a producer that died before an outcome: never acknowledged. An async send had
         // already returned to the application; a sync one had not (the application died waiting).
@@ -915,5 +973,33 @@ mod tests {
             (1_000, 500),
             "1,000 sends at 1 ms: 1 s slept in 500 wake-ups"
         );
+    }
+
+    #[test]
+    fn pending_sends_are_those_without_an_outcome_in_value_order_with_their_state() {
+        let mut pending = Pending::default();
+        for seq in 0..4 {
+            pending.insert(Value::new(2, seq), 7);
+            pending.insert(Value::new(0, seq), 3);
+        }
+        pending.returned(Value::new(2, 1), 9);
+        pending.returned(Value::new(0, 3), 4);
+        for done in [Value::new(2, 0), Value::new(0, 1), Value::new(0, 2)] {
+            pending.remove(done);
+        }
+        // An outcome learnt after it was taken off (a late callback) leaves nothing behind.
+        pending.returned(Value::new(2, 0), 1);
+        let left = pending.take();
+        assert_eq!(
+            left,
+            vec![
+                (Value::new(0, 0), (3, false)),
+                (Value::new(0, 3), (4, true)),
+                (Value::new(2, 1), (9, true)),
+                (Value::new(2, 2), (7, false)),
+                (Value::new(2, 3), (7, false)),
+            ]
+        );
+        assert!(pending.take().is_empty(), "taking empties it");
     }
 }
