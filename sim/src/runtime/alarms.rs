@@ -23,6 +23,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
@@ -37,9 +38,6 @@ type Key = (Instant, u64);
 
 #[derive(Debug)]
 struct Queue {
-    /// madsim's clock, the node runtime's own (`TimeHandle::current()` costs a thread-local
-    /// lookup and two `Arc` clones and their drops, and a sleep asked for it twice).
-    time: VirtualClock,
     next_seq: u64,
     waiting: BTreeMap<Key, Waker>,
     /// The deadlines madsim timers of this queue are pending for: at most one timer per
@@ -52,6 +50,18 @@ struct Queue {
 /// The alarm queue of one node incarnation. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Alarms {
+    inner: Rc<Inner>,
+}
+
+/// What the queue's sleeps and driver share. An `Rc`, as the node's tasks all run on one
+/// thread: a sleep's clone and drop of it were two atomic operations of ~15 a sleep, and the
+/// clock sits outside the queue's lock so that making a sleep takes no lock.
+#[derive(Debug)]
+struct Inner {
+    /// madsim's clock, the node runtime's own (`TimeHandle::current()` costs a thread-local
+    /// lookup and two `Arc` clones and their drops, and a sleep asked for it twice).
+    time: VirtualClock,
+    /// In an `Arc` for the [`Fire`] wakers madsim's timers hold, which must be `Send`.
     queue: Arc<Mutex<Queue>>,
 }
 
@@ -104,7 +114,7 @@ fn needs_timer(queue: &Queue) -> bool {
 
 /// Arms a madsim timer for the earliest waiter unless one is already pending for it or earlier.
 /// Call it from task context only (see [`Fire`]).
-fn arm_next(shared: &Arc<Mutex<Queue>>, queue: &mut Queue) {
+fn arm_next(inner: &Inner, queue: &mut Queue) {
     if !needs_timer(queue) {
         return;
     }
@@ -113,12 +123,12 @@ fn arm_next(shared: &Arc<Mutex<Queue>>, queue: &mut Queue) {
     };
     queue.pending.insert(next);
     let waker = Waker::from(Arc::new(Fire {
-        queue: shared.clone(),
+        queue: inner.queue.clone(),
         deadline: next,
     }));
     // madsim's Sleep adds its timer at a pending poll; `next` is in the future (every waiter
     // still queued is: a poll at or after its deadline removes it), so this adds one.
-    let mut timer = queue.time.0.sleep_until(next);
+    let mut timer = inner.time.0.sleep_until(next);
     let polled = Pin::new(&mut timer).poll(&mut Context::from_waker(&waker));
     debug_assert!(polled.is_pending(), "an alarm deadline is in the future");
 }
@@ -128,17 +138,19 @@ impl Alarms {
     /// (it dies with the node, as the node's sleeps do).
     pub(super) fn spawn(time: VirtualClock) -> Self {
         let queue = Queue {
-            time,
             next_seq: 0,
             waiting: BTreeMap::new(),
             pending: BTreeSet::new(),
             driver: None,
         };
         let alarms = Alarms {
-            queue: Arc::new(Mutex::new(queue)),
+            inner: Rc::new(Inner {
+                time,
+                queue: Arc::new(Mutex::new(queue)),
+            }),
         };
         drop(madsim::task::spawn_local(Driver {
-            queue: alarms.queue.clone(),
+            inner: alarms.inner.clone(),
         }));
         alarms
     }
@@ -146,10 +158,10 @@ impl Alarms {
     /// A sleep of `duration` on this queue: due when madsim's `TimeHandle::sleep` would be, at
     /// least 1 ms away.
     pub fn sleep(&self, duration: Duration) -> AlarmSleep {
-        let now = lock(&self.queue).time.0.now_instant();
+        let now = self.inner.time.0.now_instant();
         let deadline = (now + duration).max(now + MIN_SLEEP);
         AlarmSleep {
-            queue: self.queue.clone(),
+            inner: self.inner.clone(),
             deadline,
             key: None,
         }
@@ -157,14 +169,14 @@ impl Alarms {
 
     /// How many sleeps are waiting (for tests).
     pub fn waiting(&self) -> usize {
-        lock(&self.queue).waiting.len()
+        lock(&self.inner.queue).waiting.len()
     }
 }
 
 /// A sleep in an [`Alarms`] queue; see the module's contract.
 #[derive(Debug)]
 pub struct AlarmSleep {
-    queue: Arc<Mutex<Queue>>,
+    inner: Rc<Inner>,
     deadline: Instant,
     /// Its place in the queue once it waits.
     key: Option<Key>,
@@ -175,8 +187,8 @@ impl Future for AlarmSleep {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = &mut *self;
-        let mut queue = lock(&this.queue);
-        if queue.time.0.now_instant() >= this.deadline {
+        let mut queue = lock(&this.inner.queue);
+        if this.inner.time.0.now_instant() >= this.deadline {
             if let Some(key) = this.key.take() {
                 queue.waiting.remove(&key);
             }
@@ -202,7 +214,7 @@ impl Future for AlarmSleep {
                 this.key = Some(key);
             }
         }
-        arm_next(&this.queue, &mut queue);
+        arm_next(&this.inner, &mut queue);
         Poll::Pending
     }
 }
@@ -210,7 +222,7 @@ impl Future for AlarmSleep {
 impl Drop for AlarmSleep {
     fn drop(&mut self) {
         if let Some(key) = self.key.take() {
-            lock(&self.queue).waiting.remove(&key);
+            lock(&self.inner.queue).waiting.remove(&key);
         }
     }
 }
@@ -219,19 +231,19 @@ impl Drop for AlarmSleep {
 /// that fired, it arms the next one. It never finishes; it ends with its node.
 #[derive(Debug)]
 struct Driver {
-    queue: Arc<Mutex<Queue>>,
+    inner: Rc<Inner>,
 }
 
 impl Future for Driver {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let mut queue = lock(&self.queue);
+        let mut queue = lock(&self.inner.queue);
         match &mut queue.driver {
             Some(waker) if waker.will_wake(cx.waker()) => {}
             slot => *slot = Some(cx.waker().clone()),
         }
-        arm_next(&self.queue, &mut queue);
+        arm_next(&self.inner, &mut queue);
         Poll::Pending
     }
 }
