@@ -184,23 +184,44 @@ pub(crate) fn client(rt: &SimRuntime, name: String, brokers: usize) -> Cluster<S
     Cluster::new(rt.clone(), (0..brokers).map(broker_addr).collect(), config)
 }
 
+/// What the workload writes down: the history, and the sends without an outcome yet (a send's
+/// outcome updates both).
 #[derive(Default)]
 struct Books {
     history: History,
     pending: Pending,
 }
 
+thread_local! {
+    /// This run's books. A run has its own thread (madsim's, see `cli::exec`) and every node's
+    /// tasks run on it, so the books need no lock: a mutex took two atomic operations at each
+    /// of a record's three entries. [`simulate`] starts them and takes them at its end.
+    static BOOKS: RefCell<Books> = RefCell::new(Books::default());
+}
+
+/// Runs `f` on this run's books. `f` must not call it again (it is never given a chance to:
+/// nothing in it awaits or calls out).
+fn books<T>(f: impl FnOnce(&mut Books) -> T) -> T {
+    BOOKS.with(|b| f(&mut b.borrow_mut()))
+}
+
 /// Values handed to a producer, with their partition and whether `send()` had already returned
 /// to the application (async), until an outcome is recorded: per producer, by sequence number.
-/// A producer numbers its values 0, 1, 2, ... across its restarts, so each send takes the next
-/// place of its producer's list, and its outcome only marks that place: no hashing (a hash map's
-/// insert and remove per send were most of recording an outcome).
+/// A producer numbers its values 0, 1, 2, ... across its restarts ([`Pending::next_seq`]), so
+/// each send takes the next place of its producer's list, and its outcome only marks that place:
+/// no hashing (a hash map's insert and remove per send were most of recording an outcome).
 #[derive(Debug, Default)]
 struct Pending {
     producers: Vec<Vec<Option<(i32, bool)>>>,
 }
 
 impl Pending {
+    /// The sequence number producer `p`'s next value takes: one past the last it was given.
+    fn next_seq(&self, p: u32) -> u32 {
+        let given = self.producers.get(p as usize).map_or(0, Vec::len);
+        u32::try_from(given).expect("fewer than 2^32 sends")
+    }
+
     fn place(&mut self, value: Value) -> &mut Option<(i32, bool)> {
         let (p, seq) = (value.producer() as usize, value.seq() as usize);
         if self.producers.len() <= p {
@@ -244,9 +265,6 @@ impl Pending {
 struct Workload {
     scenario: Scenario,
     brokers: usize,
-    /// The history and the sends without an outcome yet, behind one lock: a send's outcome
-    /// updates both.
-    books: Shared<Books>,
     /// `[acl]`: when each toggled producer's value was created (virtual ms since start).
     created: Shared<BTreeMap<Value, u64>>,
     /// Virtual ms (since the run started) when producers stop and consumers must have drained.
@@ -254,7 +272,7 @@ struct Workload {
     consume_until_ms: u64,
 }
 
-async fn producer_main(rt: SimRuntime, w: Arc<Workload>, p: u32, next_seq: Arc<AtomicU32>) {
+async fn producer_main(rt: SimRuntime, w: Arc<Workload>, p: u32) {
     let spec = &w.scenario.producer;
     let config = ProducerConfig {
         enable_idempotence: spec.idempotent(),
@@ -275,10 +293,15 @@ async fn producer_main(rt: SimRuntime, w: Arc<Workload>, p: u32, next_seq: Arc<A
     // partition is NOT_CHOSEN.
     let sticky = spec.partitioner == PartitionerChoice::Sticky;
     let next = || {
-        let seq = next_seq.fetch_add(1, Ordering::Relaxed);
-        let value = Value::new(p, seq);
-        let partition = if sticky { NOT_CHOSEN } else { (seq % partitions) as i32 };
-        lock(&w.books).pending.insert(value, partition);
+        let (value, partition) = books(|b| {
+            let seq = b.pending.next_seq(p);
+            let (value, partition) = (
+                Value::new(p, seq),
+                if sticky { NOT_CHOSEN } else { (seq % partitions) as i32 },
+            );
+            b.pending.insert(value, partition);
+            (value, partition)
+        });
         if w.scenario.acl.as_ref().is_some_and(|a| p < a.toggled_producers) {
             lock(&w.created).insert(value, rt.monotonic_ms());
         }
@@ -317,7 +340,7 @@ async fn producer_main(rt: SimRuntime, w: Arc<Workload>, p: u32, next_seq: Arc<A
                 let chosen = producer
                     .send_with_callback(&topic, chosen, record(&rt, value), on_delivery)
                     .await;
-                lock(&w.books).pending.returned(value, chosen.unwrap_or(partition));
+                books(|b| b.pending.returned(value, chosen.unwrap_or(partition)));
                 if let Some(pause) = pacer.after_send() {
                     rt.sleep(pause).await;
                 }
@@ -385,14 +408,15 @@ fn record_outcome(
         Err(SendError::Failed(_)) => SendOutcome::Failed,
     };
     let at_ms = rt.monotonic_ms();
-    let mut books = lock(&w.books);
-    books.pending.remove(value);
-    books.history.sends.push(Send {
-        producer: p,
-        partition,
-        value,
-        outcome,
-        at_ms,
+    books(|b| {
+        b.pending.remove(value);
+        b.history.sends.push(Send {
+            producer: p,
+            partition,
+            value,
+            outcome,
+            at_ms,
+        });
     });
 }
 
@@ -418,22 +442,23 @@ async fn consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions: Arc<A
         match consumer.poll().await {
             Ok(polled) => {
                 let at_ms = rt.monotonic_ms();
-                let mut books = lock(&w.books);
-                let h = &mut books.history;
-                for r in polled.records {
-                    let Some(value) = r.value.as_deref().and_then(Value::from_bytes) else {
-                        continue;
-                    };
-                    h.polls.push(Poll {
-                        consumer: c,
-                        session,
-                        partition: r.partition,
-                        offset: r.offset,
-                        value,
-                        at_ms,
-                    });
-                    h.processed.push(Processed { consumer: c, value });
-                }
+                books(|b| {
+                    let h = &mut b.history;
+                    for r in polled.records {
+                        let Some(value) = r.value.as_deref().and_then(Value::from_bytes) else {
+                            continue;
+                        };
+                        h.polls.push(Poll {
+                            consumer: c,
+                            session,
+                            partition: r.partition,
+                            offset: r.offset,
+                            value,
+                            at_ms,
+                        });
+                        h.processed.push(Processed { consumer: c, value });
+                    }
+                });
             }
             Err(e) => {
                 tracing::debug!(target: "workload", consumer = c, error = %e, "poll failed");
@@ -501,7 +526,7 @@ async fn group_consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions:
                 match next {
                     Some(value) => {
                         rt.sleep(processing).await;
-                        lock(&w.books).history.processed.push(Processed { consumer: c, value });
+                        books(|b| b.history.processed.push(Processed { consumer: c, value }));
                     }
                     None => rt.sleep(Duration::from_millis(1)).await,
                 }
@@ -519,16 +544,17 @@ async fn group_consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions:
             // A new assignment: positions come from committed offsets, a new poll session.
             generation_seen = Some(generation);
             session = sessions.fetch_add(1, Ordering::Relaxed);
-            lock(&w.books).history.assignments.push(Assignment {
+            let assignment = Assignment {
                 consumer: c,
                 group: group_id.clone(),
                 member: member.to_string(),
                 generation,
                 partitions: consumer.assignment().iter().map(|tp| tp.partition).collect(),
                 at_ms,
-            });
+            };
+            books(|b| b.history.assignments.push(assignment));
         }
-        record_commits(&w, c, &group_id, &mut consumer);
+        record_commits(c, &group_id, &mut consumer);
         let records: Vec<(i32, i64, Value)> = match polled {
             Ok(polled) => polled
                 .records
@@ -544,11 +570,9 @@ async fn group_consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions:
                 continue;
             }
         };
-        {
-            let mut books = lock(&w.books);
-            let h = &mut books.history;
+        books(|b| {
             for &(partition, offset, value) in &records {
-                h.polls.push(Poll {
+                b.history.polls.push(Poll {
                     consumer: c,
                     session,
                     partition,
@@ -557,13 +581,13 @@ async fn group_consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions:
                     at_ms,
                 });
             }
-        }
+        });
         if policy == CommitPolicy::BeforeProcessing && !records.is_empty() {
             let positions = consumer.positions();
             if let Err(e) = consumer.commit_sync(&positions).await {
                 tracing::debug!(target: "workload", consumer = c, error = %e, "commit failed");
             }
-            record_commits(&w, c, &group_id, &mut consumer);
+            record_commits(c, &group_id, &mut consumer);
         }
         match policy {
             CommitPolicy::Auto => queue.borrow_mut().extend(records.iter().map(|r| r.2)),
@@ -572,7 +596,7 @@ async fn group_consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions:
                     if !processing.is_zero() {
                         rt.sleep(processing).await;
                     }
-                    lock(&w.books).history.processed.push(Processed { consumer: c, value });
+                    books(|b| b.history.processed.push(Processed { consumer: c, value }));
                 }
             }
         }
@@ -581,28 +605,28 @@ async fn group_consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions:
             if let Err(e) = consumer.commit_sync(&positions).await {
                 tracing::debug!(target: "workload", consumer = c, error = %e, "commit failed");
             }
-            record_commits(&w, c, &group_id, &mut consumer);
+            record_commits(c, &group_id, &mut consumer);
         }
     }
 }
 
 /// The commits the coordinator accepted from `consumer` since the last call, into the history,
 /// each at the time its answer arrived (commits made inside a poll are taken after it returns).
-fn record_commits(w: &Workload, c: u32, group: &str, consumer: &mut GroupConsumer<SimRuntime>) {
+fn record_commits(c: u32, group: &str, consumer: &mut GroupConsumer<SimRuntime>) {
     let commits = consumer.take_commits();
-    let mut books = lock(&w.books);
-    let h = &mut books.history;
-    for (at_ms, offsets) in commits {
-        for (tp, offset) in offsets {
-            h.commits.push(Commit {
-                consumer: c,
-                group: group.to_string(),
-                partition: tp.partition,
-                offset,
-                at_ms,
-            });
+    books(|b| {
+        for (at_ms, offsets) in commits {
+            for (tp, offset) in offsets {
+                b.history.commits.push(Commit {
+                    consumer: c,
+                    group: group.to_string(),
+                    partition: tp.partition,
+                    offset,
+                    at_ms,
+                });
+            }
         }
-    }
+    });
 }
 
 /// Creates the topic with the scenario's configs, retrying until the cluster answers.
@@ -717,6 +741,12 @@ fn expected_sends(s: &Scenario) -> usize {
 
 async fn simulate(world: World, scenario: Scenario) -> Simulated {
     let s = &scenario;
+    books(|b| {
+        *b = Books {
+            history: History::with_room_for(expected_sends(s)),
+            pending: Pending::default(),
+        }
+    });
     let replicated = cluster::is_cluster(s);
     let (brokers, coordinators): (Vec<NodeIndex>, Vec<NodeIndex>) = if replicated {
         cluster::add_nodes(&world, s)
@@ -737,10 +767,6 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
     let w = Arc::new(Workload {
         scenario: scenario.clone(),
         brokers: brokers.len(),
-        books: Arc::new(Mutex::new(Books {
-            history: History::with_room_for(expected_sends(s)),
-            pending: Pending::default(),
-        })),
         created: Arc::default(),
         produce_until_ms: setup_ms + s.duration_s * 1_000,
         consume_until_ms: setup_ms + (s.duration_s + s.heal_s) * 1_000,
@@ -766,9 +792,9 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
 
     let mut producers = Vec::new();
     for p in 0..s.producer.count {
-        let (w, next_seq) = (w.clone(), Arc::new(AtomicU32::new(0)));
+        let w = w.clone();
         let name = format!("producer-{p}");
-        producers.push(world.add_node(&name, move |rt| producer_main(rt, w.clone(), p, next_seq.clone())));
+        producers.push(world.add_node(&name, move |rt| producer_main(rt, w.clone(), p)));
     }
     let mut consumers = Vec::new();
     if let Some(consumer) = &s.consumer {
@@ -868,10 +894,7 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
             .await
             .expect("the admin node is never killed")
     };
-    let (mut history, unfinished) = {
-        let mut books = lock(&w.books);
-        (std::mem::take(&mut books.history), books.pending.take())
-    };
+    let (mut history, unfinished) = books(|b| (std::mem::take(&mut b.history), b.pending.take()));
     for (value, (partition, returned)) in unfinished {
         // Handed to a producer that died before an outcome: never acknowledged. An async send had
         // already returned to the application; a sync one had not (the application died waiting).
@@ -978,10 +1001,14 @@ mod tests {
     #[test]
     fn pending_sends_are_those_without_an_outcome_in_value_order_with_their_state() {
         let mut pending = Pending::default();
-        for seq in 0..4 {
-            pending.insert(Value::new(2, seq), 7);
-            pending.insert(Value::new(0, seq), 3);
+        for _ in 0..4 {
+            pending.insert(Value::new(2, pending.next_seq(2)), 7);
+            pending.insert(Value::new(0, pending.next_seq(0)), 3);
         }
+        assert_eq!(
+            (pending.next_seq(0), pending.next_seq(1), pending.next_seq(2)),
+            (4, 0, 4)
+        );
         pending.returned(Value::new(2, 1), 9);
         pending.returned(Value::new(0, 3), 4);
         for done in [Value::new(2, 0), Value::new(0, 1), Value::new(0, 2)] {
@@ -989,6 +1016,7 @@ mod tests {
         }
         // An outcome learnt after it was taken off (a late callback) leaves nothing behind.
         pending.returned(Value::new(2, 0), 1);
+        assert_eq!(pending.next_seq(2), 4, "numbering goes on after outcomes");
         let left = pending.take();
         assert_eq!(
             left,
