@@ -112,6 +112,77 @@ fn two_nodes_exchange_frames_through_the_runtime_trait() {
     });
 }
 
+/// Sends one frame per message on one connection and reads `echoes` frames back.
+async fn send_and_read<R: Runtime>(
+    rt: R,
+    addr: String,
+    messages: Vec<Bytes>,
+    echoes: usize,
+) -> Result<Vec<Bytes>, NetError> {
+    let mut conn = rt.connect(&addr).await?;
+    for message in messages {
+        conn.send(message).await?;
+    }
+    let mut read = Vec::new();
+    for _ in 0..echoes {
+        read.push(conn.recv().await?.ok_or(NetError::Closed)?);
+    }
+    Ok(read)
+}
+
+/// Frame faults set on a node reach the frames it sends on Kafka connections (the echo server
+/// answers each frame it receives, so its own count of frames sent counts what arrived), and
+/// setting the rates back to zero stops them.
+#[test]
+fn duplicate_frames_while_the_rate_is_set_and_none_after_it_is_cleared() {
+    use gregor_sim::runtime::frame_faults::{FrameRates, FrameStats};
+    run_seed(5, |world| async move {
+        let events = Log::default();
+        let server = echo_node(&world, NodeConfig::named("server"), &events);
+        let client = idle_node(&world, "client");
+        settle().await;
+        let addr = world.addr(server, PORT);
+
+        let all_twice = FrameRates {
+            duplicate: 1.0,
+            corrupt: 0.0,
+        };
+        world.state(client).set_frame_rates(all_twice);
+        let sent = messages(&[3, 5]);
+        let (a, expected) = (addr.clone(), sent.clone());
+        let echoes = world
+            .spawn_on(client, move |rt| send_and_read(rt, a, sent, 4))
+            .await
+            .expect("client task ran")
+            .expect("echoes arrived");
+        let twice: Vec<Bytes> = expected.iter().flat_map(|m| [m.clone(), m.clone()]).collect();
+        assert_eq!(echoes, twice, "each frame arrives twice");
+        settle().await;
+        let stats = world.state(client).frame_stats();
+        assert_eq!(
+            stats,
+            FrameStats {
+                duplicated: 2,
+                corrupted: 0
+            }
+        );
+        let received = world.state(server).frames_sent();
+        assert_eq!(received, 4, "the server saw every copy");
+
+        world.state(client).set_frame_rates(FrameRates::default());
+        let sent = messages(&[7]);
+        let echoes = world
+            .spawn_on(client, move |rt| send_and_read(rt, addr, sent, 1))
+            .await
+            .expect("client task ran")
+            .expect("echo arrived");
+        assert_eq!(echoes.len(), 1);
+        settle().await;
+        assert_eq!(world.state(server).frames_sent(), received + 1, "one copy once cleared");
+        assert_eq!(world.state(client).frame_stats(), stats);
+    });
+}
+
 #[test]
 fn oversized_frame_closes_only_its_connection() {
     run_seed(2, |world| async move {
