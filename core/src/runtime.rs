@@ -113,8 +113,9 @@ pub trait Runtime: Clone + 'static {
     fn now_ms(&self) -> i64;
     /// Monotonic time in ms (timeouts, linger, session expiry).
     fn monotonic_ms(&self) -> u64;
-    /// Completes after `duration` of this runtime's time.
-    fn sleep(&self, duration: Duration) -> impl Future<Output = ()>;
+    /// Completes after `duration` of this runtime's time. The future borrows nothing from the
+    /// runtime, so a caller may hold it beside a mutable borrow of what owns the runtime.
+    fn sleep(&self, duration: Duration) -> impl Future<Output = ()> + 'static;
     /// Runs `task` concurrently on this node; it dies with the node.
     fn spawn(&self, task: impl Future<Output = ()> + 'static);
     /// Opens a connection to `addr` (`host:port`).

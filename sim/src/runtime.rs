@@ -250,7 +250,7 @@ impl Runtime for SimRuntime {
         u64::try_from(self.time.0.elapsed().as_millis()).expect("virtual time within u64 ms")
     }
 
-    fn sleep(&self, duration: Duration) -> impl Future<Output = ()> {
+    fn sleep(&self, duration: Duration) -> impl Future<Output = ()> + 'static {
         if duration < ALARM_QUEUE_MIN {
             SimSleep::Short(OneTimerSleep::new(duration))
         } else {

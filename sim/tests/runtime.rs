@@ -112,6 +112,53 @@ fn two_nodes_exchange_frames_through_the_runtime_trait() {
     });
 }
 
+/// Accepts connections and reads every frame sent on them, answering none.
+async fn silent_server<R: Runtime>(rt: R, addr: String) {
+    let mut listener = rt.listen(&addr).await.expect("listens");
+    loop {
+        let Ok(mut conn) = listener.accept().await else { return };
+        rt.spawn(async move { while let Ok(Some(_)) = conn.recv().await {} });
+    }
+}
+
+/// A Kafka request nobody answers fails with `Timeout` when its timeout passes, both as one call
+/// and as a response awaited after a pipelined send; the virtual time taken is the timeout's
+/// (plus at most the connect and one network hop).
+#[test]
+fn unanswered_requests_time_out_at_their_timeouts() {
+    use gregor_core::client::{ClientError, KafkaConn};
+    use gregor_core::protocol::api::api_versions::ApiVersionsRequest;
+    use gregor_core::protocol::Request;
+    run_seed(9, |world| async move {
+        let server = {
+            let addr = world.addr(NodeIndex(world.node_count()), PORT);
+            world.add_node("silent", move |rt| silent_server(rt, addr.clone()))
+        };
+        let client = idle_node(&world, "client");
+        settle().await;
+        let addr = world.addr(server, PORT);
+        let (call_ms, recv_ms) = world
+            .spawn_on(client, move |rt| async move {
+                let mut conn = KafkaConn::connect(&rt, &addr, "t", 30_000).await.expect("connects");
+                let request = Request::ApiVersions(ApiVersionsRequest::default());
+                let start = rt.monotonic_ms();
+                let called = conn.call_with_timeout(&request, 0, 500).await;
+                assert!(matches!(called, Err(ClientError::Timeout(500))), "{called:?}");
+                let call_ms = rt.monotonic_ms() - start;
+                let start = rt.monotonic_ms();
+                let id = conn.send_request(&request, 0).await.expect("sent");
+                let received = conn.recv_response(18, 0, id, 700).await;
+                assert!(matches!(received, Err(ClientError::Timeout(700))), "{received:?}");
+                (call_ms, rt.monotonic_ms() - start)
+            })
+            .await
+            .expect("client task ran");
+        println!("timed out after {call_ms} ms (500 asked) and {recv_ms} ms (700 asked)");
+        assert!((500..=510).contains(&call_ms), "call: {call_ms} ms");
+        assert!((700..=710).contains(&recv_ms), "recv_response: {recv_ms} ms");
+    });
+}
+
 /// Sends one frame per message on one connection and reads `echoes` frames back.
 async fn send_and_read<R: Runtime>(
     rt: R,

@@ -194,7 +194,7 @@ impl Runtime for Timed {
     fn monotonic_ms(&self) -> u64 {
         self.now()
     }
-    fn sleep(&self, duration: Duration) -> impl Future<Output = ()> {
+    fn sleep(&self, duration: Duration) -> impl Future<Output = ()> + 'static {
         self.sleep_until(self.now() + u64::try_from(duration.as_millis()).expect("short"))
     }
     fn spawn(&self, task: impl Future<Output = ()> + 'static) {

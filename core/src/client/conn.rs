@@ -57,8 +57,13 @@ fn broker_error(code: i16) -> ClientError {
 
 /// Runs `f` for at most `ms` of the runtime's time; `None` if it did not finish.
 pub async fn with_timeout<R: Runtime, T>(rt: &R, ms: u64, f: impl Future<Output = T>) -> Option<T> {
+    before(rt.sleep(Duration::from_millis(ms)), f).await
+}
+
+/// `f`'s output, or `None` if `sleep` completes first (polled after `f`, as [`with_timeout`]).
+pub async fn before<T>(sleep: impl Future<Output = ()>, f: impl Future<Output = T>) -> Option<T> {
     let mut f = pin!(f);
-    let mut sleep = pin!(rt.sleep(Duration::from_millis(ms)));
+    let mut sleep = pin!(sleep);
     std::future::poll_fn(|cx| {
         if let Poll::Ready(v) = f.as_mut().poll(cx) {
             return Poll::Ready(Some(v));
@@ -181,9 +186,9 @@ impl<R: Runtime> KafkaConn<R> {
         correlation_id: i32,
         timeout_ms: u64,
     ) -> Result<Response, ClientError> {
-        let rt = self.rt.clone();
+        let timeout = self.rt.sleep(Duration::from_millis(timeout_ms));
         let exchange = self.read_response(api_key, version, correlation_id);
-        with_timeout(&rt, timeout_ms, exchange)
+        before(timeout, exchange)
             .await
             .ok_or(ClientError::Timeout(timeout_ms))?
     }
@@ -220,12 +225,14 @@ impl<R: Runtime> KafkaConn<R> {
     ) -> Result<Response, ClientError> {
         let (correlation_id, frame) = self.frame(request, version);
         let api_key = request.api_key();
-        let rt = self.rt.clone();
+        // The sleep borrows nothing (`Runtime::sleep` is 'static), so the exchange may borrow
+        // the connection mutably beside it; a runtime clone per call cost its reference counts.
+        let timeout = self.rt.sleep(Duration::from_millis(timeout_ms));
         let exchange = async {
             self.conn.send(frame).await?;
             self.read_response(api_key, version, correlation_id).await
         };
-        with_timeout(&rt, timeout_ms, exchange)
+        before(timeout, exchange)
             .await
             .ok_or(ClientError::Timeout(timeout_ms))?
     }

@@ -206,7 +206,7 @@ impl Runtime for Loopback {
     fn monotonic_ms(&self) -> u64 {
         self.0.borrow().now_ms
     }
-    fn sleep(&self, duration: Duration) -> impl Future<Output = ()> {
+    fn sleep(&self, duration: Duration) -> impl Future<Output = ()> + 'static {
         // Time passes when the sleep is awaited, not when it is created (with_timeout makes
         // one per call and never awaits it here).
         let world = self.0.clone();

@@ -125,7 +125,7 @@ impl Runtime for MemRt {
     fn monotonic_ms(&self) -> u64 {
         self.net.borrow().now_ms
     }
-    fn sleep(&self, duration: Duration) -> impl Future<Output = ()> {
+    fn sleep(&self, duration: Duration) -> impl Future<Output = ()> + 'static {
         let net = self.net.clone();
         let deadline = net.borrow().now_ms + u64::try_from(duration.as_millis()).expect("short sleeps");
         poll_fn(move |_| {

@@ -78,7 +78,7 @@ impl Runtime for TestRt {
     fn monotonic_ms(&self) -> u64 {
         u64::try_from(self.now_ms.get()).expect("test clock is positive")
     }
-    fn sleep(&self, duration: Duration) -> impl Future<Output = ()> {
+    fn sleep(&self, duration: Duration) -> impl Future<Output = ()> + 'static {
         Sleep {
             yielded: false,
             now_ms: self.now_ms.clone(),

@@ -96,7 +96,7 @@ impl Runtime for Rt {
     fn monotonic_ms(&self) -> u64 {
         u64::try_from(self.net.now_ms.get()).expect("the clock starts at 0")
     }
-    fn sleep(&self, duration: Duration) -> impl Future<Output = ()> {
+    fn sleep(&self, duration: Duration) -> impl Future<Output = ()> + 'static {
         let net = self.net.clone();
         let until = net.now_ms.get() + i64::try_from(duration.as_millis()).expect("short");
         poll_fn(move |_| {

@@ -102,7 +102,7 @@ impl Runtime for Rt {
     fn monotonic_ms(&self) -> u64 {
         self.0.now_ms.get()
     }
-    fn sleep(&self, duration: Duration) -> impl Future<Output = ()> {
+    fn sleep(&self, duration: Duration) -> impl Future<Output = ()> + 'static {
         Sleep {
             deadline: self.0.now_ms.get() + u64::try_from(duration.as_millis()).expect("short sleeps"),
             world: self.0.clone(),
