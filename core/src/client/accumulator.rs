@@ -216,14 +216,11 @@ impl Accumulator {
         let batch_bytes_max = self.config.batch_bytes_max;
         let deadline_ms = now_ms.saturating_add(self.config.delivery_timeout_ms);
         let lookup = (topic, partition);
-        if !self.partitions.contains_key(&lookup as &dyn KeyRef) {
-            self.partitions
-                .insert((topic.to_string(), partition), PartitionState::default());
-        }
-        let partition = self
-            .partitions
-            .get_mut(&lookup as &dyn KeyRef)
-            .expect("inserted above if absent");
+        // One search when the partition is known (every record but its first).
+        let partition = match self.partitions.get_mut(&lookup as &dyn KeyRef) {
+            Some(state) => state,
+            None => self.partitions.entry((topic.to_string(), partition)).or_default(),
+        };
         let fits = partition.queue.back().is_some_and(|b| b.fits(bytes, batch_bytes_max));
         if !fits {
             let key = (topic.to_string(), lookup.1);
@@ -382,9 +379,8 @@ impl Accumulator {
     /// The broker acknowledged `batch` at `base_offset` (`None` with acks=0).
     pub fn acknowledge(&mut self, batch: Batch, base_offset: Option<i64>) {
         self.leave_flight(&batch);
-        let slots = batch.slots.clone();
-        self.stats.records_acked += slots.len() as u64;
-        for (i, slot) in slots.iter().enumerate() {
+        self.stats.records_acked += batch.slots.len() as u64;
+        for (i, slot) in batch.slots.iter().enumerate() {
             complete(slot, Ok(base_offset.map(|o| o + i as i64)));
         }
         self.release(&batch);

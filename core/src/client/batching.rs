@@ -248,7 +248,11 @@ impl<R: Runtime> BatchingProducer<R> {
                 c.buffer_bytes_max,
             )
         };
-        let deadline = self.rt.monotonic_ms().saturating_add(block_ms_max);
+        // The time is read again only after a wait (for metadata or buffer room): one clock
+        // read a record otherwise.
+        let start = self.rt.monotonic_ms();
+        let mut waited = false;
+        let deadline = start.saturating_add(block_ms_max);
         if idempotent && acks != -1 {
             complete(
                 slot,
@@ -273,21 +277,27 @@ impl<R: Runtime> BatchingProducer<R> {
             );
             return None;
         }
-        let partition = match partition {
-            Some(p) => p,
-            None => match self
-                .choose_partition(topic, record.key.as_deref(), bytes, deadline)
-                .await
-            {
-                Ok(p) => p,
-                Err(e) => {
-                    complete(slot, Err(e));
-                    return None;
+        let chosen = match partition {
+            Some(p) => Ok(p),
+            None => match self.try_choose_partition(topic, record.key.as_deref(), bytes) {
+                Some(chosen) => chosen,
+                None => {
+                    waited = true;
+                    self.choose_partition(topic, record.key.as_deref(), bytes, deadline)
+                        .await
                 }
             },
         };
+        let partition = match chosen {
+            Ok(p) => p,
+            Err(e) => {
+                complete(slot, Err(e));
+                return None;
+            }
+        };
         // Wait for room in buffer.memory.
         if !self.state.borrow().acc.has_room(bytes) {
+            waited = true;
             let _blocked = Counted::new(&self.state, false);
             loop {
                 let seen = {
@@ -311,7 +321,7 @@ impl<R: Runtime> BatchingProducer<R> {
             }
         }
         let mut s = self.state.borrow_mut();
-        let now = self.rt.monotonic_ms();
+        let now = if waited { self.rt.monotonic_ms() } else { start };
         if s.acc.append(topic, partition, record, slot.clone(), now) {
             // A new batch (its linger timer starts) or a full one: the sender looks.
             s.changed();
@@ -319,6 +329,26 @@ impl<R: Runtime> BatchingProducer<R> {
         Some(partition)
     }
 
+    /// The partition for a record of `topic`, chosen now if the topic's partition count is
+    /// known (`None` if not: the caller waits for metadata).
+    fn try_choose_partition(&self, topic: &str, key: Option<&[u8]>, bytes: usize) -> Option<Result<i32, SendError>> {
+        let mut s = self.state.borrow_mut();
+        let &count = s.partition_counts.get(topic)?;
+        let s = &mut *s;
+        let chosen = s.partitioner.partition(topic, key, count, || self.rt.random_u64());
+        let Some(mut p) = chosen else {
+            return Some(Err(SendError::Failed(format!("topic {topic} has no partitions"))));
+        };
+        if key.is_none() && s.acc.would_start_new_batch(topic, p, bytes) {
+            // KIP-480: the sticky partition's batch is done; move on.
+            s.partitioner.on_new_batch(topic, count, self.rt.random_u64());
+            p = s.partitioner.partition(topic, key, count, || 0).unwrap_or(p);
+        }
+        Some(Ok(p))
+    }
+
+    /// [`try_choose_partition`](Self::try_choose_partition), waiting for the topic's metadata
+    /// until `deadline`.
     async fn choose_partition(
         &self,
         topic: &str,
@@ -327,21 +357,11 @@ impl<R: Runtime> BatchingProducer<R> {
         deadline: u64,
     ) -> Result<i32, SendError> {
         loop {
+            if let Some(chosen) = self.try_choose_partition(topic, key, bytes) {
+                return chosen;
+            }
             let seen = {
                 let mut s = self.state.borrow_mut();
-                if let Some(&count) = s.partition_counts.get(topic) {
-                    let s = &mut *s;
-                    let chosen = s.partitioner.partition(topic, key, count, || self.rt.random_u64());
-                    let Some(mut p) = chosen else {
-                        return Err(SendError::Failed(format!("topic {topic} has no partitions")));
-                    };
-                    if key.is_none() && s.acc.would_start_new_batch(topic, p, bytes) {
-                        // KIP-480: the sticky partition's batch is done; move on.
-                        s.partitioner.on_new_batch(topic, count, self.rt.random_u64());
-                        p = s.partitioner.partition(topic, key, count, || 0).unwrap_or(p);
-                    }
-                    return Ok(p);
-                }
                 if s.metadata_wanted.insert(topic.to_string()) {
                     s.changed();
                 }

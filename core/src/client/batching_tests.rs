@@ -303,6 +303,34 @@ fn linger_holds_a_batch_for_linger_ms_then_sends_it() {
     assert_eq!(produce[0].0, 50, "sent when linger.ms ended, not before");
 }
 
+/// A keyless record waits in send() for its topic's partition count; its batch's linger.ms
+/// counts from when it entered the buffer, not from when send() was called.
+#[test]
+fn a_record_that_waited_for_metadata_lingers_from_when_it_was_buffered() {
+    let rt = Timed::new(1);
+    rt.0.borrow_mut().reply_delay_ms = 40;
+    let config = ProducerConfig {
+        enable_idempotence: false,
+        linger_ms: 50,
+        ..ProducerConfig::default()
+    };
+    let p = producer(&rt, config);
+    let (buffered_at, result) = rt.run(
+        async {
+            let handle = p.send("t", None, rec("a")).await;
+            let buffered_at = rt.now();
+            (buffered_at, handle.await)
+        },
+        10_000,
+    );
+    assert_eq!(result, Ok(Some(0)));
+    let produce = rt.0.borrow().world.produce_log.clone();
+    println!("buffered at {buffered_at} ms; produce requests (ms, partitions, bytes): {produce:?}");
+    assert!(buffered_at >= 40, "send() waited for the metadata answer");
+    assert_eq!(produce.len(), 1);
+    assert_eq!(produce[0].0, buffered_at + 50, "linger.ms counted from the append");
+}
+
 #[test]
 fn batch_size_closes_a_batch_before_linger_ends() {
     let rt = Timed::new(1);
