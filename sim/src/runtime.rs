@@ -466,7 +466,7 @@ impl SimConnection {
         if self.end.is_none() {
             return Err(NetError::Closed);
         }
-        let (frame, copies) = if self.kafka && self.state.frame_faults_on.load(Ordering::Relaxed) {
+        let (frame, duplicate) = if self.kafka && self.state.frame_faults_on.load(Ordering::Relaxed) {
             let fate = self.state.frame_faults().apply(frame);
             if fate.corrupted {
                 tracing::debug!(target: "net", peer = %self.peer, bytes = len, "frame corrupted");
@@ -474,12 +474,12 @@ impl SimConnection {
             if fate.duplicate {
                 tracing::debug!(target: "net", peer = %self.peer, bytes = len, "frame duplicated");
             }
-            (fate.frame, if fate.duplicate { 2 } else { 1 })
+            (fate.frame, fate.duplicate)
         } else {
-            (frame, 1)
+            (frame, false)
         };
         let end = self.end.as_ref().ok_or(NetError::Closed)?;
-        if copies == 2 {
+        if duplicate {
             end.send(frame.clone())?;
         }
         end.send(frame)?;
