@@ -75,6 +75,15 @@ fn echo_node(world: &World, config: NodeConfig, events: &Log) -> NodeIndex {
     world.add_node_with(config, move |rt| echo_server(rt, addr.clone(), events.clone()))
 }
 
+/// An echo server ("server") and an idle "client" node, both started: the server's node, the
+/// client's and the server's address.
+async fn echo_pair(world: &World) -> (NodeIndex, NodeIndex, String) {
+    let server = echo_node(world, NodeConfig::named("server"), &Log::default());
+    let client = idle_node(world, "client");
+    settle().await;
+    (server, client, world.addr(server, PORT))
+}
+
 async fn settle() {
     madsim::time::sleep(Duration::from_millis(100)).await;
 }
@@ -184,11 +193,7 @@ async fn send_and_read<R: Runtime>(
 fn duplicate_frames_while_the_rate_is_set_and_none_after_it_is_cleared() {
     use gregor_sim::runtime::frame_faults::{FrameRates, FrameStats};
     run_seed(5, |world| async move {
-        let events = Log::default();
-        let server = echo_node(&world, NodeConfig::named("server"), &events);
-        let client = idle_node(&world, "client");
-        settle().await;
-        let addr = world.addr(server, PORT);
+        let (server, client, addr) = echo_pair(&world).await;
 
         let all_twice = FrameRates {
             duplicate: 1.0,
@@ -517,11 +522,7 @@ fn killed_node_keeps_synced_data_and_loses_unsynced() {
 #[test]
 fn partition_stalls_and_refuses_repair_heals() {
     run_seed(4, |world| async move {
-        let events = Log::default();
-        let server = echo_node(&world, NodeConfig::named("server"), &events);
-        let client = idle_node(&world, "client");
-        settle().await;
-        let addr = world.addr(server, PORT);
+        let (server, client, addr) = echo_pair(&world).await;
         let mut conn = {
             let addr = addr.clone();
             world
@@ -567,11 +568,7 @@ fn partition_stalls_and_refuses_repair_heals() {
 #[test]
 fn isolated_node_is_unreachable_until_it_rejoins() {
     run_seed(5, |world| async move {
-        let events = Log::default();
-        let server = echo_node(&world, NodeConfig::named("server"), &events);
-        let client = idle_node(&world, "client");
-        settle().await;
-        let addr = world.addr(server, PORT);
+        let (server, client, addr) = echo_pair(&world).await;
         let try_echo = |world: &World| {
             let addr = addr.clone();
             world.spawn_on(client, move |rt| echo_client(rt, addr, messages(&[5])))
@@ -638,11 +635,7 @@ fn wall_clock_is_madsims_system_time_to_the_millisecond() {
 #[test]
 fn paused_node_answers_only_after_resume() {
     run_seed(9, |world| async move {
-        let events = Log::default();
-        let server = echo_node(&world, NodeConfig::named("server"), &events);
-        let client = idle_node(&world, "client");
-        settle().await;
-        let addr = world.addr(server, PORT);
+        let (server, client, addr) = echo_pair(&world).await;
         let mut conn = world
             .spawn_on(
                 client,
