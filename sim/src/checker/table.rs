@@ -73,7 +73,8 @@ impl Layout {
         for s in seen {
             let span = s.and_then(|(first, last, keys)| {
                 let width = usize::try_from(last.checked_sub(first)?.checked_add(1)?).ok()?;
-                (width <= keys.saturating_mul(2).saturating_add(64)).then_some((first, last + 1, width))
+                let end = last.checked_add(1)?;
+                (width <= keys.saturating_mul(2).saturating_add(64)).then_some((first, end, width))
             });
             layout.groups.push(span.map(|(first, end, width)| {
                 let span = Span {
@@ -220,6 +221,12 @@ mod tests {
         assert_eq!(layout.slot((-1, 0)), None);
         let far = Layout::covering([(0, 0), (0, 1_000_000), (1, 5)].into_iter());
         assert_eq!((far.slot((0, 0)), far.slot((1, 5))), (None, Some(0)));
+        // Keys at the ends of i64 (a corrupted offset) get no slots and no overflow.
+        let edge = Layout::covering([(0, i64::MAX), (1, i64::MIN), (1, i64::MIN + 1)].into_iter());
+        assert_eq!(
+            (edge.slot((0, i64::MAX)), edge.slot((1, i64::MIN + 1))),
+            (None, Some(1))
+        );
         let values = Layout::covering([Value::new(1, 0), Value::new(1, 1), Value::new(u32::MAX, 0)].into_iter());
         assert_eq!(values.slots, 2);
         assert_eq!(values.slot(Value::new(1, 1)), Some(1));
