@@ -299,13 +299,12 @@ pub fn check(h: &History) -> Report {
     // Every value observed at each log position, and every position each value was seen at
     // (the final read and the polls; acknowledgements name positions too): one lookup per
     // observation against the first seen, an ordered set only where two differ.
-    let observed = || {
-        let finals = h
-            .final_reads
-            .iter()
-            .flat_map(|(&p, r)| r.records.iter().map(move |&(o, v)| (p, o, v)));
-        finals.chain(h.polls.iter().map(|poll| (poll.partition, poll.offset, poll.value)))
+    // The final read's records as (partition, offset, value).
+    let finals = || {
+        let reads = h.final_reads.iter();
+        reads.flat_map(|(&p, r)| r.records.iter().map(move |&(o, v)| (p, o, v)))
     };
+    let observed = || finals().chain(h.polls.iter().map(|poll| (poll.partition, poll.offset, poll.value)));
     let acked = h.sends.iter().filter_map(|s| match s.outcome {
         SendOutcome::Acked { offset } => Some(((s.partition, offset), s.value)),
         _ => None,
@@ -313,11 +312,7 @@ pub fn check(h: &History) -> Report {
     // Positions and values are dense (`table`): a slot for each offset of a partition's final
     // read and for each value a producer sent, a hash map for any other.
     let final_records = c.final_records;
-    let final_positions = h
-        .final_reads
-        .iter()
-        .flat_map(|(&p, r)| r.records.iter().map(move |&(o, _)| (p, o)));
-    let position_slots = Layout::covering(final_positions);
+    let position_slots = Layout::covering(finals().map(|(p, o, _)| (p, o)));
     let value_slots = Layout::covering(h.sends.iter().map(|s| s.value));
     let at_position = observed().map(|(p, o, v)| ((p, o), v)).chain(acked);
     for ((p, o), values) in conflicts(at_position, Table::new(&position_slots)) {
@@ -335,17 +330,11 @@ pub fn check(h: &History) -> Report {
     }
 
     let mut final_at: Table<(Partition, i64), Value> = Table::new(&position_slots);
-    for (&p, r) in &h.final_reads {
-        for &(o, v) in &r.records {
-            final_at.insert((p, o), v);
-        }
+    for (p, o, v) in finals() {
+        final_at.insert((p, o), v);
     }
     // The final read's records as `final_at` keeps them (of two at one offset, the last).
-    let final_kept = || {
-        let finals = h.final_reads.iter();
-        let records = finals.flat_map(|(&p, r)| r.records.iter().map(move |&(o, v)| (p, o, v)));
-        records.filter(|&(p, o, v)| final_at.get((p, o)) == Some(v))
-    };
+    let final_kept = || finals().filter(|&(p, o, v)| final_at.get((p, o)) == Some(v));
     let mut polled: Table<Value, ()> = Table::new(&value_slots);
     for poll in &h.polls {
         polled.first(poll.value, ());
