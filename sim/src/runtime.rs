@@ -252,7 +252,7 @@ impl Runtime for SimRuntime {
 
     fn sleep(&self, duration: Duration) -> impl Future<Output = ()> + 'static {
         if duration < ALARM_QUEUE_MIN {
-            SimSleep::Short(OneTimerSleep::new(duration))
+            SimSleep::Short(OneTimerSleep::new(&self.time, duration))
         } else {
             SimSleep::Long(self.alarms.sleep(duration))
         }
@@ -330,9 +330,11 @@ struct OneTimerSleep {
 }
 
 impl OneTimerSleep {
-    fn new(duration: Duration) -> Self {
+    /// A sleep on the runtime's own clock: `madsim::time::sleep` looked the clock up again
+    /// (`TimeHandle::current()`: a thread-local and a clone of its two `Arc`s, then their drop).
+    fn new(time: &VirtualClock, duration: Duration) -> Self {
         OneTimerSleep {
-            sleep: madsim::time::sleep(duration),
+            sleep: time.0.sleep(duration),
             armed: None,
             forward: None,
         }
