@@ -17,6 +17,7 @@
 //! as the sync producer's ([`super::producer`]): batches are stamped once and resent byte for
 //! byte; a stamped batch that ends unacknowledged drops the producer id.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::Future;
@@ -29,7 +30,7 @@ use crate::protocol::{Request, Response};
 use crate::record::{record_bytes, NewRecord, HEADER_BYTES};
 use crate::runtime::Runtime;
 
-use super::accumulator::{complete, Accumulator, Batch, Delivery, PartitionKey, ProducerStats, Slot};
+use super::accumulator::{complete, Accumulator, Batch, Delivery, PartitionKey, PartitionState, ProducerStats, Slot};
 use super::conn::with_timeout;
 use super::partitioner::Partitioner;
 use super::producer::{init_producer_id, ProducerConfig, SendError};
@@ -433,7 +434,9 @@ async fn sender_task<R: Runtime>(state: State, mut cluster: Cluster<R>) {
                 }
             }
         }
-        state.borrow_mut().acc.expire(rt.monotonic_ms());
+        // Virtual or real, time moves on only across an await: one reading serves until the next.
+        let now = rt.monotonic_ms();
+        state.borrow_mut().acc.expire(now);
         let needs_identity = state.borrow().acc.needs_identity();
         if needs_identity {
             let deadline = state.borrow().acc.next_deadline().unwrap_or_else(|| rt.monotonic_ms());
@@ -449,31 +452,41 @@ async fn sender_task<R: Runtime>(state: State, mut cluster: Cluster<R>) {
         }
         // Leaders of every partition with records, ready or lingering: looked up before the
         // batch is due (Kafka fetches metadata in send()), from the cache after the first time.
+        // When the cache knows them all (nearly always), nothing is copied: the ready batches
+        // are grouped by the cached addresses below.
+        let waiting = |p: &PartitionState| !p.queue.is_empty() && p.backoff_until_ms <= now;
+        let all_cached = (state.borrow().acc.partitions.iter())
+            .filter(|(_, p)| waiting(p))
+            .all(|((topic, partition), _)| cluster.cached_leader(topic, *partition).is_some());
         let mut leaders: BTreeMap<PartitionKey, String> = BTreeMap::new();
-        let waiting: Vec<PartitionKey> = {
-            let s = state.borrow();
-            let now = rt.monotonic_ms();
-            (s.acc.partitions.iter())
-                .filter(|(_, p)| !p.queue.is_empty() && p.backoff_until_ms <= now)
+        let mut now = now;
+        if !all_cached {
+            let waiting: Vec<PartitionKey> = (state.borrow().acc.partitions.iter())
+                .filter(|(_, p)| waiting(p))
                 .map(|(k, _)| k.clone())
-                .collect()
-        };
-        for key in waiting {
-            match cluster.leader(&key.0, key.1).await {
-                Ok((addr, _epoch)) => {
-                    leaders.insert(key, addr);
-                }
-                Err(e) => {
-                    tracing::debug!(topic = key.0, partition = key.1, error = %e, "no leader to send to");
-                    state.borrow_mut().acc.back_off(&key, rt.monotonic_ms());
+                .collect();
+            for key in waiting {
+                match cluster.leader(&key.0, key.1).await {
+                    Ok((addr, _epoch)) => {
+                        leaders.insert(key, addr);
+                    }
+                    Err(e) => {
+                        tracing::debug!(topic = key.0, partition = key.1, error = %e, "no leader to send to");
+                        state.borrow_mut().acc.back_off(&key, rt.monotonic_ms());
+                    }
                 }
             }
+            now = rt.monotonic_ms();
         }
-        let now = rt.monotonic_ms();
         let (ready, next_ready) = state.borrow().acc.ready(now);
-        let mut by_leader: BTreeMap<String, Vec<PartitionKey>> = BTreeMap::new();
+        let mut by_leader: BTreeMap<Cow<'_, str>, Vec<PartitionKey>> = BTreeMap::new();
         for key in ready {
-            if let Some(addr) = leaders.remove(&key) {
+            let addr = if all_cached {
+                cluster.cached_leader(&key.0, key.1).map(Cow::Borrowed)
+            } else {
+                leaders.remove(&key).map(Cow::Owned)
+            };
+            if let Some(addr) = addr {
                 by_leader.entry(addr).or_default().push(key);
             }
         }

@@ -201,6 +201,13 @@ impl<R: Runtime> Cluster<R> {
         Ok((addr, epoch))
     }
 
+    /// The address of the leader of `topic`/`partition` when the cache knows the leader and its
+    /// broker: what [`leader`](Self::leader) answers at once, without a request or an error.
+    pub fn cached_leader(&self, topic: &str, partition: i32) -> Option<&str> {
+        let (leader, _) = self.topics.get(topic)?.leaders.get(&partition)?;
+        self.brokers.get(leader).map(String::as_str)
+    }
+
     /// Forgets what is known of `topic` (after NOT_LEADER and the like).
     pub fn invalidate(&mut self, topic: &str) {
         self.topics.remove(topic);
