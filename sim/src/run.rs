@@ -216,7 +216,7 @@ async fn producer_main(rt: SimRuntime, w: Arc<Workload>, p: u32) {
     // Sticky: the producer's partitioner picks (keyless records); until it has, the record's
     // partition is NOT_CHOSEN.
     let sticky = spec.partitioner == PartitionerChoice::Sticky;
-    let next = || {
+    let next = |now: u64| {
         let (value, partition) = books(|b| {
             let seq = b.pending.next_seq(p);
             let (value, partition) = (
@@ -227,16 +227,20 @@ async fn producer_main(rt: SimRuntime, w: Arc<Workload>, p: u32) {
             (value, partition)
         });
         if w.scenario.acl.as_ref().is_some_and(|a| p < a.toggled_producers) {
-            lock(&w.created).insert(value, rt.monotonic_ms());
+            lock(&w.created).insert(value, now);
         }
         (value, partition)
     };
     match spec.mode {
         SendMode::Sync => {
             let mut producer = Producer::new(client(&rt, format!("producer-{p}"), w.brokers), config);
-            while rt.monotonic_ms() < w.produce_until_ms {
-                let (value, partition) = next();
-                let result = producer.send(&topic, partition, &[record(&rt, value)]).await;
+            loop {
+                let (now, timestamp) = rt.clock_ms();
+                if now >= w.produce_until_ms {
+                    break;
+                }
+                let (value, partition) = next(now);
+                let result = producer.send(&topic, partition, &[record(timestamp, value)]).await;
                 record_outcome(&rt, &w, p, value, partition, result);
                 if let Some(pause) = pacer.after_send() {
                     rt.sleep(pause).await;
@@ -254,15 +258,21 @@ async fn producer_main(rt: SimRuntime, w: Arc<Workload>, p: u32) {
             // and a workload cloned into each of 30,000 callbacks a seed cost five atomic
             // increments and five decrements a record (the callback need not be Send).
             let shared = Rc::new((rt.clone(), w.clone()));
-            while rt.monotonic_ms() < w.produce_until_ms {
-                let (value, partition) = next();
+            loop {
+                // The loop's test and the record's timestamp from one reading of the clock (no
+                // wait comes between them).
+                let (now, timestamp) = rt.clock_ms();
+                if now >= w.produce_until_ms {
+                    break;
+                }
+                let (value, partition) = next(now);
                 let chosen = (!sticky).then_some(partition);
                 let cb = shared.clone();
                 let on_delivery = move |chosen: Option<i32>, result| {
                     record_outcome(&cb.0, &cb.1, p, value, chosen.unwrap_or(partition), result);
                 };
                 let chosen = producer
-                    .send_with_callback(&topic, chosen, record(&rt, value), on_delivery)
+                    .send_with_callback(&topic, chosen, record(timestamp, value), on_delivery)
                     .await;
                 books(|b| b.pending.returned(value, chosen.unwrap_or(partition)));
                 if let Some(pause) = pacer.after_send() {
@@ -308,9 +318,11 @@ impl Pacer {
 /// The partition of a keyless record whose send failed before the partitioner chose one.
 const NOT_CHOSEN: i32 = -1;
 
-fn record(rt: &SimRuntime, value: Value) -> NewRecord {
+/// A record of `value` stamped `timestamp` (the producer node's wall clock, as Kafka's producer
+/// stamps `CreateTime`).
+fn record(timestamp: i64, value: Value) -> NewRecord {
     NewRecord {
-        timestamp: rt.now_ms(),
+        timestamp,
         key: None,
         value: Some(value.to_bytes().to_vec()),
     }

@@ -228,6 +228,25 @@ impl SimRuntime {
     pub fn sleeps_waiting(&self) -> usize {
         self.alarms.waiting()
     }
+
+    /// `(monotonic_ms(), now_ms())` from one reading of madsim's clock, which takes a spin lock
+    /// each time: the workload's producer wants both for every record it sends.
+    pub fn clock_ms(&self) -> (u64, i64) {
+        let elapsed = self.time.0.elapsed();
+        (monotonic_of(elapsed), self.wall_of(elapsed))
+    }
+
+    /// The node's wall clock at virtual time `elapsed`.
+    fn wall_of(&self, elapsed: Duration) -> i64 {
+        let since_epoch = self.base_since_epoch + elapsed;
+        let ms = i64::try_from(since_epoch.as_millis()).expect("virtual time within i64 ms");
+        ms + self.state.skew_ms()
+    }
+}
+
+/// Monotonic milliseconds at virtual time `elapsed`.
+fn monotonic_of(elapsed: Duration) -> u64 {
+    u64::try_from(elapsed.as_millis()).expect("virtual time within u64 ms")
 }
 
 /// Whether `addr` (`host:port`) is on Kafka's port: frame faults apply to those connections.
@@ -241,13 +260,11 @@ impl Runtime for SimRuntime {
     type Listener = SimListener;
 
     fn now_ms(&self) -> i64 {
-        let since_epoch = self.base_since_epoch + self.time.0.elapsed();
-        let ms = i64::try_from(since_epoch.as_millis()).expect("virtual time within i64 ms");
-        ms + self.state.skew_ms()
+        self.wall_of(self.time.0.elapsed())
     }
 
     fn monotonic_ms(&self) -> u64 {
-        u64::try_from(self.time.0.elapsed().as_millis()).expect("virtual time within u64 ms")
+        monotonic_of(self.time.0.elapsed())
     }
 
     fn sleep(&self, duration: Duration) -> impl Future<Output = ()> + 'static {
