@@ -84,8 +84,10 @@ pub struct NodeState {
     /// Whether a frame fault rate is above zero: without one a frame's fate draws nothing, so
     /// sends skip the fault lock (two atomic operations a frame).
     frame_faults_on: AtomicBool,
-    /// Disk latency taken from the disk but not yet slept (less than 1 ms).
-    disk_latency_carry_us: AtomicU64,
+    /// Disk latency taken from the disk but not yet slept. Taken at the end of every
+    /// `with_disk`, so that the node's sends, which ask for it on every frame, need not lock the
+    /// disk to learn that it is (nearly always) under 1 ms.
+    disk_latency_us: AtomicU64,
     /// Frames this node sent, on every connection of every incarnation (for tests of traffic).
     frames_sent: AtomicU64,
     /// The run's network.
@@ -103,7 +105,7 @@ impl NodeState {
             skew_ms: AtomicI64::new(0),
             frame_faults: Mutex::new(FrameFaults::new(seed, index)),
             frame_faults_on: AtomicBool::new(false),
-            disk_latency_carry_us: AtomicU64::new(0),
+            disk_latency_us: AtomicU64::new(0),
             frames_sent: AtomicU64::new(0),
             net,
         }
@@ -112,9 +114,10 @@ impl NodeState {
     /// Takes the disk latency accrued since the last call, in whole milliseconds; the remainder
     /// below 1 ms carries over to the next call.
     pub fn take_disk_latency_ms(&self) -> u64 {
-        let taken_us = self.with_disk(|d| d.take_latency_us());
-        let total_us = taken_us + self.disk_latency_carry_us.load(Ordering::Relaxed);
-        self.disk_latency_carry_us.store(total_us % 1000, Ordering::Relaxed);
+        let total_us = self.disk_latency_us.load(Ordering::Relaxed);
+        if total_us >= 1000 {
+            self.disk_latency_us.store(total_us % 1000, Ordering::Relaxed);
+        }
         total_us / 1000
     }
 
@@ -128,7 +131,15 @@ impl NodeState {
             .disk
             .lock()
             .expect("disk lock poisoned: a panic inside with_disk already failed the run");
-        f(&mut disk)
+        let out = f(&mut disk);
+        let taken_us = disk.take_latency_us();
+        if taken_us > 0 {
+            // A load and a store, not an atomic add: the disk's lock is held, and a node's state
+            // is only touched by its run's thread.
+            let pending = self.disk_latency_us.load(Ordering::Relaxed);
+            self.disk_latency_us.store(pending + taken_us, Ordering::Relaxed);
+        }
+        out
     }
 
     /// Sets how far this node's wall clock is ahead of (positive) or behind (negative) true
@@ -514,7 +525,9 @@ impl Connection for SimConnection {
         }
         let result = self.send_inner(frame).await;
         if result.is_ok() {
-            self.state.frames_sent.fetch_add(1, Ordering::Relaxed);
+            // Not an atomic add: only the run's thread touches a node's state.
+            let sent = self.state.frames_sent.load(Ordering::Relaxed);
+            self.state.frames_sent.store(sent + 1, Ordering::Relaxed);
         }
         // An oversized outgoing frame is refused without touching the stream; it stays usable.
         if matches!(result, Err(ref e) if !matches!(e, NetError::FrameTooLarge { .. })) {
