@@ -352,9 +352,10 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
                 }
             }
             let timeout_ms = u64::try_from(req.timeout_ms.max(0)).unwrap_or(0);
-            let deadline = rt.monotonic_ms().saturating_add(timeout_ms);
+            // Time moves on only across an await: one reading serves until the next wait.
+            let mut now = rt.monotonic_ms();
+            let deadline = now.saturating_add(timeout_ms);
             while !pending.is_empty() {
-                let now = rt.monotonic_ms();
                 let interests = pending
                     .iter()
                     .map(|w| watch::Interest {
@@ -369,7 +370,8 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
                     .watch
                     .wait(interests, rt.sleep(Duration::from_millis(recheck)))
                     .await;
-                let timed_out = rt.monotonic_ms() >= deadline;
+                now = rt.monotonic_ms();
+                let timed_out = now >= deadline;
                 handlers::settle_acks(&broker.borrow(), &mut resp, &mut pending, timed_out);
             }
             resp.encode(version)
@@ -406,9 +408,11 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
                 refused.is_empty() && min_bytes > 0 && config.leader_throttle.is_none() && asked.len() == partitions;
             let reader = follower.then_some(crate::ids::BrokerId(req.replica_id));
             loop {
+                // Time moves on only across an await: one reading serves this pass.
+                let now = rt.monotonic_ms();
                 let mut quota = config.leader_throttle.as_ref().map(|t| t.borrow_mut());
-                let leader_quota = quota.as_deref_mut().map(|t| (t, rt.monotonic_ms()));
-                let skip = may_skip && rt.monotonic_ms() < deadline;
+                let leader_quota = quota.as_deref_mut().map(|t| (t, now));
+                let skip = may_skip && now < deadline;
                 let answer = rt.with_disk(|disk| {
                     let now = rt.now_ms();
                     let b = &mut broker.borrow_mut();
@@ -427,7 +431,6 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
                         config.watch.poke(&b, topic, *partition);
                     }
                 }
-                let now = rt.monotonic_ms();
                 // No answer: the shortcut found it empty, as the full read would have.
                 if let Some((mut resp, bytes)) = answer {
                     resp.topics.extend(refused.iter().cloned());
