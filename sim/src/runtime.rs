@@ -24,7 +24,8 @@
 //!   whole into the peer's queue. A frame larger than `frame_bytes_max` closes the receiving
 //!   connection with [`NetError::FrameTooLarge`] when it arrives; frames over `i32::MAX` bytes
 //!   (Kafka's length is an int32) are refused by `send`.
-//! - `with_disk` lends the node's [`SimDisk`] under a lock: `f` must not call `with_disk` again.
+//! - `with_disk` lends the node's [`SimDisk`] under a lock confined to the run's thread: `f` must not
+//!   call `with_disk` again (it panics).
 //!   The disk adds up the latency its calls would cost (`SimDisk::take_latency_us`); the node's
 //!   next outgoing frame waits for it, whole milliseconds at a time (madsim sleeps at least 1 ms;
 //!   the remainder carries over). So an answer that followed an fsync leaves after the fsync's
@@ -58,10 +59,12 @@ use crate::disk::SimDisk;
 use crate::seed::{self, Purpose};
 
 pub mod alarms;
+pub mod confined;
 pub mod frame_faults;
 pub mod net;
 
 use alarms::{AlarmSleep, Alarms};
+use confined::Confined;
 use frame_faults::{FrameFaults, FrameRates, FrameStats, KAFKA_PORT};
 use net::{End, NetListener, SimNet};
 
@@ -77,7 +80,8 @@ const FRAME_BYTES_WIRE_MAX: u64 = i32::MAX as u64;
 pub struct NodeState {
     index: u64,
     frame_bytes_max: u64,
-    disk: Mutex<SimDisk>,
+    /// Confined to the run's thread: the disk is locked for every disk call and frame.
+    disk: Confined<SimDisk>,
     rng: Mutex<ChaCha8Rng>,
     skew_ms: AtomicI64,
     frame_faults: Mutex<FrameFaults>,
@@ -100,7 +104,7 @@ impl NodeState {
         NodeState {
             index,
             frame_bytes_max,
-            disk: Mutex::new(disk),
+            disk: Confined::new(disk),
             rng: Mutex::new(seed::stream(seed, index, Purpose::Runtime)),
             skew_ms: AtomicI64::new(0),
             frame_faults: Mutex::new(FrameFaults::new(seed, index)),
@@ -127,10 +131,7 @@ impl NodeState {
 
     /// Runs `f` with the node's disk (also from the harness, e.g. to crash it or inject faults).
     pub fn with_disk<T>(&self, f: impl FnOnce(&mut SimDisk) -> T) -> T {
-        let mut disk = self
-            .disk
-            .lock()
-            .expect("disk lock poisoned: a panic inside with_disk already failed the run");
+        let mut disk = self.disk.lock();
         let out = f(&mut disk);
         let taken_us = disk.take_latency_us();
         if taken_us > 0 {

@@ -24,10 +24,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
+use super::confined::{Confined, ConfinedGuard};
 use super::VirtualClock;
 
 /// The shortest sleep madsim's `TimeHandle::sleep_until` makes, which an alarm keeps to.
@@ -61,8 +62,9 @@ struct Inner {
     /// madsim's clock, the node runtime's own (`TimeHandle::current()` costs a thread-local
     /// lookup and two `Arc` clones and their drops, and a sleep asked for it twice).
     time: VirtualClock,
-    /// In an `Arc` for the [`Fire`] wakers madsim's timers hold, which must be `Send`.
-    queue: Arc<Mutex<Queue>>,
+    /// In an `Arc` for the [`Fire`] wakers madsim's timers hold, which must be `Send`; confined
+    /// to the run's thread, where madsim runs those timers too.
+    queue: Arc<Confined<Queue>>,
 }
 
 /// The waker handed to madsim's timer for one deadline.
@@ -73,7 +75,7 @@ struct Inner {
 /// timer for the next waiter from task context before virtual time moves on.
 #[derive(Debug)]
 struct Fire {
-    queue: Arc<Mutex<Queue>>,
+    queue: Arc<Confined<Queue>>,
     deadline: Instant,
 }
 
@@ -99,8 +101,8 @@ impl Wake for Fire {
     }
 }
 
-fn lock(queue: &Mutex<Queue>) -> std::sync::MutexGuard<'_, Queue> {
-    queue.lock().expect("never poisoned: no code panics holding it")
+fn lock(queue: &Confined<Queue>) -> ConfinedGuard<'_, Queue> {
+    queue.lock()
 }
 
 /// Whether the earliest waiter has no madsim timer pending for it or before it.
@@ -146,7 +148,7 @@ impl Alarms {
         let alarms = Alarms {
             inner: Rc::new(Inner {
                 time,
-                queue: Arc::new(Mutex::new(queue)),
+                queue: Arc::new(Confined::new(queue)),
             }),
         };
         drop(madsim::task::spawn_local(Driver {

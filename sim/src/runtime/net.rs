@@ -42,7 +42,7 @@ use std::fmt;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -50,6 +50,8 @@ use bytes::Bytes;
 use gregor_core::runtime::NetError;
 use madsim::rand::Rng;
 use madsim::time::TimeHandle;
+
+use super::confined::{Confined, ConfinedGuard};
 
 /// The longest wait between two tests of a clogged link by a receiver (madsim's).
 const CLOGGED_RETRY_MAX: Duration = Duration::from_secs(10);
@@ -60,7 +62,7 @@ type Node = u64;
 /// The network of one run, shared by the world and every node's runtime.
 pub struct SimNet {
     latency: Range<Duration>,
-    inner: Mutex<Inner>,
+    inner: Confined<Inner>,
 }
 
 impl fmt::Debug for SimNet {
@@ -115,14 +117,12 @@ impl SimNet {
     pub fn new(latency: Range<Duration>) -> Arc<SimNet> {
         Arc::new(SimNet {
             latency,
-            inner: Mutex::new(Inner::default()),
+            inner: Confined::new(Inner::default()),
         })
     }
 
-    fn inner(&self) -> MutexGuard<'_, Inner> {
-        self.inner
-            .lock()
-            .expect("network lock poisoned: a panic inside it already failed the run")
+    fn inner(&self) -> ConfinedGuard<'_, Inner> {
+        self.inner.lock()
     }
 
     /// Gives node `node` its address.
@@ -283,7 +283,7 @@ fn parse(addr: &str) -> Result<SocketAddr, NetError> {
 /// Connections a listener has not accepted yet.
 #[derive(Default)]
 pub(crate) struct Backlog {
-    state: Mutex<BacklogState>,
+    state: Confined<BacklogState>,
 }
 
 #[derive(Default)]
@@ -294,10 +294,8 @@ struct BacklogState {
 }
 
 impl Backlog {
-    fn state(&self) -> MutexGuard<'_, BacklogState> {
-        self.state
-            .lock()
-            .expect("backlog lock poisoned: a panic inside it already failed the run")
+    fn state(&self) -> ConfinedGuard<'_, BacklogState> {
+        self.state.lock()
     }
 
     /// Queues a new connection's server end; a closed backlog drops it (outside the lock: the
@@ -388,7 +386,7 @@ impl Drop for NetListener {
 /// clogged link, to be retried by the receiver).
 #[derive(Default)]
 struct Pipe {
-    state: Mutex<PipeState>,
+    state: Confined<PipeState>,
 }
 
 #[derive(Default)]
@@ -404,10 +402,8 @@ struct PipeState {
 }
 
 impl Pipe {
-    fn state(&self) -> MutexGuard<'_, PipeState> {
-        self.state
-            .lock()
-            .expect("pipe lock poisoned: a panic inside it already failed the run")
+    fn state(&self) -> ConfinedGuard<'_, PipeState> {
+        self.state.lock()
     }
 }
 
