@@ -434,7 +434,8 @@ async fn sender_task<R: Runtime>(state: State, mut cluster: Cluster<R>) {
                 }
             }
         }
-        // Virtual or real, time moves on only across an await: one reading serves until the next.
+        // One clock reading serves the pass up to its next await, as Kafka's sender takes one
+        // `now` a loop (the simulator's clock only moves across an await anyway).
         let now = rt.monotonic_ms();
         state.borrow_mut().acc.expire(now);
         let needs_identity = state.borrow().acc.needs_identity();

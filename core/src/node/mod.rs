@@ -352,7 +352,8 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
                 }
             }
             let timeout_ms = u64::try_from(req.timeout_ms.max(0)).unwrap_or(0);
-            // Time moves on only across an await: one reading serves until the next wait.
+            // One clock reading serves each pass up to its wait (a pass does not take long; in the
+            // simulator the clock only moves across an await).
             let mut now = rt.monotonic_ms();
             let deadline = now.saturating_add(timeout_ms);
             while !pending.is_empty() {
@@ -408,7 +409,7 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
                 refused.is_empty() && min_bytes > 0 && config.leader_throttle.is_none() && asked.len() == partitions;
             let reader = follower.then_some(crate::ids::BrokerId(req.replica_id));
             loop {
-                // Time moves on only across an await: one reading serves this pass.
+                // One clock reading serves this pass up to its wait, as above.
                 let now = rt.monotonic_ms();
                 let mut quota = config.leader_throttle.as_ref().map(|t| t.borrow_mut());
                 let leader_quota = quota.as_deref_mut().map(|t| (t, now));
