@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use gregor_core::runtime::NetError;
-use madsim::rand::Rng;
+use madsim::rand::{GlobalRng, Rng};
 use madsim::time::TimeHandle;
 
 use super::confined::{Confined, ConfinedGuard};
@@ -63,6 +63,9 @@ type Node = u64;
 pub struct SimNet {
     latency: Range<Duration>,
     inner: Confined<Inner>,
+    /// madsim's generator, looked up at the first draw: `madsim::rand::thread_rng()` clones it
+    /// (an `Arc`) for every frame's latency otherwise.
+    rng: Confined<Option<GlobalRng>>,
 }
 
 impl fmt::Debug for SimNet {
@@ -118,6 +121,7 @@ impl SimNet {
         Arc::new(SimNet {
             latency,
             inner: Confined::new(Inner::default()),
+            rng: Confined::new(None),
         })
     }
 
@@ -174,7 +178,8 @@ impl SimNet {
                 return None;
             }
         }
-        let latency = madsim::rand::thread_rng().gen_range(self.latency.clone());
+        let mut rng = self.rng.lock();
+        let latency = (rng.get_or_insert_with(madsim::rand::thread_rng)).gen_range(self.latency.clone());
         Some(time.now_instant() + latency)
     }
 
