@@ -43,10 +43,11 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use bytes::Bytes;
 use gregor_core::runtime::{Connection, Listener, NetError, Runtime};
@@ -62,11 +63,13 @@ pub mod alarms;
 pub mod confined;
 pub mod frame_faults;
 pub mod net;
+pub mod timer;
 
 use alarms::{AlarmSleep, Alarms};
 use confined::Confined;
 use frame_faults::{FrameFaults, FrameRates, FrameStats, KAFKA_PORT};
 use net::{End, NetListener, SimNet};
+use timer::TimerArm;
 
 /// Kafka's default `socket.request.max.bytes` (100 MiB).
 pub const FRAME_BYTES_MAX_DEFAULT: u64 = 100 * 1024 * 1024;
@@ -192,22 +195,13 @@ pub struct SimRuntime {
     /// The sleeps of this incarnation (shared by its clones), with their driver task.
     alarms: Alarms,
     /// madsim's clock, looked up once: `TimeHandle::current()` costs a thread-local lookup and
-    /// two `Arc` clones, and the core asks for the time on every request.
-    time: VirtualClock,
+    /// two `Arc` clones, and the core asks for the time on every request. With the `Sleep` that
+    /// arms the short sleeps' timers (shared by the clones and the alarm queue).
+    timers: Rc<TimerArm>,
     /// madsim's wall clock at virtual time zero, since the Unix epoch: its wall clock is this
     /// base plus the virtual time elapsed, so `now_ms` adds the two instead of asking for a
     /// `SystemTime` and subtracting the epoch from it (a `Timespec` subtraction per call).
     base_since_epoch: Duration,
-}
-
-/// The simulation's [`TimeHandle`], which has no `Debug` of its own.
-#[derive(Clone)]
-struct VirtualClock(TimeHandle);
-
-impl std::fmt::Debug for VirtualClock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("VirtualClock")
-    }
 }
 
 impl SimRuntime {
@@ -219,12 +213,13 @@ impl SimRuntime {
             .now_time()
             .duration_since(UNIX_EPOCH)
             .expect("madsim's virtual clock starts in 2022, after the epoch");
+        let timers = Rc::new(TimerArm::new(&time));
         SimRuntime {
             state,
             node: madsim::plugin::node(),
-            alarms: Alarms::spawn(VirtualClock(time.clone())),
+            alarms: Alarms::spawn(timers.clone()),
             base_since_epoch: now - time.elapsed(),
-            time: VirtualClock(time),
+            timers,
         }
     }
 
@@ -244,7 +239,7 @@ impl SimRuntime {
     /// `(monotonic_ms(), now_ms())` from one reading of madsim's clock, which takes a spin lock
     /// each time: the workload's producer wants both for every record it sends.
     pub fn clock_ms(&self) -> (u64, i64) {
-        let elapsed = self.time.0.elapsed();
+        let elapsed = self.timers.time().elapsed();
         (monotonic_of(elapsed), self.wall_of(elapsed))
     }
 
@@ -272,16 +267,16 @@ impl Runtime for SimRuntime {
     type Listener = SimListener;
 
     fn now_ms(&self) -> i64 {
-        self.wall_of(self.time.0.elapsed())
+        self.wall_of(self.timers.time().elapsed())
     }
 
     fn monotonic_ms(&self) -> u64 {
-        monotonic_of(self.time.0.elapsed())
+        monotonic_of(self.timers.time().elapsed())
     }
 
     fn sleep(&self, duration: Duration) -> impl Future<Output = ()> + 'static {
         if duration < ALARM_QUEUE_MIN {
-            SimSleep::Short(OneTimerSleep::new(&self.time, duration))
+            SimSleep::Short(OneTimerSleep::new(&self.timers, duration))
         } else {
             SimSleep::Long(self.alarms.sleep(duration))
         }
@@ -299,7 +294,11 @@ impl Runtime for SimRuntime {
     }
 
     async fn connect(&self, addr: &str) -> Result<SimConnection, NetError> {
-        let end = self.state.net.connect(&self.time.0, self.state.index, addr).await?;
+        let end = self
+            .state
+            .net
+            .connect(self.timers.time(), self.state.index, addr)
+            .await?;
         Ok(SimConnection::new(
             end,
             addr.to_string(),
@@ -348,22 +347,37 @@ impl Wake for ForwardWaker {
 /// waker; later polls with the same waker only look at the clock. A poll with another waker
 /// (the sleep moved to another task) adds one more timer, which wakes whichever waker polled
 /// last. The common case allocates nothing beyond madsim's heap entry: an `Arc` forwarder for
-/// every sleep was 3.6% of a batched seed's allocations.
+/// every sleep was 3.6% of a batched seed's allocations. It makes no madsim `Sleep` either: the
+/// runtime's [`TimerArm`] arms the timer.
 #[derive(Debug)]
 struct OneTimerSleep {
-    /// madsim's `Sleep` is a clock handle and a deadline: `Unpin`, so it needs no box.
-    sleep: madsim::time::Sleep,
-    /// The waker madsim's timer holds, once added.
-    armed: Option<Waker>,
+    timers: Rc<TimerArm>,
+    /// As `TimeHandle::sleep` computes it: at least 1 ms after the sleep was made.
+    deadline: Instant,
+    /// Who madsim's timer wakes, once added: the identity of the waker it holds a clone of,
+    /// compared with each poll's as `Waker::will_wake` compares, never used to wake. Why not a
+    /// clone: two atomic operations per sleep. Sound: the timer's clone keeps that waker's task
+    /// allocated until the timer fires, and every poll after that finds the deadline passed, so
+    /// no other waker can have taken its address while this is compared.
+    armed: Option<WakerIdentity>,
     forward: Option<Arc<ForwardWaker>>,
+}
+
+/// A waker's data and vtable pointers: what `Waker::will_wake` compares.
+type WakerIdentity = (*const (), *const std::task::RawWakerVTable);
+
+fn identity(waker: &Waker) -> WakerIdentity {
+    (waker.data(), waker.vtable())
 }
 
 impl OneTimerSleep {
     /// A sleep on the runtime's own clock: `madsim::time::sleep` looked the clock up again
-    /// (`TimeHandle::current()`: a thread-local and a clone of its two `Arc`s, then their drop).
-    fn new(time: &VirtualClock, duration: Duration) -> Self {
+    /// (`TimeHandle::current()`: a thread-local and a clone of its two `Arc`s, then their drop)
+    /// and read it twice.
+    fn new(timers: &Rc<TimerArm>, duration: Duration) -> Self {
         OneTimerSleep {
-            sleep: time.0.sleep(duration),
+            deadline: TimerArm::deadline_after(timers.now(), duration),
+            timers: timers.clone(),
             armed: None,
             forward: None,
         }
@@ -374,26 +388,29 @@ impl Future for OneTimerSleep {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.sleep.is_elapsed() {
+        let this = &mut *self;
+        let Some(armed) = this.armed else {
+            // The first poll: due already, or armed for this waker.
+            let polled = this.timers.arm(this.deadline, cx.waker());
+            if polled.is_pending() {
+                this.armed = Some(identity(cx.waker()));
+            }
+            return polled;
+        };
+        if this.timers.now() >= this.deadline {
             return Poll::Ready(());
         }
-        if let Some(forward) = &self.forward {
+        if let Some(forward) = &this.forward {
             *forward.0.lock().expect("never poisoned: no code panics holding it") = Some(cx.waker().clone());
             return Poll::Pending;
         }
-        match &self.armed {
-            Some(armed) if armed.will_wake(cx.waker()) => Poll::Pending,
-            Some(_) => {
-                let forward = Arc::new(ForwardWaker(Mutex::new(Some(cx.waker().clone()))));
-                let waker = Waker::from(forward.clone());
-                self.forward = Some(forward);
-                Pin::new(&mut self.sleep).poll(&mut Context::from_waker(&waker))
-            }
-            None => {
-                self.armed = Some(cx.waker().clone());
-                Pin::new(&mut self.sleep).poll(cx)
-            }
+        if armed == identity(cx.waker()) {
+            return Poll::Pending;
         }
+        let forward = Arc::new(ForwardWaker(Mutex::new(Some(cx.waker().clone()))));
+        let waker = Waker::from(forward.clone());
+        this.forward = Some(forward);
+        this.timers.arm(this.deadline, &waker)
     }
 }
 

@@ -11,8 +11,8 @@
 //!
 //! Contract:
 //! - A [`AlarmSleep`] completes at its first poll at or after its deadline (madsim's virtual
-//!   time), like madsim's `Sleep`: the deadline is computed by madsim's `TimeHandle::sleep`, so
-//!   it is at least 1 ms away. Its task is woken when the deadline passes.
+//!   time), like madsim's `Sleep`: its deadline is the one madsim's `TimeHandle::sleep` would
+//!   give, so it is at least 1 ms away. Its task is woken when the deadline passes.
 //! - Waiters due at one instant are woken in deadline order, then in registration order: a pure
 //!   function of the calls made, so runs stay deterministic.
 //! - Dropping a sleep removes it from the queue; a queue with no sleeps arms no timer.
@@ -29,10 +29,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use super::confined::{Confined, ConfinedGuard};
-use super::VirtualClock;
-
-/// The shortest sleep madsim's `TimeHandle::sleep_until` makes, which an alarm keeps to.
-const MIN_SLEEP: Duration = Duration::from_millis(1);
+use super::timer::{TimerArm, MIN_SLEEP};
 
 /// One waiter's place in the queue: its deadline, then the order it registered in.
 type Key = (Instant, u64);
@@ -60,8 +57,9 @@ pub struct Alarms {
 #[derive(Debug)]
 struct Inner {
     /// madsim's clock, the node runtime's own (`TimeHandle::current()` costs a thread-local
-    /// lookup and two `Arc` clones and their drops, and a sleep asked for it twice).
-    time: VirtualClock,
+    /// lookup and two `Arc` clones and their drops, and a sleep asked for it twice), and the
+    /// `Sleep` the queue arms its timers with.
+    timers: Rc<TimerArm>,
     /// In an `Arc` for the [`Fire`] wakers madsim's timers hold, which must be `Send`; confined
     /// to the run's thread, where madsim runs those timers too.
     queue: Arc<Confined<Queue>>,
@@ -128,17 +126,16 @@ fn arm_next(inner: &Inner, queue: &mut Queue) {
         queue: inner.queue.clone(),
         deadline: next,
     }));
-    // madsim's Sleep adds its timer at a pending poll; `next` is in the future (every waiter
-    // still queued is: a poll at or after its deadline removes it), so this adds one.
-    let mut timer = inner.time.0.sleep_until(next);
-    let polled = Pin::new(&mut timer).poll(&mut Context::from_waker(&waker));
+    // At least 1 ms away, as `sleep_until(next)` made it; so this adds a timer.
+    let deadline = next.max(inner.timers.now() + MIN_SLEEP);
+    let polled = inner.timers.arm(deadline, &waker);
     debug_assert!(polled.is_pending(), "an alarm deadline is in the future");
 }
 
 impl Alarms {
     /// A queue on `time` for the node of the calling task, with its driver task spawned there
     /// (it dies with the node, as the node's sleeps do).
-    pub(super) fn spawn(time: VirtualClock) -> Self {
+    pub(super) fn spawn(timers: Rc<TimerArm>) -> Self {
         let queue = Queue {
             next_seq: 0,
             waiting: BTreeMap::new(),
@@ -147,7 +144,7 @@ impl Alarms {
         };
         let alarms = Alarms {
             inner: Rc::new(Inner {
-                time,
+                timers,
                 queue: Arc::new(Confined::new(queue)),
             }),
         };
@@ -160,8 +157,7 @@ impl Alarms {
     /// A sleep of `duration` on this queue: due when madsim's `TimeHandle::sleep` would be, at
     /// least 1 ms away.
     pub fn sleep(&self, duration: Duration) -> AlarmSleep {
-        let now = self.inner.time.0.now_instant();
-        let deadline = (now + duration).max(now + MIN_SLEEP);
+        let deadline = TimerArm::deadline_after(self.inner.timers.now(), duration);
         AlarmSleep {
             inner: self.inner.clone(),
             deadline,
@@ -190,7 +186,7 @@ impl Future for AlarmSleep {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = &mut *self;
         let mut queue = lock(&this.inner.queue);
-        if this.inner.time.0.now_instant() >= this.deadline {
+        if this.inner.timers.now() >= this.deadline {
             if let Some(key) = this.key.take() {
                 queue.waiting.remove(&key);
             }

@@ -39,11 +39,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
-use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -52,6 +51,7 @@ use madsim::rand::{GlobalRng, Rng};
 use madsim::time::TimeHandle;
 
 use super::confined::{Confined, ConfinedGuard};
+use super::timer::{TimerArm, MIN_SLEEP};
 
 /// The longest wait between two tests of a clogged link by a receiver (madsim's).
 const CLOGGED_RETRY_MAX: Duration = Duration::from_secs(10);
@@ -172,6 +172,18 @@ impl SimNet {
     /// When a frame sent now from `from` to `to` arrives: `None` while the link is clogged or
     /// the destination socket (a listener, for a client's frames) is gone.
     fn arrival(&self, time: &TimeHandle, from: Node, to: Node, socket: Option<(Node, u16)>) -> Option<Instant> {
+        self.arrival_from(|| time.now_instant(), from, to, socket)
+    }
+
+    /// [`arrival`](Self::arrival), with the virtual time read by `now` (called once, only when
+    /// the frame can leave).
+    fn arrival_from(
+        &self,
+        now: impl FnOnce() -> Instant,
+        from: Node,
+        to: Node,
+        socket: Option<(Node, u16)>,
+    ) -> Option<Instant> {
         {
             let inner = self.inner();
             if inner.clogged(from, to) || socket.is_some_and(|s| !inner.listeners.contains_key(&s)) {
@@ -180,7 +192,7 @@ impl SimNet {
         }
         let mut rng = self.rng.lock();
         let latency = (rng.get_or_insert_with(madsim::rand::thread_rng)).gen_range(self.latency.clone());
-        Some(time.now_instant() + latency)
+        Some(now() + latency)
     }
 
     /// The node at `addr`'s IP, as seen from `from` (a loopback address is `from` itself).
@@ -252,7 +264,7 @@ impl SimNet {
             let to_client = Arc::new(Pipe::default());
             let client_end = End {
                 net: self.clone(),
-                time: time.clone(),
+                timers: TimerArm::new(time),
                 me: node,
                 peer: server,
                 out: to_server.clone(),
@@ -263,7 +275,7 @@ impl SimNet {
             };
             let server_end = End {
                 net: self.clone(),
-                time: time.clone(),
+                timers: TimerArm::new(time),
                 me: server,
                 peer: node,
                 out: to_client,
@@ -415,7 +427,8 @@ impl Pipe {
 /// One end of a connection.
 pub(crate) struct End {
     net: Arc<SimNet>,
-    time: TimeHandle,
+    /// madsim's clock, and the `Sleep` that arms a waiting receiver's wake-up (see `send`).
+    timers: TimerArm,
     me: Node,
     peer: Node,
     out: Arc<Pipe>,
@@ -440,7 +453,10 @@ impl fmt::Debug for End {
 impl End {
     /// Queues `frame` for the peer; `NetError::Closed` if the peer's end is gone.
     pub(crate) fn send(&self, frame: Bytes) -> Result<(), NetError> {
-        let arrival = self.net.arrival(&self.time, self.me, self.peer, self.out_socket);
+        let mut now = None;
+        let arrival = self
+            .net
+            .arrival_from(|| *now.insert(self.timers.now()), self.me, self.peer, self.out_socket);
         let waker = {
             let mut state = self.out.state();
             if state.receiver_gone {
@@ -457,12 +473,11 @@ impl End {
         match (waker, arrival) {
             // The receiver waits for this frame: wake it when the frame arrives rather than now,
             // when it would only start a sleep until then (one task poll a frame instead of two).
-            // madsim's `Sleep` arms its timer at its first poll, for the waker polling it, and
-            // dropping it does not disarm it; its deadline is the one the receiver's own
-            // `sleep_until` would have had (at least 1 ms away: every latency is).
+            // The timer's deadline is the one the receiver's own `sleep_until(at)` would have had:
+            // at least 1 ms away.
             (Some(waker), Some(at)) => {
-                let mut sleep = std::pin::pin!(self.time.sleep_until(at));
-                if sleep.as_mut().poll(&mut Context::from_waker(&waker)).is_ready() {
+                let now = now.expect("a frame with an arrival read the clock");
+                if self.timers.arm(at.max(now + MIN_SLEEP), &waker).is_ready() {
                     waker.wake();
                 }
             }
@@ -480,7 +495,7 @@ impl End {
                 let mut state = self.incoming.state();
                 match state.frames.front() {
                     // Woken at its arrival by the sender (see `send`).
-                    Some(&(Some(at), _)) if state.announced && self.time.now_instant() >= at => {
+                    Some(&(Some(at), _)) if state.announced && self.timers.now() >= at => {
                         state.announced = false;
                         Poll::Ready(state.frames.pop_front().map(|(_, frame)| Ok(frame)))
                     }
@@ -499,9 +514,9 @@ impl End {
                 Err(None) => {
                     let mut backoff = Duration::from_millis(1);
                     let at = loop {
-                        self.time.sleep(backoff).await;
+                        self.timers.time().sleep(backoff).await;
                         backoff = (backoff * 2).min(CLOGGED_RETRY_MAX);
-                        if let Some(at) = self.net.arrival(&self.time, self.peer, self.me, self.in_socket) {
+                        if let Some(at) = self.net.arrival(self.timers.time(), self.peer, self.me, self.in_socket) {
                             break at;
                         }
                     };
@@ -511,7 +526,7 @@ impl End {
                     at
                 }
             };
-            self.time.sleep_until(arrival).await;
+            self.timers.time().sleep_until(arrival).await;
             let mut state = self.incoming.state();
             if let Some((_, frame)) = state.frames.pop_front() {
                 state.announced = false;
