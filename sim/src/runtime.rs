@@ -138,10 +138,7 @@ impl NodeState {
         let out = f(&mut disk);
         let taken_us = disk.take_latency_us();
         if taken_us > 0 {
-            // A load and a store, not an atomic add: the disk's lock is held, and a node's state
-            // is only touched by its run's thread.
-            let pending = self.disk_latency_us.load(Ordering::Relaxed);
-            self.disk_latency_us.store(pending + taken_us, Ordering::Relaxed);
+            add_on_run_thread(&self.disk_latency_us, taken_us);
         }
         out
     }
@@ -185,6 +182,12 @@ impl NodeState {
     pub fn frame_stats(&self) -> FrameStats {
         self.frame_faults().stats()
     }
+}
+
+/// Adds `n` to one of a node's counters with a load and a store, not an atomic add (a
+/// lock-prefixed instruction): only the run's thread touches a node's state.
+fn add_on_run_thread(counter: &AtomicU64, n: u64) {
+    counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
 }
 
 /// gregor-core's `Runtime` for one simulated node.
@@ -543,9 +546,7 @@ impl Connection for SimConnection {
         }
         let result = self.send_inner(frame).await;
         if result.is_ok() {
-            // Not an atomic add: only the run's thread touches a node's state.
-            let sent = self.state.frames_sent.load(Ordering::Relaxed);
-            self.state.frames_sent.store(sent + 1, Ordering::Relaxed);
+            add_on_run_thread(&self.state.frames_sent, 1);
         }
         // An oversized outgoing frame is refused without touching the stream; it stays usable.
         if matches!(result, Err(ref e) if !matches!(e, NetError::FrameTooLarge { .. })) {

@@ -29,7 +29,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use super::confined::{Confined, ConfinedGuard};
-use super::timer::{TimerArm, MIN_SLEEP};
+use super::timer::TimerArm;
 
 /// One waiter's place in the queue: its deadline, then the order it registered in.
 type Key = (Instant, u64);
@@ -127,7 +127,7 @@ fn arm_next(inner: &Inner, queue: &mut Queue) {
         deadline: next,
     }));
     // At least 1 ms away, as `sleep_until(next)` made it; so this adds a timer.
-    let deadline = next.max(inner.timers.now() + MIN_SLEEP);
+    let deadline = TimerArm::deadline_at(inner.timers.now(), next);
     let polled = inner.timers.arm(deadline, &waker);
     debug_assert!(polled.is_pending(), "an alarm deadline is in the future");
 }

@@ -51,7 +51,7 @@ use madsim::rand::{GlobalRng, Rng};
 use madsim::time::TimeHandle;
 
 use super::confined::{Confined, ConfinedGuard};
-use super::timer::{TimerArm, MIN_SLEEP};
+use super::timer::TimerArm;
 
 /// The longest wait between two tests of a clogged link by a receiver (madsim's).
 const CLOGGED_RETRY_MAX: Duration = Duration::from_secs(10);
@@ -172,18 +172,11 @@ impl SimNet {
     /// When a frame sent now from `from` to `to` arrives: `None` while the link is clogged or
     /// the destination socket (a listener, for a client's frames) is gone.
     fn arrival(&self, time: &TimeHandle, from: Node, to: Node, socket: Option<(Node, u16)>) -> Option<Instant> {
-        self.arrival_from(|| time.now_instant(), from, to, socket)
+        self.arrival_from(time.now_instant(), from, to, socket)
     }
 
-    /// [`arrival`](Self::arrival), with the virtual time read by `now` (called once, only when
-    /// the frame can leave).
-    fn arrival_from(
-        &self,
-        now: impl FnOnce() -> Instant,
-        from: Node,
-        to: Node,
-        socket: Option<(Node, u16)>,
-    ) -> Option<Instant> {
+    /// [`arrival`](Self::arrival) for a frame sent at virtual time `now`.
+    fn arrival_from(&self, now: Instant, from: Node, to: Node, socket: Option<(Node, u16)>) -> Option<Instant> {
         {
             let inner = self.inner();
             if inner.clogged(from, to) || socket.is_some_and(|s| !inner.listeners.contains_key(&s)) {
@@ -192,7 +185,7 @@ impl SimNet {
         }
         let mut rng = self.rng.lock();
         let latency = (rng.get_or_insert_with(madsim::rand::thread_rng)).gen_range(self.latency.clone());
-        Some(now() + latency)
+        Some(now + latency)
     }
 
     /// The node at `addr`'s IP, as seen from `from` (a loopback address is `from` itself).
@@ -453,10 +446,8 @@ impl fmt::Debug for End {
 impl End {
     /// Queues `frame` for the peer; `NetError::Closed` if the peer's end is gone.
     pub(crate) fn send(&self, frame: Bytes) -> Result<(), NetError> {
-        let mut now = None;
-        let arrival = self
-            .net
-            .arrival_from(|| *now.insert(self.timers.now()), self.me, self.peer, self.out_socket);
+        let now = self.timers.now();
+        let arrival = self.net.arrival_from(now, self.me, self.peer, self.out_socket);
         let waker = {
             let mut state = self.out.state();
             if state.receiver_gone {
@@ -476,8 +467,7 @@ impl End {
             // The timer's deadline is the one the receiver's own `sleep_until(at)` would have had:
             // at least 1 ms away.
             (Some(waker), Some(at)) => {
-                let now = now.expect("a frame with an arrival read the clock");
-                if self.timers.arm(at.max(now + MIN_SLEEP), &waker).is_ready() {
+                if self.timers.arm(TimerArm::deadline_at(now, at), &waker).is_ready() {
                     waker.wake();
                 }
             }

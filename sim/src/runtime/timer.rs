@@ -11,12 +11,12 @@
 //! clock readings that made it.
 //!
 //! Contract:
-//! - [`TimerArm::deadline_after`] is the deadline `TimeHandle::sleep` would give: at least 1 ms
-//!   from `now`.
+//! - [`TimerArm::deadline_after`] is the deadline `TimeHandle::sleep` would give, and
+//!   [`TimerArm::deadline_at`] the one `sleep_until` would: at least 1 ms from `now`.
 //! - [`TimerArm::arm`] does what polling a fresh `sleep_until(deadline)` did: `Ready` when the
 //!   deadline has passed (nothing armed), else a timer added for a clone of the waker.
 //!   Deadlines given to it must already be at least 1 ms away where the code it replaces used
-//!   `sleep_until` (which raises them to that).
+//!   `sleep_until` (which raises them to that): `deadline_at` raises them.
 //! - Single-threaded: a `RefCell`, as every owner lives on the run's one thread.
 
 use std::cell::RefCell;
@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use madsim::time::{Sleep, TimeHandle};
 
 /// The shortest sleep madsim's `TimeHandle::sleep_until` makes.
-pub(crate) const MIN_SLEEP: Duration = Duration::from_millis(1);
+const MIN_SLEEP: Duration = Duration::from_millis(1);
 
 /// madsim's clock, with one `Sleep` to arm its timers with.
 pub(crate) struct TimerArm {
@@ -63,7 +63,12 @@ impl TimerArm {
 
     /// The deadline of `TimeHandle::sleep(duration)` made at `now`.
     pub(crate) fn deadline_after(now: Instant, duration: Duration) -> Instant {
-        (now + duration).max(now + MIN_SLEEP)
+        Self::deadline_at(now, now + duration)
+    }
+
+    /// The deadline of `TimeHandle::sleep_until(at)` made at `now`.
+    pub(crate) fn deadline_at(now: Instant, at: Instant) -> Instant {
+        at.max(now + MIN_SLEEP)
     }
 
     /// Arms a madsim timer that wakes `waker` at `deadline`: `Pending` once armed, `Ready` (and
