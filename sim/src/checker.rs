@@ -304,25 +304,38 @@ pub fn check(h: &History) -> Report {
         let reads = h.final_reads.iter();
         reads.flat_map(|(&p, r)| r.records.iter().map(move |&(o, v)| (p, o, v)))
     };
-    let observed = || finals().chain(h.polls.iter().map(|poll| (poll.partition, poll.offset, poll.value)));
-    let acked = h.sends.iter().filter_map(|s| match s.outcome {
-        SendOutcome::Acked { offset } => Some(((s.partition, offset), s.value)),
-        _ => None,
-    });
     // Positions and values are dense (`table`): a slot for each offset of a partition's final
     // read and for each value a producer sent, a hash map for any other.
     let final_records = c.final_records;
     let position_slots = Layout::covering(finals().map(|(p, o, _)| (p, o)));
     let value_slots = Layout::covering(h.sends.iter().map(|s| s.value));
-    let at_position = observed().map(|(p, o, v)| ((p, o), v)).chain(acked);
-    for ((p, o), values) in conflicts(at_position, Table::new(&position_slots)) {
+    // One plain loop per source rather than one chain of iterators over all three: the chain
+    // tested which of its parts it was in at every step, and cost about as much as the lookups.
+    let mut at_position = Conflicts::new(&position_slots);
+    let mut positions_of = Conflicts::new(&value_slots);
+    for (&p, r) in &h.final_reads {
+        for &(o, v) in &r.records {
+            at_position.see((p, o), v);
+            positions_of.see(v, (p, o));
+        }
+    }
+    for poll in &h.polls {
+        let position = (poll.partition, poll.offset);
+        at_position.see(position, poll.value);
+        positions_of.see(poll.value, position);
+    }
+    for s in &h.sends {
+        if let SendOutcome::Acked { offset } = s.outcome {
+            at_position.see((s.partition, offset), s.value);
+        }
+    }
+    for ((p, o), values) in at_position.found {
         report.add(
             AnomalyKind::InconsistentOffsets,
             format!("partition {p} offset {o} holds {values:?}"),
         );
     }
-    let positions_of = observed().map(|(p, o, v)| (v, (p, o)));
-    for (v, positions) in conflicts(positions_of, Table::new(&value_slots)) {
+    for (v, positions) in positions_of.found {
         report.add(
             AnomalyKind::Duplicate,
             format!("value {}/{} at {positions:?}", v.producer(), v.seq()),
@@ -458,10 +471,21 @@ pub fn check(h: &History) -> Report {
             (p, offsets)
         })
         .collect();
+    // Each (consumer, session, partition)'s last offset polled: the key of the poll before in
+    // `recent` (a fetch's records come in a run from one partition), every other key's in `last`.
     let mut last: FxHashMap<(u32, u32, Partition), i64> = FxHashMap::default();
+    let mut recent: Option<((u32, u32, Partition), i64)> = None;
     for poll in &h.polls {
         let key = (poll.consumer, poll.session, poll.partition);
-        if let Some(&prev) = last.get(&key) {
+        let before = match recent {
+            Some((k, offset)) if k == key => Some(offset),
+            Some((k, offset)) => {
+                last.insert(k, offset);
+                last.get(&key).copied()
+            }
+            None => None,
+        };
+        if let Some(prev) = before {
             if poll.offset <= prev {
                 report.add(
                     AnomalyKind::NonmonotonicPoll,
@@ -488,19 +512,31 @@ pub fn check(h: &History) -> Report {
                 );
             }
         }
-        last.insert(key, poll.offset);
+        recent = Some((key, poll.offset));
     }
 
     // Sends: one producer's acks to a partition rise with its sequence numbers.
-    let mut acks: BTreeMap<(u32, Partition), Vec<(u32, i64)>> = BTreeMap::new();
+    // The lists by (producer, partition), in that order; the list of the send before kept at
+    // hand (one producer's acks come in runs to one partition) rather than looked up.
+    let mut lists: Vec<Vec<(u32, i64)>> = Vec::new();
+    let mut index: BTreeMap<(u32, Partition), usize> = BTreeMap::new();
+    let mut recent: Option<((u32, Partition), usize)> = None;
     for s in &h.sends {
         if let SendOutcome::Acked { offset } = s.outcome {
-            acks.entry((s.producer, s.partition))
-                .or_default()
-                .push((s.value.seq(), offset));
+            let key = (s.producer, s.partition);
+            let i = match recent {
+                Some((k, i)) if k == key => i,
+                _ => *index.entry(key).or_insert_with(|| {
+                    lists.push(Vec::new());
+                    lists.len() - 1
+                }),
+            };
+            recent = Some((key, i));
+            lists[i].push((s.value.seq(), offset));
         }
     }
-    for ((producer, p), mut list) in acks {
+    for ((producer, p), i) in index {
+        let list = &mut lists[i];
         list.sort_unstable();
         for w in list.windows(2) {
             if w[1].1 <= w[0].1 {
@@ -537,14 +573,22 @@ pub fn check(h: &History) -> Report {
         let entry = committed.entry(key).or_insert(commit.offset);
         *entry = (*entry).max(commit.offset);
     }
+    // Every value processed, and how many processings were of a value already processed
+    // (at-least-once redelivery: counted, not an anomaly).
+    let mut processed: Table<Value, ()> = Table::new(&value_slots);
+    let distinct = h
+        .processed
+        .iter()
+        .filter(|p| processed.first(p.value, ()).is_none())
+        .count();
+    report.compared.processed_duplicates = h.processed.len() - distinct;
     if h.tracks_processing {
-        let processed: FxHashSet<Value> = h.processed.iter().map(|p| p.value).collect();
         for s in &h.sends {
             let SendOutcome::Acked { offset } = s.outcome else {
                 continue;
             };
             let below_commit = committed.iter().any(|(&(_, p), &c)| p == s.partition && offset < c);
-            if below_commit && !processed.contains(&s.value) {
+            if below_commit && !processed.contains(s.value) {
                 report.add(
                     AnomalyKind::AckedNeverProcessed,
                     format!(
@@ -563,30 +607,36 @@ pub fn check(h: &History) -> Report {
 
 mod groups;
 
-/// The keys among `pairs` seen with more than one distinct value, with every value each was
-/// seen with, in order: what a `BTreeMap<K, BTreeSet<V>>` of all the pairs holds with two or
-/// more values. Each pair costs one lookup of its key in `first` (empty) against the first value
-/// seen; only conflicting keys (rare: each is an anomaly) go to the ordered map.
-fn conflicts<K, V>(pairs: impl Iterator<Item = (K, V)>, mut first: Table<'_, K, V>) -> BTreeMap<K, BTreeSet<V>>
+/// The keys seen with more than one distinct value, with every value each was seen with, in
+/// order: what a `BTreeMap<K, BTreeSet<V>>` of all the pairs holds with two or more values,
+/// whatever the order the pairs come in. Each pair costs one lookup of its key in `first`
+/// against the first value seen; only conflicting keys (rare: each is an anomaly) go to the
+/// ordered map.
+struct Conflicts<'a, K, V> {
+    first: Table<'a, K, V>,
+    found: BTreeMap<K, BTreeSet<V>>,
+}
+
+impl<'a, K, V> Conflicts<'a, K, V>
 where
     K: Dense + Ord,
     V: Ord + Copy,
 {
-    let mut conflicts: BTreeMap<K, BTreeSet<V>> = BTreeMap::new();
-    for (k, v) in pairs {
-        match first.first(k, v) {
+    fn new(layout: &'a Layout) -> Self {
+        Conflicts {
+            first: Table::new(layout),
+            found: BTreeMap::new(),
+        }
+    }
+
+    fn see(&mut self, k: K, v: V) {
+        match self.first.first(k, v) {
             Some(had) if had != v => {
-                conflicts.entry(k).or_insert_with(|| BTreeSet::from([had])).insert(v);
+                self.found.entry(k).or_insert_with(|| BTreeSet::from([had])).insert(v);
             }
             _ => {}
         }
     }
-    conflicts
-}
-
-/// An empty Fx hash map with room for `n` entries.
-fn map_with_room<K, V>(n: usize) -> FxHashMap<K, V> {
-    FxHashMap::with_capacity_and_hasher(n, Default::default())
 }
 
 /// An empty Fx hash set with room for `n` entries.

@@ -1,7 +1,7 @@
 //! Consumer-group checks: `two-owners-one-generation` (two members of one group assigned the
 //! same partition in one generation while both held it: a coordinator or assignor bug, both
-//! would process it) and the count of duplicate processings (at-least-once redelivery, not an
-//! anomaly).
+//! would process it). The count of duplicate processings (at-least-once redelivery, not an
+//! anomaly) is the main checker's, beside its other per-value tables.
 //!
 //! A member holds an assignment from when its consumer recorded it until that consumer records
 //! its next one (or forever). Generation numbers restart when a coordinator forgets a group
@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{AnomalyKind, Report};
-use crate::history::{History, Partition, Value};
+use crate::history::{History, Partition};
 
 /// (group, generation, partition) → every (member, held from ms, held until ms).
 type Holdings<'a> = BTreeMap<(&'a str, i32, Partition), Vec<(&'a str, u64, u64)>>;
@@ -47,18 +47,13 @@ pub(super) fn check(h: &History, report: &mut Report) {
             );
         }
     }
-    let mut times: fxhash::FxHashMap<Value, usize> = super::map_with_room(h.processed.len());
-    for p in &h.processed {
-        *times.entry(p.value).or_insert(0) += 1;
-    }
-    report.compared.processed_duplicates = times.values().map(|n| n - 1).sum();
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::check as check_all;
     use super::*;
-    use crate::history::{Assignment, Processed};
+    use crate::history::{Assignment, Processed, Value};
 
     fn assignment(member: &str, generation: i32, partitions: &[Partition]) -> Assignment {
         Assignment {

@@ -191,6 +191,58 @@ fn poll_skip_and_nonmonotonic_poll_within_a_session_only() {
 }
 
 #[test]
+fn polls_and_acks_that_alternate_between_partitions_are_judged_per_partition() {
+    // Two sessions' polls interleaved, then a third key between: each key's last offset must
+    // survive the polls of the others in between (session 0 goes back to offset 1, session 1
+    // skips offset 1).
+    let mut h = clean();
+    h.polls = vec![
+        poll(1, 0, 0, v(1, 0)),
+        poll(1, 0, 1, v(1, 1)),
+        poll(1, 1, 0, v(1, 0)),
+        poll(1, 2, 0, v(1, 0)),
+        poll(1, 0, 1, v(1, 1)),
+        poll(1, 1, 2, v(1, 2)),
+    ];
+    let report = check(&h);
+    let found: Vec<(AnomalyKind, &str)> = report.findings.iter().map(|f| (f.kind, f.detail.as_str())).collect();
+    assert_eq!(
+        found,
+        vec![
+            (
+                AnomalyKind::NonmonotonicPoll,
+                "consumer 1 session 0 partition 0: offset 1 after 1"
+            ),
+            (
+                AnomalyKind::PollSkip,
+                "consumer 1 session 1 partition 0: jumped from 0 to 2, skipping offset 1"
+            ),
+        ]
+    );
+
+    // One producer's acks alternating between two partitions, partition 0's going back after
+    // partition 1's came between.
+    let mut h = clean();
+    h.sends = vec![
+        acked(1, 0, 0, 0),
+        acked(1, 1, 0, 2),
+        acked(1, 2, 1, 0),
+        acked(1, 3, 0, 1),
+    ];
+    let report = check(&h);
+    let sends: Vec<&str> = report
+        .findings
+        .iter()
+        .filter(|f| f.kind == AnomalyKind::NonmonotonicSend)
+        .map(|f| f.detail.as_str())
+        .collect();
+    assert_eq!(
+        sends,
+        vec!["producer 1 partition 0: send 3 acked at 1 after send 1 at 2"]
+    );
+}
+
+#[test]
 fn nonmonotonic_send() {
     let mut h = clean();
     h.sends[1].outcome = SendOutcome::Acked { offset: 2 };
