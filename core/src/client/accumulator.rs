@@ -56,6 +56,23 @@ pub struct SlotState {
 
 pub type Slot = Rc<RefCell<SlotState>>;
 
+/// How a buffered record's outcome is delivered: into a handle's slot, or to a callback. A
+/// callback send needs no slot: one allocation a record (the callback's box) instead of two.
+pub enum Completion {
+    Handle(Slot),
+    Callback(OnDelivery),
+}
+
+impl Completion {
+    /// Delivers `result`: as [`complete`] for a handle, else by running the callback.
+    pub fn complete(self, result: Delivery) {
+        match self {
+            Completion::Handle(slot) => complete(&slot, result),
+            Completion::Callback(callback) => callback(result),
+        }
+    }
+}
+
 /// Sets a send's outcome once (later outcomes are ignored), and wakes its waiter or runs its
 /// callback, with the slot's borrow released.
 pub fn complete(slot: &Slot, result: Delivery) {
@@ -90,7 +107,7 @@ pub struct Batch {
     pub id: u64,
     pub key: PartitionKey,
     pub records: Vec<NewRecord>,
-    pub slots: Vec<Slot>,
+    pub slots: Vec<Completion>,
     /// Estimated bytes, as counted against `batch.size` and `buffer.memory`.
     pub bytes: usize,
     pub created_ms: u64,
@@ -210,7 +227,7 @@ impl Accumulator {
     /// Appends a record (the caller checked its size and the buffer's room). Returns whether the
     /// sender should look now: a batch was started (its linger timer begins) or became full.
     /// The topic's name is copied only for a new batch or partition, not per record.
-    pub fn append(&mut self, topic: &str, partition: i32, record: NewRecord, slot: Slot, now_ms: u64) -> bool {
+    pub fn append(&mut self, topic: &str, partition: i32, record: NewRecord, done: Completion, now_ms: u64) -> bool {
         let bytes = record_bytes(&record);
         self.buffered_bytes += bytes;
         let batch_bytes_max = self.config.batch_bytes_max;
@@ -249,7 +266,7 @@ impl Accumulator {
         }
         let batch = partition.queue.back_mut().expect("pushed above if absent");
         batch.records.push(record);
-        batch.slots.push(slot);
+        batch.slots.push(done);
         batch.bytes += bytes;
         if batch.bytes >= batch_bytes_max {
             batch.closed = true;
@@ -377,11 +394,11 @@ impl Accumulator {
     }
 
     /// The broker acknowledged `batch` at `base_offset` (`None` with acks=0).
-    pub fn acknowledge(&mut self, batch: Batch, base_offset: Option<i64>) {
+    pub fn acknowledge(&mut self, mut batch: Batch, base_offset: Option<i64>) {
         self.leave_flight(&batch);
         self.stats.records_acked += batch.slots.len() as u64;
-        for (i, slot) in batch.slots.iter().enumerate() {
-            complete(slot, Ok(base_offset.map(|o| o + i as i64)));
+        for (i, done) in std::mem::take(&mut batch.slots).into_iter().enumerate() {
+            done.complete(Ok(base_offset.map(|o| o + i as i64)));
         }
         self.release(&batch);
     }
@@ -498,12 +515,12 @@ impl Accumulator {
             .min()
     }
 
-    fn finish(&mut self, batch: Batch, result: Delivery) {
+    fn finish(&mut self, mut batch: Batch, result: Delivery) {
         if result.is_err() {
             self.stats.records_failed += batch.slots.len() as u64;
         }
-        for slot in &batch.slots {
-            complete(slot, result.clone());
+        for done in std::mem::take(&mut batch.slots) {
+            done.complete(result.clone());
         }
         self.release(&batch);
     }
@@ -560,19 +577,19 @@ mod tests {
     fn a_batch_is_ready_after_linger_or_when_full() {
         let mut a = acc(5, 1_000);
         assert!(
-            a.append("t", 0, rec(10), Slot::default(), 100),
+            a.append("t", 0, rec(10), Completion::Handle(Slot::default()), 100),
             "a new batch: its linger starts"
         );
-        assert!(!a.append("t", 0, rec(10), Slot::default(), 101));
+        assert!(!a.append("t", 0, rec(10), Completion::Handle(Slot::default()), 101));
         assert_eq!(a.ready(101), (vec![], Some(105)), "lingers");
         assert_eq!(a.ready(105).0, vec![key(0)], "linger.ms passed");
         // Full: a third record of 136 bytes would take the batch (61 + 2 x 136) past batch.size,
         // so it starts the next batch and the first is ready before linger.ms.
         let mut a = acc(5, 400);
-        assert!(a.append("t", 0, rec(100), Slot::default(), 0));
-        assert!(!a.append("t", 0, rec(100), Slot::default(), 0));
+        assert!(a.append("t", 0, rec(100), Completion::Handle(Slot::default()), 0));
+        assert!(!a.append("t", 0, rec(100), Completion::Handle(Slot::default()), 0));
         assert!(
-            a.append("t", 0, rec(100), Slot::default(), 0),
+            a.append("t", 0, rec(100), Completion::Handle(Slot::default()), 0),
             "full: the next batch starts"
         );
         assert_eq!(a.ready(0).0, vec![key(0)]);
@@ -585,7 +602,7 @@ mod tests {
     fn a_retry_goes_back_in_front_and_waits_for_its_partition() {
         let mut a = acc(0, 150);
         for _ in 0..3 {
-            a.append("t", 0, rec(100), Slot::default(), 0);
+            a.append("t", 0, rec(100), Completion::Handle(Slot::default()), 0);
         }
         let first = a.drain_head(&key(0)).expect("batch 0");
         let second = a.drain_head(&key(0)).expect("batch 1");

@@ -30,7 +30,9 @@ use crate::protocol::{Request, Response};
 use crate::record::{record_bytes, NewRecord, HEADER_BYTES};
 use crate::runtime::Runtime;
 
-use super::accumulator::{complete, Accumulator, Batch, Delivery, PartitionKey, PartitionState, ProducerStats, Slot};
+use super::accumulator::{
+    complete, Accumulator, Batch, Completion, Delivery, PartitionKey, PartitionState, ProducerStats, Slot,
+};
 use super::conn::with_timeout;
 use super::partitioner::Partitioner;
 use super::producer::{init_producer_id, ProducerConfig, SendError};
@@ -205,7 +207,16 @@ impl<R: Runtime> BatchingProducer<R> {
     /// larger than `max.request.size`, fails alone through its handle.
     pub async fn send(&self, topic: &str, partition: Option<i32>, record: NewRecord) -> SendHandle {
         let slot = Slot::default();
-        let partition = self.buffer(topic, partition, record, &slot).await;
+        let partition = match self.admit(topic, partition, &record).await {
+            Ok((p, now)) => {
+                self.append(topic, p, record, Completion::Handle(slot.clone()), now);
+                Some(p)
+            }
+            Err((p, e)) => {
+                complete(&slot, Err(e));
+                p
+            }
+        };
         SendHandle { slot, partition }
     }
 
@@ -222,23 +233,38 @@ impl<R: Runtime> BatchingProducer<R> {
         record: NewRecord,
         callback: impl FnOnce(Option<i32>, Delivery) + 'static,
     ) -> Option<i32> {
-        let slot = Slot::default();
-        let partition = self.buffer(topic, partition, record, &slot).await;
-        // No await since `buffer` returned: the batch cannot have completed the slot unseen.
-        let mut s = slot.borrow_mut();
-        match s.result.clone() {
-            Some(result) => {
-                drop(s);
-                callback(partition, result);
+        match self.admit(topic, partition, &record).await {
+            Ok((p, now)) => {
+                let done = Completion::Callback(Box::new(move |result| callback(Some(p), result)));
+                self.append(topic, p, record, done, now);
+                Some(p)
             }
-            None => s.callback = Some(Box::new(move |result| callback(partition, result))),
+            Err((p, e)) => {
+                callback(p, Err(e));
+                p
+            }
         }
-        partition
     }
 
-    /// Puts `record` in the accumulator with `slot`, or completes `slot` with the reason it
-    /// cannot; returns the partition when one was chosen.
-    async fn buffer(&self, topic: &str, partition: Option<i32>, record: NewRecord, slot: &Slot) -> Option<i32> {
+    /// Puts a record [`admit`](Self::admit) let in at `now_ms` in the accumulator, with no wait
+    /// between the two (nothing can change in between).
+    fn append(&self, topic: &str, partition: i32, record: NewRecord, done: Completion, now_ms: u64) {
+        let mut s = self.state.borrow_mut();
+        if s.acc.append(topic, partition, record, done, now_ms) {
+            // A new batch (its linger timer starts) or a full one: the sender looks.
+            s.changed();
+        }
+    }
+
+    /// Whether `record` may be buffered now: its partition and the time, once the checks pass
+    /// and there is room (waiting up to `max.block.ms` for metadata or room), else why not and
+    /// the partition if one was chosen.
+    async fn admit(
+        &self,
+        topic: &str,
+        partition: Option<i32>,
+        record: &NewRecord,
+    ) -> Result<(i32, u64), (Option<i32>, SendError)> {
         let (block_ms_max, idempotent, acks, request_bytes_max, buffer_bytes_max) = {
             let c = &self.state.borrow().acc.config;
             (
@@ -255,28 +281,24 @@ impl<R: Runtime> BatchingProducer<R> {
         let mut waited = false;
         let deadline = start.saturating_add(block_ms_max);
         if idempotent && acks != -1 {
-            complete(
-                slot,
-                Err(SendError::Failed(
-                    "enable.idempotence needs acks=-1 (all), as Kafka requires".into(),
-                )),
-            );
-            return None;
+            return Err((
+                None,
+                SendError::Failed("enable.idempotence needs acks=-1 (all), as Kafka requires".into()),
+            ));
         }
-        let bytes = record_bytes(&record);
+        let bytes = record_bytes(record);
         let limit = request_bytes_max.min(buffer_bytes_max);
         if bytes + HEADER_BYTES + REQUEST_OVERHEAD_BYTES > limit {
-            complete(
-                slot,
-                Err(SendError::Failed(format!(
+            return Err((
+                None,
+                SendError::Failed(format!(
                     "RECORD_TOO_LARGE: the record takes {} bytes serialized, more than max.request.size ({}) or \
                      buffer.memory ({})",
                     bytes + HEADER_BYTES,
                     request_bytes_max,
                     buffer_bytes_max
-                ))),
-            );
-            return None;
+                )),
+            ));
         }
         let chosen = match partition {
             Some(p) => Ok(p),
@@ -289,13 +311,7 @@ impl<R: Runtime> BatchingProducer<R> {
                 }
             },
         };
-        let partition = match chosen {
-            Ok(p) => p,
-            Err(e) => {
-                complete(slot, Err(e));
-                return None;
-            }
-        };
+        let partition = chosen.map_err(|e| (None, e))?;
         // Wait for room in buffer.memory.
         if !self.state.borrow().acc.has_room(bytes) {
             waited = true;
@@ -310,24 +326,17 @@ impl<R: Runtime> BatchingProducer<R> {
                 };
                 let now = self.rt.monotonic_ms();
                 if now >= deadline {
-                    complete(
-                        slot,
-                        Err(SendError::Failed(format!(
+                    return Err((
+                        Some(partition),
+                        SendError::Failed(format!(
                             "buffer.memory ({buffer_bytes_max} bytes) stayed full for max.block.ms ({block_ms_max} ms)"
-                        ))),
-                    );
-                    return Some(partition);
+                        )),
+                    ));
                 }
                 with_timeout(&self.rt, deadline - now, changed_since(&self.state, seen)).await;
             }
         }
-        let mut s = self.state.borrow_mut();
-        let now = if waited { self.rt.monotonic_ms() } else { start };
-        if s.acc.append(topic, partition, record, slot.clone(), now) {
-            // A new batch (its linger timer starts) or a full one: the sender looks.
-            s.changed();
-        }
-        Some(partition)
+        Ok((partition, if waited { self.rt.monotonic_ms() } else { start }))
     }
 
     /// The partition for a record of `topic`, chosen now if the topic's partition count is
