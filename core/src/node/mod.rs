@@ -35,7 +35,7 @@ use crate::error_code::ErrorCode;
 use crate::group::Reply;
 use crate::protocol::api::api_versions::ApiVersionsResponse;
 use crate::protocol::api::{heartbeat, join_group, leave_group, sync_group};
-use crate::protocol::{decode_request_bytes, encode_response, DecodeError, Limits, Request};
+use crate::protocol::{decode_request_bytes, encode_response, encode_response_with, DecodeError, Limits, Request};
 use crate::runtime::{Connection, FramePart, Listener, NetError, Runtime};
 use crate::security::acl::Operation;
 use crate::security::{ConnContext, SaslConfig, SaslState};
@@ -447,7 +447,10 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
                             parts.insert(0, FramePart::Bytes(head));
                             return Outcome::ReplyParts(parts);
                         }
-                        break resp.encode(version);
+                        // Header and body in one buffer sized for the records (see
+                        // `encode_response_with`), rather than the body alone then copied.
+                        let size = resp.size_hint();
+                        return Outcome::Reply(encode_response_with(&header, size, |w| resp.write(version, w)));
                     }
                 }
                 let recheck = config.wait_recheck_ms.min(deadline - now).max(1);

@@ -311,9 +311,16 @@ fn decode_with(mut r: Reader<'_>) -> Result<(RequestHeader, Request), DecodeErro
 /// Frames a response: header for the request's API and version, then `body` (from a response's
 /// `encode`). The transport adds the 4-byte length prefix.
 pub fn encode_response(request: &RequestHeader, body: &[u8]) -> Bytes {
+    encode_response_with(request, body.len(), |w| w.raw(body))
+}
+
+/// As [`encode_response`], with the body written by `write_body` straight after the header
+/// into one buffer of room for `body_bytes`: a large body (a Fetch answer's records) is not
+/// encoded into a buffer of its own and then copied behind the header.
+pub fn encode_response_with(request: &RequestHeader, body_bytes: usize, write_body: impl FnOnce(&mut Writer)) -> Bytes {
     let flexible_min = api_support(request.api_key).map_or(i16::MAX, |s| s.flexible_min);
     // Correlation id and tagged fields: the header is at most 5 bytes.
-    let mut w = Writer::with_capacity(8 + body.len());
+    let mut w = Writer::with_capacity(8 + body_bytes);
     encode_response_header(
         &mut w,
         request.api_key,
@@ -321,7 +328,7 @@ pub fn encode_response(request: &RequestHeader, body: &[u8]) -> Bytes {
         flexible_min,
         request.correlation_id,
     );
-    w.raw(body);
+    write_body(&mut w);
     w.finish()
 }
 

@@ -248,7 +248,7 @@ pub struct AbortedTransaction {
 
 impl FetchResponse {
     pub fn encode(&self, version: i16) -> Bytes {
-        let mut w = Writer::new();
+        let mut w = Writer::with_capacity(self.size_hint());
         self.write(version, &mut w);
         w.finish()
     }
@@ -260,7 +260,21 @@ impl FetchResponse {
         w.finish_parts()
     }
 
-    fn write(&self, version: i16, w: &mut Writer) {
+    /// About the bytes of the encoded answer: its records' and room for the fields around them
+    /// (room to start a writer with, so that it does not grow record by record).
+    pub fn size_hint(&self) -> usize {
+        let partitions = self.topics.iter().map(|t| t.partitions.len()).sum::<usize>();
+        let records = self
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
+            .sum::<usize>();
+        let names = self.topics.iter().map(|t| t.topic.len() + 24).sum::<usize>();
+        64 + names + partitions * 64 + records
+    }
+
+    pub fn write(&self, version: i16, w: &mut Writer) {
         assert!((VERSION_MIN..=VERSION_MAX).contains(&version));
         let flex = version >= FLEXIBLE_MIN;
         w.i32(self.throttle_time_ms);
@@ -799,6 +813,35 @@ pub(crate) mod tests {
                     },
                 ],
             }],
+        }
+    }
+
+    #[test]
+    fn a_response_framed_in_one_buffer_equals_the_body_framed_after() {
+        for v in VERSION_MIN..=VERSION_MAX {
+            let resp = client_response(v);
+            let header = crate::protocol::RequestHeader {
+                api_key: API_KEY,
+                api_version: v,
+                correlation_id: 41,
+                client_id: Some("c".into()),
+            };
+            let body = resp.encode(v);
+            let one = crate::protocol::encode_response_with(&header, resp.size_hint(), |w| resp.write(v, w));
+            assert_eq!(one, crate::protocol::encode_response(&header, &body), "version {v}");
+            // And the client reads it back: the correlation id, then this response.
+            let (correlation_id, read) =
+                crate::protocol::decode_response_bytes(API_KEY, v, &one, crate::protocol::Limits::default())
+                    .expect("decodes");
+            assert_eq!(correlation_id, 41, "version {v}");
+            assert_eq!(read, crate::protocol::Response::Fetch(resp.clone()), "version {v}");
+            // The hint holds the body, so the writer never grows.
+            assert!(
+                resp.size_hint() >= body.len(),
+                "version {v}: hint {} < {}",
+                resp.size_hint(),
+                body.len()
+            );
         }
     }
 
