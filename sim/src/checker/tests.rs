@@ -191,10 +191,10 @@ fn poll_skip_and_nonmonotonic_poll_within_a_session_only() {
 }
 
 #[test]
-fn polls_and_acks_that_alternate_between_partitions_are_judged_per_partition() {
-    // Two sessions' polls interleaved, then a third key between: each key's last offset must
-    // survive the polls of the others in between (session 0 goes back to offset 1, session 1
-    // skips offset 1).
+fn polls_and_acks_that_alternate_between_keys_are_judged_per_key() {
+    // Polls of three sessions interleaved (a poll's key is its consumer, session and
+    // partition): each key's last offset must survive the polls of the others in between
+    // (session 0 goes back to offset 1, session 1 skips offset 1).
     let mut h = clean();
     h.polls = vec![
         poll(1, 0, 0, v(1, 0)),
