@@ -274,7 +274,7 @@ impl FetchResponse {
         64 + names + partitions * 64 + records
     }
 
-    pub fn write(&self, version: i16, w: &mut Writer) {
+    pub(crate) fn write(&self, version: i16, w: &mut Writer) {
         assert!((VERSION_MIN..=VERSION_MAX).contains(&version));
         let flex = version >= FLEXIBLE_MIN;
         w.i32(self.throttle_time_ms);
