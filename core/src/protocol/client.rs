@@ -27,11 +27,18 @@ use super::{api_support, check_len, Request, Response};
 /// Frames a request: header v0, v1 or v2 as the API version requires (see `header.rs`), then
 /// `body` (from a request's `encode`). The transport adds the 4-byte length prefix.
 pub fn encode_request(header: &RequestHeader, body: &[u8]) -> Bytes {
+    encode_request_with(header, body.len(), |w| w.raw(body))
+}
+
+/// As [`encode_request`], with the body written by `write_body` straight after the header into
+/// one buffer of room for `body_bytes`: a Produce request's batches are not encoded into a
+/// buffer of their own and then copied behind the header.
+pub fn encode_request_with(header: &RequestHeader, body_bytes: usize, write_body: impl FnOnce(&mut Writer)) -> Bytes {
     let flexible_min = api_support(header.api_key).map(|s| s.flexible_min);
     let header_version = request_header_version(header.api_key, header.api_version, flexible_min);
     // The header's fixed fields, the client id and its length, tagged fields: one allocation.
     let header_bytes = 16 + header.client_id.as_deref().map_or(0, str::len);
-    let mut w = Writer::with_capacity(header_bytes + body.len());
+    let mut w = Writer::with_capacity(header_bytes + body_bytes);
     w.i16(header.api_key);
     w.i16(header.api_version);
     w.i32(header.correlation_id);
@@ -40,7 +47,7 @@ pub fn encode_request(header: &RequestHeader, body: &[u8]) -> Bytes {
         w.nullable_string(false, header.client_id.as_deref());
     }
     w.no_tagged_fields(header_version >= 2);
-    w.raw(body);
+    write_body(&mut w);
     w.finish()
 }
 
@@ -48,7 +55,11 @@ pub fn encode_request(header: &RequestHeader, body: &[u8]) -> Bytes {
 /// another's header is a programmer error.
 pub fn request_frame(header: &RequestHeader, request: &Request) -> Bytes {
     assert_eq!(header.api_key, request.api_key(), "request body for another API");
-    encode_request(header, &request.encode(header.api_version))
+    match request {
+        // The one large body (record batches): encoded in place behind the header.
+        Request::Produce(p) => encode_request_with(header, p.size_hint(), |w| p.write(header.api_version, w)),
+        _ => encode_request(header, &request.encode(header.api_version)),
+    }
 }
 
 /// Decodes one response frame (without its length prefix) to the request the client sent as
