@@ -72,7 +72,7 @@ impl ReplicasReport {
     }
 }
 
-pub fn check<'a>(partitions: &'a [PartitionReplicas]) -> ReplicasReport {
+pub fn check(partitions: &[PartitionReplicas]) -> ReplicasReport {
     let mut report = ReplicasReport {
         partitions: partitions.len(),
         ..ReplicasReport::default()
@@ -112,28 +112,22 @@ pub fn check<'a>(partitions: &'a [PartitionReplicas]) -> ReplicasReport {
                 };
                 if rising[i] && rising[j] {
                     // One walk of the two, in offset order: the pairs the maps below would give.
-                    {
-                        let (mut x, mut y) = (a.entries.iter().peekable(), b.entries.iter().peekable());
-                        while let (Some(ea), Some(eb)) = (x.peek(), y.peek()) {
-                            if ea.offset >= below {
-                                break;
-                            }
-                            match ea.offset.cmp(&eb.offset) {
-                                std::cmp::Ordering::Less => drop(x.next()),
-                                std::cmp::Ordering::Greater => drop(y.next()),
-                                std::cmp::Ordering::Equal => {
-                                    compare(ea.offset, ea, eb);
-                                    x.next();
-                                    y.next();
-                                }
+                    let (mut x, mut y) = (a.entries.iter().peekable(), b.entries.iter().peekable());
+                    while let (Some(ea), Some(eb)) = (x.peek(), y.peek()) {
+                        if ea.offset >= below {
+                            break;
+                        }
+                        match ea.offset.cmp(&eb.offset) {
+                            std::cmp::Ordering::Less => drop(x.next()),
+                            std::cmp::Ordering::Greater => drop(y.next()),
+                            std::cmp::Ordering::Equal => {
+                                compare(ea.offset, ea, eb);
+                                x.next();
+                                y.next();
                             }
                         }
                     }
                 } else {
-                    // Each replica's entries by offset (the last entry of an offset wins).
-                    let by_offset = |r: &'a ReplicaLog| -> BTreeMap<i64, &'a ReplicaEntry> {
-                        r.entries.iter().map(|e| (e.offset, e)).collect()
-                    };
                     let lb = by_offset(b);
                     for (&offset, ea) in by_offset(a).range(..below) {
                         if let Some(eb) = lb.get(&offset) {
@@ -145,6 +139,11 @@ pub fn check<'a>(partitions: &'a [PartitionReplicas]) -> ReplicasReport {
         }
     }
     report
+}
+
+/// A replica's entries by offset (the last entry of an offset wins).
+fn by_offset(r: &ReplicaLog) -> BTreeMap<i64, &ReplicaEntry> {
+    r.entries.iter().map(|e| (e.offset, e)).collect()
 }
 
 #[cfg(test)]
@@ -217,11 +216,7 @@ mod tests {
             ..ReplicasReport::default()
         };
         for p in partitions {
-            let logs: Vec<BTreeMap<i64, &ReplicaEntry>> = p
-                .replicas
-                .iter()
-                .map(|r| r.entries.iter().map(|e| (e.offset, e)).collect())
-                .collect();
+            let logs: Vec<BTreeMap<i64, &ReplicaEntry>> = p.replicas.iter().map(by_offset).collect();
             for i in 0..logs.len() {
                 for j in i + 1..logs.len() {
                     report.pairs += 1;
