@@ -62,7 +62,55 @@ impl Ord for dyn PartitionKey + '_ {
 /// several times per request (26 name comparisons a request with the flat map, measured).
 #[derive(Debug, Clone)]
 pub struct PartitionMap<V> {
-    topics: BTreeMap<String, BTreeMap<i32, V>>,
+    topics: BTreeMap<String, Partitions<V>>,
+}
+
+/// One topic's partitions, sorted by number. A topic's partitions are numbered from 0 without
+/// gaps (Kafka creates them so), so partition `p` is almost always at index `p`: a lookup checks
+/// that slot first and searches only when it holds another partition (a gap or a negative number,
+/// which only a test or a bad request makes). Why: the inner `BTreeMap<i32, V>` cost a search
+/// of its node per lookup, and the broker looks partitions up ~74,000 times in a batched seed of
+/// the benchmark (BENCHMARKS.md).
+#[derive(Debug, Clone)]
+struct Partitions<V> {
+    sorted: Vec<(i32, V)>,
+}
+
+impl<V> Partitions<V> {
+    /// Where `partition` is, or where it would go.
+    fn find(&self, partition: i32) -> Result<usize, usize> {
+        if let Ok(at) = usize::try_from(partition) {
+            if self.sorted.get(at).is_some_and(|&(p, _)| p == partition) {
+                return Ok(at);
+            }
+        }
+        self.sorted.binary_search_by_key(&partition, |&(p, _)| p)
+    }
+
+    fn get(&self, partition: i32) -> Option<&V> {
+        let at = self.find(partition).ok()?;
+        Some(&self.sorted[at].1)
+    }
+
+    fn get_mut(&mut self, partition: i32) -> Option<&mut V> {
+        let at = self.find(partition).ok()?;
+        Some(&mut self.sorted[at].1)
+    }
+
+    fn insert(&mut self, partition: i32, value: V) -> Option<V> {
+        match self.find(partition) {
+            Ok(at) => Some(std::mem::replace(&mut self.sorted[at].1, value)),
+            Err(at) => {
+                self.sorted.insert(at, (partition, value));
+                None
+            }
+        }
+    }
+
+    fn remove(&mut self, partition: i32) -> Option<V> {
+        let at = self.find(partition).ok()?;
+        Some(self.sorted.remove(at).1)
+    }
 }
 
 impl<V> Default for PartitionMap<V> {
@@ -80,15 +128,15 @@ impl<V> PartitionMap<V> {
 
     /// How many partitions (a sum over the topics: asked only when a topic is created).
     pub fn len(&self) -> usize {
-        self.topics.values().map(BTreeMap::len).sum()
+        self.topics.values().map(|parts| parts.sorted.len()).sum()
     }
 
     pub fn get(&self, topic: &str, partition: i32) -> Option<&V> {
-        self.topics.get(topic)?.get(&partition)
+        self.topics.get(topic)?.get(partition)
     }
 
     pub fn get_mut(&mut self, topic: &str, partition: i32) -> Option<&mut V> {
-        self.topics.get_mut(topic)?.get_mut(&partition)
+        self.topics.get_mut(topic)?.get_mut(partition)
     }
 
     pub fn contains_key(&self, topic: &str, partition: i32) -> bool {
@@ -105,8 +153,10 @@ impl<V> PartitionMap<V> {
         match self.topics.get_mut(topic) {
             Some(parts) => parts.insert(partition, value),
             None => {
-                self.topics
-                    .insert(topic.to_string(), BTreeMap::from([(partition, value)]));
+                let parts = Partitions {
+                    sorted: vec![(partition, value)],
+                };
+                self.topics.insert(topic.to_string(), parts);
                 None
             }
         }
@@ -114,8 +164,8 @@ impl<V> PartitionMap<V> {
 
     pub fn remove(&mut self, topic: &str, partition: i32) -> Option<V> {
         let parts = self.topics.get_mut(topic)?;
-        let old = parts.remove(&partition)?;
-        if parts.is_empty() {
+        let old = parts.remove(partition)?;
+        if parts.sorted.is_empty() {
             self.topics.remove(topic);
         }
         Some(old)
@@ -125,18 +175,20 @@ impl<V> PartitionMap<V> {
     pub fn iter(&self) -> impl Iterator<Item = ((&String, &i32), &V)> {
         self.topics
             .iter()
-            .flat_map(|(topic, parts)| parts.iter().map(move |(p, v)| ((topic, p), v)))
+            .flat_map(|(topic, parts)| parts.sorted.iter().map(move |(p, v)| ((topic, p), v)))
     }
 
     /// Every entry in `(topic, partition)` order, mutable.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = ((&String, &i32), &mut V)> {
         self.topics
             .iter_mut()
-            .flat_map(|(topic, parts)| parts.iter_mut().map(move |(p, v)| ((&*topic, p), v)))
+            .flat_map(|(topic, parts)| parts.sorted.iter_mut().map(move |(p, v)| ((&*topic, &*p), v)))
     }
 
     pub fn values(&self) -> impl Iterator<Item = &V> {
-        self.topics.values().flat_map(BTreeMap::values)
+        self.topics
+            .values()
+            .flat_map(|parts| parts.sorted.iter().map(|(_, v)| v))
     }
 }
 
