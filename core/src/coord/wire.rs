@@ -38,14 +38,18 @@ pub enum FrameKind {
 }
 
 /// A Raft message from peer `from`, framed for the shared listener.
+/// Tag, sender and message go into one buffer sized ahead: the message encoded apart and then
+/// copied behind the header cost three allocations a frame (~4,500 frames a batched seed).
 pub fn encode_peer(from: NodeId, msg: &Message) -> Vec<u8> {
-    let body = msg.encode();
-    let mut w = Writer::default();
-    w.u8(FrameKind::Peer as u8);
-    w.u64(from.0);
-    w.buf.extend_from_slice(&body);
-    w.buf
+    let mut buf = Vec::with_capacity(PEER_HEADER_BYTES + msg.encoded_len_hint());
+    buf.push(FrameKind::Peer as u8);
+    buf.extend_from_slice(&from.0.to_be_bytes());
+    msg.encode_into(&mut buf);
+    buf
 }
+
+/// A peer frame's tag and sender.
+const PEER_HEADER_BYTES: usize = 1 + 8;
 
 /// Decodes a peer frame (tag included).
 pub fn decode_peer(frame: &[u8]) -> Result<(NodeId, Message), DecodeError> {
@@ -54,7 +58,7 @@ pub fn decode_peer(frame: &[u8]) -> Result<(NodeId, Message), DecodeError> {
         return Err(DecodeError::Invalid("not a peer frame"));
     }
     let from = NodeId(r.u64()?);
-    let msg = Message::decode(&frame[9..]).map_err(|_| DecodeError::Invalid("raft message"))?;
+    let msg = Message::decode(&frame[PEER_HEADER_BYTES..]).map_err(|_| DecodeError::Invalid("raft message"))?;
     Ok((from, msg))
 }
 
@@ -572,6 +576,47 @@ mod tests {
 
     use super::*;
     use crate::coord::tree::CreateMode;
+
+    /// A peer frame is its tag, the sender (big-endian) and the message's own encoding, and
+    /// decodes back to both.
+    #[test]
+    fn peer_frames_are_tag_sender_and_message() {
+        use bytes::Bytes;
+
+        use crate::consensus::{Entry, LogIndex, Term};
+        let messages = [
+            Message::RequestVoteResponse {
+                term: Term(7),
+                granted: true,
+            },
+            Message::AppendEntries {
+                term: Term(3),
+                prev_log_index: LogIndex(9),
+                prev_log_term: Term(2),
+                entries: vec![
+                    Entry {
+                        term: Term(3),
+                        index: LogIndex(10),
+                        command: Bytes::from(vec![7u8; 300]),
+                    },
+                    Entry {
+                        term: Term(3),
+                        index: LogIndex(11),
+                        command: Bytes::new(),
+                    },
+                ],
+                leader_commit: LogIndex(9),
+                read_seq: 4,
+            },
+        ];
+        for msg in messages {
+            let frame = encode_peer(NodeId(0x0102_0304_0506_0708), &msg);
+            let mut expected = vec![FrameKind::Peer as u8, 1, 2, 3, 4, 5, 6, 7, 8];
+            expected.extend_from_slice(&msg.encode());
+            assert_eq!(frame, expected, "{msg:?}");
+            assert_eq!(decode_peer(&frame), Ok((NodeId(0x0102_0304_0506_0708), msg)));
+        }
+    }
 
     #[test]
     fn requests_and_responses_round_trip() {
