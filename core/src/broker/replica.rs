@@ -705,7 +705,6 @@ impl Broker {
         let mut out = Vec::new();
         let topics = &self.topics;
         for ((topic, p), part) in self.partitions.iter_mut() {
-            let min_isr = topics.get(topic).map_or(1, |m| m.min_insync_replicas);
             let hw = part.high_watermark;
             let epoch = part.leader_epoch;
             let Some(repl) = &mut part.repl else { continue };
@@ -755,6 +754,8 @@ impl Broker {
             if !shrinks && !grows {
                 continue;
             }
+            // Looked up only for a change (this runs every 10-50 ms for every partition).
+            let min_isr = topics.get(topic).map_or(1, |m| m.min_insync_replicas);
             let mut isr: Vec<BrokerId> = repl.isr.iter().copied().filter(in_sync).collect();
             for (id, f) in followers.iter() {
                 if !isr.contains(id) && qualifies(id, f) {
