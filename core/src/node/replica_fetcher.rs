@@ -103,9 +103,21 @@ pub async fn run_replica_fetcher<R: Runtime>(rt: R, broker: SharedBroker, config
                 ));
             }
         }
-        rt.sleep(Duration::from_millis(config.backoff_ms.max(1))).await;
+        // This broker starts following a leader only when it applies partition state, and the
+        // cluster task pokes every waiter right after each state it applies: woken then, as
+        // Kafka's fetcher manager adds fetchers when a LeaderAndIsr or metadata change arrives,
+        // rather than looking every `replica.fetch.backoff.ms` (50 ms: a batched seed of the
+        // benchmark woke this loop ~2,500 times, 2.4% of its instructions; BENCHMARKS.md). The
+        // recheck is a backstop for a path that changes roles without a poke.
+        config
+            .watch
+            .wait(Vec::new(), rt.sleep(Duration::from_millis(MANAGER_RECHECK_MS)))
+            .await;
     }
 }
+
+/// The longest the fetcher manager waits without a poke before it looks at the leaders again.
+const MANAGER_RECHECK_MS: u64 = 1_000;
 
 /// (topic, partition).
 type PartitionName = (String, i32);

@@ -797,3 +797,66 @@ fn one_fetcher_per_leader_serves_every_partition_and_an_erroring_one_sits_out() 
     let connections = net.traffic.borrow()[&addr(0)].0;
     assert_eq!(connections, 3, "one connection for the follower's two partitions");
 }
+
+/// The replica fetcher's manager starts a leader's fetcher when the cluster task pokes after
+/// applying partition state, not at its next recheck (a second later): the follower has the
+/// leader's record within a few ms of the poke. Without the poke it starts only at the recheck.
+#[test]
+fn the_fetcher_manager_starts_a_fetcher_at_the_poke_after_new_state() {
+    for poke in [true, false] {
+        let net = Rc::new(Net::default());
+        let rts: Vec<Rt> = (0..2).map(|_| rt_for(&net)).collect();
+        let brokers: Rc<RefCell<BTreeMap<i32, SharedBroker>>> = Rc::default();
+        let mut tasks = Vec::new();
+        start(&rts[0], 0, &brokers);
+        start(&rts[1], 1, &brokers);
+        run(&net, &mut tasks, 100, || brokers.borrow().len() == 2);
+        let b = |i: i32| brokers.borrow()[&i].clone();
+        let record = TopicRecord {
+            topic_id_hex: crate::broker::TopicId::from_random(3, 4).to_hex(),
+            assignment: [(0, vec![BrokerId(0), BrokerId(1)])].into(),
+            reassigning: BTreeMap::new(),
+            configs: BTreeMap::new(),
+        };
+        let state = PartitionState {
+            leader: Some(BrokerId(0)),
+            leader_epoch: LeaderEpoch(1),
+            isr: vec![BrokerId(0), BrokerId(1)],
+            controller_epoch: 1,
+            elr: Vec::new(),
+        };
+        apply(&rts[0], &b(0), &record, &state, &[0, 1]);
+        let (client_rt, written) = (rts[0].clone(), Rc::new(Cell::new(false)));
+        let written2 = written.clone();
+        rts[0].spawn(async move {
+            let mut conn = KafkaConn::connect(&client_rt, &addr(0), "test", 20_000)
+                .await
+                .expect("connect");
+            let _ = conn.call(&produce_sized(7, 1, 4), 9).await.expect("answer");
+            written2.set(true);
+        });
+        run(&net, &mut tasks, 300, || written.get());
+        // Broker 1's manager runs before broker 1 follows anything: it finds no leader.
+        let watch = watch::PartitionWatch::default();
+        let config = ReplicaFetcherConfig {
+            watch: watch.clone(),
+            ..ReplicaFetcherConfig::default()
+        };
+        rts[1].spawn(run_replica_fetcher(rts[1].clone(), b(1), config));
+        idle(&net, &mut tasks, 100);
+        // The cluster task's apply, then its poke of every waiter.
+        apply(&rts[1], &b(1), &record, &state, &[0, 1]);
+        if poke {
+            watch.poke_all();
+        }
+        let took = run(&net, &mut tasks, 3_000, || {
+            b(1).borrow().offsets(T, 0).map(|o| o.2) == Ok(Offset(1))
+        });
+        println!("poke {poke}: the follower had the record {took} ms after its new state");
+        if poke {
+            assert!(took < 50, "the fetcher started at the poke: {took} ms");
+        } else {
+            assert!(took >= 800, "without a poke, only the recheck starts it: {took} ms");
+        }
+    }
+}

@@ -43,6 +43,10 @@ struct Waiter {
 struct Inner {
     next_id: u64,
     waiters: BTreeMap<u64, Waiter>,
+    /// How many waiters have interests: [`PartitionWatch::poke`] has nothing to do without one.
+    /// A waiter with none (woken only by `poke_all`, as the replica fetcher's manager waits for
+    /// new partition state) stays out of every poke's way.
+    interested: usize,
 }
 
 /// The node's registry of waiting requests. Clones share it.
@@ -57,7 +61,10 @@ struct Registration<'a> {
 
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
-        self.watch.0.borrow_mut().waiters.remove(&self.id);
+        let mut inner = self.watch.0.borrow_mut();
+        if inner.waiters.remove(&self.id).is_some_and(|w| !w.interests.is_empty()) {
+            inner.interested -= 1;
+        }
     }
 }
 
@@ -69,6 +76,7 @@ impl PartitionWatch {
             let mut inner = self.0.borrow_mut();
             inner.next_id += 1;
             let id = inner.next_id;
+            inner.interested += usize::from(!interests.is_empty());
             inner.waiters.insert(
                 id,
                 Waiter {
@@ -102,7 +110,7 @@ impl PartitionWatch {
 
     /// Wakes the waiters whose interest in `topic`/`partition` the broker's offsets now meet.
     pub fn poke(&self, broker: &Broker, topic: &str, partition: i32) {
-        if self.0.borrow().waiters.is_empty() {
+        if !self.has_interests() {
             return;
         }
         match broker.offsets(topic, partition) {
@@ -129,6 +137,11 @@ impl PartitionWatch {
     /// partition included (a Metadata request held until the broker's first cluster scan).
     pub fn poke_all(&self) {
         self.wake(|_| true);
+    }
+
+    /// Whether a waiter has interests a [`poke`](Self::poke) could meet.
+    pub fn has_interests(&self) -> bool {
+        self.0.borrow().interested > 0
     }
 
     /// How many requests wait now.
@@ -234,6 +247,32 @@ mod tests {
         drop(other);
         assert_eq!(watch.waiting(), 0, "so does a dropped one");
         println!("checked {} pokes", checked.get());
+    }
+
+    /// A waiter without interests (the replica fetcher's manager) is woken by `poke_all` only,
+    /// does not make pokes look at the broker, and does not hide an interested waiter from them.
+    #[test]
+    fn waiters_without_interests_wake_on_poke_all_only() {
+        let watch = PartitionWatch::default();
+        let (mut idle, idle_wakes) = waiter(&watch, vec![]);
+        assert!(
+            !watch.has_interests(),
+            "a waiter without interests gives pokes nothing to do"
+        );
+        let (interested, interested_wakes) = waiter(&watch, vec![interest(0, Some(5), None)]);
+        assert!(watch.has_interests());
+        watch.poke_offsets("t", 0, 6, 0);
+        let wakes = |c: &Arc<Count>| c.0.load(Ordering::Relaxed);
+        assert_eq!((wakes(&idle_wakes), wakes(&interested_wakes)), (0, 1));
+        drop(interested);
+        assert!(!watch.has_interests(), "the interested waiter's leaving is counted");
+        let (again, _) = waiter(&watch, vec![interest(1, Some(0), None)]);
+        assert!(watch.has_interests(), "and a new one's arrival");
+        drop(again);
+        watch.poke_all();
+        assert_eq!(wakes(&idle_wakes), 1);
+        assert!(done(&mut idle));
+        assert_eq!(watch.waiting(), 0);
     }
 
     #[test]
