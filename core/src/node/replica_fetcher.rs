@@ -51,11 +51,14 @@ pub struct ReplicaFetcherConfig {
     pub fetch_wait_max_ms: i32,
     /// `replica.fetch.max.bytes`
     pub fetch_max_bytes: i32,
-    /// `replica.fetch.backoff.ms`: the pause after an error, and between looks when idle.
+    /// `replica.fetch.backoff.ms`: the pause after an error. (The manager that starts fetchers
+    /// waits for new partition state instead; see [`run_replica_fetcher`].)
     pub backoff_ms: u64,
     /// `replica.socket.timeout.ms`
     pub request_timeout_ms: u64,
-    /// The node's waiting requests, poked after each answer is applied.
+    /// The node's waiting requests, poked after each answer is applied. The fetcher manager
+    /// waits on it for the poke that follows new partition state, so it must be the watch the
+    /// node's cluster task pokes (with another, fetchers start only at the manager's recheck).
     pub watch: PartitionWatch,
     /// The login on a leader's SASL listener (inter-broker credentials).
     pub sasl: Option<crate::security::SaslCredentials>,
