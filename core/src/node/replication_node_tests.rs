@@ -203,6 +203,20 @@ fn start(rt: &Rt, i: i32, slot: &Rc<RefCell<BTreeMap<i32, SharedBroker>>>) {
     start_with(rt, i, slot, |_| {});
 }
 
+/// `count` runtimes on one network, with brokers 0 and 1 started on the first two and polled
+/// until both run.
+fn two_brokers_of(net: &Rc<Net>, count: usize, tasks: &mut Vec<Task>) -> (Vec<Rt>, Brokers) {
+    let rts: Vec<Rt> = (0..count).map(|_| rt_for(net)).collect();
+    let brokers: Brokers = Rc::default();
+    start(&rts[0], 0, &brokers);
+    start(&rts[1], 1, &brokers);
+    run(net, tasks, 100, || brokers.borrow().len() == 2);
+    (rts, brokers)
+}
+
+/// The started brokers by id.
+type Brokers = Rc<RefCell<BTreeMap<i32, SharedBroker>>>;
+
 /// As [`start`], with the node's config changed by `configure` first.
 fn start_with(
     rt: &Rt,
@@ -240,12 +254,8 @@ fn produce_request(marker: u8) -> Request {
 #[test]
 fn acks_all_is_answered_after_the_follower_fetched_and_a_late_follower_catches_up() {
     let net = Rc::new(Net::default());
-    let rts: Vec<Rt> = (0..3).map(|_| rt_for(&net)).collect();
-    let brokers: Rc<RefCell<BTreeMap<i32, SharedBroker>>> = Rc::default();
     let mut tasks = Vec::new();
-    start(&rts[0], 0, &brokers);
-    start(&rts[1], 1, &brokers);
-    run(&net, &mut tasks, 100, || brokers.borrow().len() == 2);
+    let (rts, brokers) = two_brokers_of(&net, 3, &mut tasks);
     let record = TopicRecord {
         topic_id_hex: crate::broker::TopicId::from_random(3, 4).to_hex(),
         assignment: [(0, vec![BrokerId(0), BrokerId(1), BrokerId(2)])].into(),
@@ -689,12 +699,8 @@ fn metadata_before_the_first_cluster_scan_waits_for_it() {
 #[test]
 fn one_fetcher_per_leader_serves_every_partition_and_an_erroring_one_sits_out() {
     let net = Rc::new(Net::default());
-    let rts: Vec<Rt> = (0..2).map(|_| rt_for(&net)).collect();
-    let brokers: Rc<RefCell<BTreeMap<i32, SharedBroker>>> = Rc::default();
     let mut tasks = Vec::new();
-    start(&rts[0], 0, &brokers);
-    start(&rts[1], 1, &brokers);
-    run(&net, &mut tasks, 100, || brokers.borrow().len() == 2);
+    let (rts, brokers) = two_brokers_of(&net, 2, &mut tasks);
     let b = |i: i32| brokers.borrow()[&i].clone();
     let replicas = vec![BrokerId(0), BrokerId(1)];
     let record = TopicRecord {
@@ -805,12 +811,8 @@ fn one_fetcher_per_leader_serves_every_partition_and_an_erroring_one_sits_out() 
 fn the_fetcher_manager_starts_a_fetcher_at_the_poke_after_new_state() {
     for poke in [true, false] {
         let net = Rc::new(Net::default());
-        let rts: Vec<Rt> = (0..2).map(|_| rt_for(&net)).collect();
-        let brokers: Rc<RefCell<BTreeMap<i32, SharedBroker>>> = Rc::default();
         let mut tasks = Vec::new();
-        start(&rts[0], 0, &brokers);
-        start(&rts[1], 1, &brokers);
-        run(&net, &mut tasks, 100, || brokers.borrow().len() == 2);
+        let (rts, brokers) = two_brokers_of(&net, 2, &mut tasks);
         let b = |i: i32| brokers.borrow()[&i].clone();
         let record = TopicRecord {
             topic_id_hex: crate::broker::TopicId::from_random(3, 4).to_hex(),
