@@ -181,6 +181,42 @@ fn one_node_coordinator_serves_writes_reads_watches_and_sessions() {
     });
 }
 
+/// A client's owner that waits between its own calls (the broker's cluster task) is woken by
+/// what the heartbeat's answers bring: a watch event fired by another session wakes
+/// `active_since` with no call of the owner's, and the event is there to read.
+#[test]
+fn a_watch_event_brought_by_the_heartbeat_wakes_a_waiting_owner() {
+    run_seed(12, |world| async move {
+        let addrs = add_coordinators(&world, 1);
+        let a = idle_node(&world, "client-a");
+        madsim::time::sleep(Duration::from_millis(1500)).await;
+        let woke_ms = world
+            .spawn_on(a, move |rt| async move {
+                let c = connect(rt.clone(), client_config(&addrs, 3000)).await;
+                c.create("/a", b"x", CreateMode::Persistent).await.expect("create");
+                c.get("/a", true, true).await.expect("get with a watch");
+                let other = connect(rt.clone(), client_config(&addrs, 3000)).await;
+                let seen = c.activity();
+                let start = rt.monotonic_ms();
+                other.set_data("/a", b"y", None).await.expect("set by another session");
+                assert_eq!(c.try_next_watch_event(), None, "nothing reached c yet");
+                // No call of c's own from here: its heartbeat (every 1,000 ms) brings the event.
+                let waited = gregor_core::client::conn::with_timeout(&rt, 2_500, c.active_since(seen)).await;
+                assert!(waited.is_some(), "not woken within 2.5 s");
+                let event = c.try_next_watch_event().expect("the event is there to read");
+                assert_eq!((event.path.as_str(), event.kind), ("/a", EventKind::NodeDataChanged));
+                rt.monotonic_ms() - start
+            })
+            .await
+            .expect("client ran");
+        println!("the waiting owner woke {woke_ms} ms after the other session's write");
+        assert!(
+            woke_ms <= 1_100,
+            "woken by the first heartbeat after the write: {woke_ms} ms"
+        );
+    });
+}
+
 #[test]
 fn ephemeral_node_lives_while_its_owner_heartbeats_and_goes_after_its_timeout() {
     const TIMEOUT_MS: u64 = 1500;

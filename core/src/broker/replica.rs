@@ -677,7 +677,8 @@ impl Broker {
 
     /// Whether some partition this broker leads has an assigned replica outside its ISR (it
     /// may join at its next fetch) or an ISR change in flight. The cluster task polls
-    /// [`Broker::poll_isr_proposals`] every 10 ms then, and every 50 ms otherwise: what is left
+    /// [`Broker::poll_isr_proposals`] every 10 ms then; otherwise it looks at
+    /// [`Broker::next_isr_check_ms`] (or sooner, when something else wakes it), as what is left
     /// is a shrink, which waits `replica.lag.time.max.ms` anyway (Kafka checks every half of it).
     pub fn isr_expansion_pending(&self) -> bool {
         self.partitions.values().any(|part| {
@@ -754,7 +755,8 @@ impl Broker {
             if !shrinks && !grows {
                 continue;
             }
-            // Looked up only for a change (this runs every 10-50 ms for every partition).
+            // Looked up only for a change (this runs for every partition at each of the
+            // cluster task's looks, every 10 ms while an ISR may grow).
             let min_isr = topics.get(topic).map_or(1, |m| m.min_insync_replicas);
             let mut isr: Vec<BrokerId> = repl.isr.iter().copied().filter(in_sync).collect();
             for (id, f) in followers.iter() {
@@ -868,8 +870,10 @@ impl Broker {
     }
 
     /// The earliest time a follower may fall out of the ISR: when the integrator should next
-    /// call [`Broker::poll_isr_proposals`] (besides after fetches). Not part of
-    /// [`Broker::poll_timeout`]: `handle_timeout` does not act on it.
+    /// call [`Broker::poll_isr_proposals`] (besides after fetches). Partitions that propose
+    /// nothing by time alone are left out: one with a change in flight or its changes held (the
+    /// cluster task's round, not time, ends those). Not part of [`Broker::poll_timeout`]:
+    /// `handle_timeout` does not act on it.
     pub fn next_isr_check_ms(&self) -> Option<i64> {
         let lag_max = self.config.replica_lag_time_max_ms;
         self.partitions
@@ -883,6 +887,7 @@ impl Broker {
                             in_flight: None,
                             ..
                         },
+                    isr_changes_held: false,
                     ..
                 }) => isr
                     .iter()

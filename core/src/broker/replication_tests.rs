@@ -371,6 +371,31 @@ fn a_held_leader_proposes_no_isr_change_until_released() {
     c[0].broker.hold_isr_changes("nope", 9, true);
 }
 
+/// `next_isr_check_ms` names the first ms at which `poll_isr_proposals` shrinks an ISR by time
+/// alone: nothing the ms before, the shrink at it; and nothing while a change is in flight.
+#[test]
+fn the_next_isr_check_is_when_the_first_lagging_follower_falls_out() {
+    let (mut c, _rec) = three_in_sync();
+    produce(&mut c[0], 1, -1, 100).expect("appended");
+    pump(&mut c, 1, 0, 200);
+    pump(&mut c, 2, 0, 300);
+    pump(&mut c, 1, 0, 400);
+    let at = c[0].broker.next_isr_check_ms().expect("followers in the ISR");
+    println!("next ISR check at {at} ms");
+    assert!(
+        c[0].broker.poll_isr_proposals(at - 1).is_empty(),
+        "nobody out of sync at {}",
+        at - 1
+    );
+    let shrink = c[0].broker.poll_isr_proposals(at);
+    assert_eq!(shrink.len(), 1, "the first to lag falls out at {at}: {shrink:?}");
+    assert_eq!(
+        c[0].broker.next_isr_check_ms(),
+        None,
+        "a change in flight proposes nothing by time"
+    );
+}
+
 #[test]
 fn isr_shrinks_after_lag_and_expands_after_catching_up() {
     let (mut c, rec) = three_in_sync();

@@ -123,9 +123,21 @@ struct Inner<R: Runtime> {
     connections_opened: u64,
     /// The connection of the last [`CoordClient::get_at`]-style call, kept for the next one.
     local_conn: Option<(String, R::Conn)>,
+    /// Counts what an owner waiting between its calls should look at (see
+    /// [`CoordClient::activity`]), with the waker of the one that waits.
+    activity: u64,
+    activity_waker: Option<std::task::Waker>,
 }
 
 impl<R: Runtime> Inner<R> {
+    /// Counts a change an owner waiting between its calls should look at; returns its waker,
+    /// to be woken once this borrow is released.
+    #[must_use]
+    fn notice(&mut self) -> Option<std::task::Waker> {
+        self.activity += 1;
+        self.activity_waker.take()
+    }
+
     /// Keeps a connection that answered for the next call to `addr`.
     fn put_back(&mut self, addr: String, conn: R::Conn) {
         if self.idle.len() < IDLE_CONNS_MAX {
@@ -207,7 +219,13 @@ async fn call<R: Runtime>(
             if !is_create {
                 let silent_ms = rt.monotonic_ms().saturating_sub(i.last_ok_ms);
                 if i.expired || silent_ms > i.config.session_timeout_ms {
+                    let newly = !i.expired;
                     i.expired = true;
+                    let waker = newly.then(|| i.notice()).flatten();
+                    drop(i);
+                    if let Some(waker) = waker {
+                        waker.wake();
+                    }
                     return Err(CoordError::SessionExpired);
                 }
             }
@@ -262,12 +280,17 @@ async fn call<R: Runtime>(
                 continue;
             }
         };
+        let any_events = !response.events.is_empty();
         for event in response.events {
             events.push(event);
         }
+        let mut wake = None;
         let answer = {
             let mut i = inner.borrow_mut();
             i.connections_opened += u64::from(fresh);
+            if any_events || fresh {
+                wake = i.notice();
+            }
             match response.result {
                 Err(RpcError::NotLeader { leader }) => {
                     if i.leader.as_deref() == Some(addr.as_str()) {
@@ -294,7 +317,10 @@ async fn call<R: Runtime>(
                     Some(match other {
                         Ok(reply) => Ok(reply),
                         Err(RpcError::Tree(TreeError::SessionExpired)) => {
-                            i.expired = true;
+                            if !i.expired {
+                                i.expired = true;
+                                wake = wake.or(i.notice());
+                            }
                             Err(CoordError::SessionExpired)
                         }
                         Err(RpcError::Tree(e)) => Err(CoordError::Tree(e)),
@@ -307,6 +333,9 @@ async fn call<R: Runtime>(
                 }
             }
         };
+        if let Some(waker) = wake {
+            waker.wake();
+        }
         if let Some(answer) = answer {
             return answer;
         }
@@ -387,6 +416,8 @@ impl<R: Runtime> CoordClient<R> {
             server_changes: 0,
             connections_opened: 0,
             local_conn: None,
+            activity: 0,
+            activity_waker: None,
         }));
         let events = Mailbox::new(CLIENT_EVENTS_MAX);
         let request = Request::CreateSession {
@@ -412,6 +443,29 @@ impl<R: Runtime> CoordClient<R> {
 
     pub fn session(&self) -> SessionId {
         self.inner.borrow().session
+    }
+
+    /// Counts the changes an owner that waits between its calls should look at: watch events
+    /// received, a new connection answering ([`connections_opened`](Self::connections_opened)),
+    /// the session found expired. Any call may bring them, the heartbeat's included.
+    pub fn activity(&self) -> u64 {
+        self.inner.borrow().activity
+    }
+
+    /// Completes once [`activity`](Self::activity) is past `seen` (at once if it already is).
+    /// One waiter at a time.
+    pub fn active_since(&self, seen: u64) -> impl std::future::Future<Output = ()> + '_ {
+        std::future::poll_fn(move |cx| {
+            let mut i = self.inner.borrow_mut();
+            if i.activity != seen {
+                return std::task::Poll::Ready(());
+            }
+            match &mut i.activity_waker {
+                Some(waker) => waker.clone_from(cx.waker()),
+                None => i.activity_waker = Some(cx.waker().clone()),
+            }
+            std::task::Poll::Pending
+        })
     }
 
     /// Whether the session is known to be expired (then every op fails with `SessionExpired`).

@@ -47,7 +47,9 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::future::Future;
+use std::pin::pin;
 use std::rc::Rc;
+use std::task::Poll;
 use std::time::Duration;
 
 use crate::broker::{ClusterView as BrokerView, IsrProposal, IsrUpdateResult};
@@ -76,7 +78,7 @@ use crate::protocol::api::elect_leaders::{
 use crate::runtime::Runtime;
 
 use super::replica_fetcher::{run_replica_fetcher, ReplicaFetcherConfig};
-use super::watch::PartitionWatch;
+use super::watch::{Doorbell, PartitionWatch};
 use super::{start_broker, NodeConfig, NodeError, SharedBroker};
 
 /// How a broker joins its cluster.
@@ -120,7 +122,7 @@ pub struct ClusterConfig {
 /// Kafka's controlled shutdown, shared by the process (which asks) and the cluster task (which
 /// deregisters the broker). See [`hand_off`].
 #[derive(Clone, Debug, Default)]
-pub struct ControlledShutdown(Rc<Cell<ShutdownPhase>>);
+pub struct ControlledShutdown(Rc<Cell<ShutdownPhase>>, Doorbell);
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 enum ShutdownPhase {
@@ -134,6 +136,7 @@ impl ControlledShutdown {
     pub fn request(&self) {
         if self.0.get() == ShutdownPhase::Running {
             self.0.set(ShutdownPhase::Requested);
+            self.1.ring();
         }
     }
 
@@ -248,7 +251,7 @@ impl ClusterConfig {
 
 /// Admin requests that need the coordinator, handed from a connection to the cluster task.
 #[derive(Clone, Default)]
-pub struct AdminQueue(Rc<RefCell<VecDeque<AdminJob>>>, AutoCreate);
+pub struct AdminQueue(Rc<RefCell<VecDeque<AdminJob>>>, AutoCreate, Doorbell);
 
 /// `auto.create.topics.enable` in cluster mode: the partitions of an auto-created topic
 /// (`num.partitions`), `None` when off.
@@ -345,6 +348,7 @@ impl AdminQueue {
                 }),
                 reply: Rc::new(RefCell::new(None)),
             });
+            self.2.ring();
         }
         queued
     }
@@ -594,6 +598,7 @@ impl AdminQueue {
             request,
             reply: reply.clone(),
         });
+        self.2.ring();
         let deadline = rt
             .monotonic_ms()
             .saturating_add(u64::try_from(timeout_ms.max(1_000)).unwrap_or(30_000));
@@ -613,6 +618,34 @@ impl AdminQueue {
     fn is_empty(&self) -> bool {
         self.0.borrow().is_empty()
     }
+
+    /// Rung when a job is queued (and when a FindCoordinator wants the offsets topic): the
+    /// cluster task waits on it between rounds.
+    pub fn doorbell(&self) -> &Doorbell {
+        &self.2
+    }
+}
+
+/// Waits until any of the four completes.
+async fn first_of(
+    a: impl Future<Output = ()>,
+    b: impl Future<Output = ()>,
+    c: impl Future<Output = ()>,
+    d: impl Future<Output = ()>,
+) {
+    let (mut a, mut b, mut c, mut d) = (pin!(a), pin!(b), pin!(c), pin!(d));
+    std::future::poll_fn(|cx| {
+        if a.as_mut().poll(cx).is_ready()
+            || b.as_mut().poll(cx).is_ready()
+            || c.as_mut().poll(cx).is_ready()
+            || d.as_mut().poll(cx).is_ready()
+        {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
 }
 
 /// Until when an admin request waits for this broker's view to show its outcome: its timeout,
@@ -638,7 +671,7 @@ pub async fn start_cluster_broker<R: Runtime>(
     cluster: ClusterConfig,
 ) -> Result<(SharedBroker, impl std::future::Future<Output = ()>), NodeError> {
     let auto_create = config.broker.auto_create_topics.then_some(config.broker.num_partitions);
-    let admin = AdminQueue(Rc::default(), AutoCreate(auto_create));
+    let admin = AdminQueue(Rc::default(), AutoCreate(auto_create), Doorbell::default());
     config.admin = Some(admin.clone());
     // Topics exist only through the coordinator: never auto-created locally (auto-creation goes
     // through the coordinator: `AdminQueue::auto_create`).
@@ -1037,6 +1070,13 @@ impl<R: Runtime> Session<R> {
             if self.cluster.shutdown.0.get() == ShutdownPhase::Requested {
                 return self.deregister().await;
             }
+            // What rings or arrives from here on ends the sleep below at once (no await
+            // between these readings and the checks that follow them).
+            let rung = (
+                self.admin.doorbell().rings(),
+                self.cluster.shutdown.1.rings(),
+                self.client.activity(),
+            );
             let mut changed = proposed
                 || !self.admin.is_empty()
                 || self.broker.borrow().offsets_topic_wanted()
@@ -1059,13 +1099,28 @@ impl<R: Runtime> Session<R> {
                     Err(_) | Ok(()) => continue,
                 }
             }
-            // Often while an ISR may grow (acks=all and min.insync.replicas wait on it).
-            let step_ms = if self.broker.borrow().isr_expansion_pending() {
+            // Often while an ISR may grow (acks=all and min.insync.replicas wait on it): a
+            // follower's catching up shows only in the broker. Otherwise until the next thing
+            // due (the ping, the end of the wait, the first ISR member that could fall out of
+            // sync), or sooner when the node's other tasks ring (an admin request, the offsets
+            // topic, a shutdown) or the client brings something (watch events, a new
+            // connection, expiry). Polling every 50 ms instead was ~2,250 wake-ups a seed of
+            // the benchmark for nothing (BENCHMARKS.md).
+            let sleep_ms = if self.broker.borrow().isr_expansion_pending() {
                 10
             } else {
-                50
+                let due = poll_at.min(deadline).saturating_sub(now);
+                let shrink_in = self.broker.borrow().next_isr_check_ms().map(|at| {
+                    let wall_now = self.rt.now_ms();
+                    u64::try_from(at.saturating_sub(wall_now)).unwrap_or(0)
+                });
+                due.min(shrink_in.unwrap_or(u64::MAX)).max(1)
             };
-            self.rt.sleep(Duration::from_millis(step_ms)).await;
+            let sleep = self.rt.sleep(Duration::from_millis(sleep_ms));
+            let admin = self.admin.doorbell().rung_since(rung.0);
+            let shutdown = self.cluster.shutdown.1.rung_since(rung.1);
+            let client = self.client.active_since(rung.2);
+            first_of(sleep, admin, shutdown, client).await;
         }
         self.refresh_wait_ms = self.refresh_wait_ms.saturating_mul(2).clamp(
             self.cluster.refresh_ms,

@@ -489,6 +489,12 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
         },
         Request::FindCoordinator(req) => {
             let mut resp = handlers::groups::find_coordinator(&mut broker.borrow_mut(), req, &config.advertised);
+            if let Some(admin) = &config.admin {
+                // The cluster task creates the offsets topic when asked: wake it.
+                if broker.borrow().offsets_topic_wanted() {
+                    admin.doorbell().ring();
+                }
+            }
             gate.finish_find_coordinator(req.key_type, &mut resp);
             resp.encode(version)
         }
