@@ -183,7 +183,7 @@ fn one_node_coordinator_serves_writes_reads_watches_and_sessions() {
 
 /// A client's owner that waits between its own calls (the broker's cluster task) is woken by
 /// what the heartbeat's answers bring: a watch event fired by another session wakes
-/// `active_since` with no call of the owner's, and the event is there to read.
+/// its activity doorbell with no call of the owner's, and the event is there to read.
 #[test]
 fn a_watch_event_brought_by_the_heartbeat_wakes_a_waiting_owner() {
     run_seed(12, |world| async move {
@@ -196,12 +196,13 @@ fn a_watch_event_brought_by_the_heartbeat_wakes_a_waiting_owner() {
                 c.create("/a", b"x", CreateMode::Persistent).await.expect("create");
                 c.get("/a", true, true).await.expect("get with a watch");
                 let other = connect(rt.clone(), client_config(&addrs, 3000)).await;
-                let seen = c.activity();
+                let activity = c.activity();
+                let seen = activity.rings();
                 let start = rt.monotonic_ms();
                 other.set_data("/a", b"y", None).await.expect("set by another session");
                 assert_eq!(c.try_next_watch_event(), None, "nothing reached c yet");
                 // No call of c's own from here: its heartbeat (every 1,000 ms) brings the event.
-                let waited = gregor_core::client::conn::with_timeout(&rt, 2_500, c.active_since(seen)).await;
+                let waited = gregor_core::client::conn::with_timeout(&rt, 2_500, activity.rung_since(seen)).await;
                 assert!(waited.is_some(), "not woken within 2.5 s");
                 let event = c.try_next_watch_event().expect("the event is there to read");
                 assert_eq!((event.path.as_str(), event.kind), ("/a", EventKind::NodeDataChanged));

@@ -36,7 +36,7 @@ use thiserror::Error;
 
 use super::auth::{self, AuthRole, ClusterSecret};
 use super::tree::{CreateMode, Op, OpResult, SessionId, Stat, TreeError, WatchEvent};
-use super::wait::{timeout, Mailbox};
+use super::wait::{timeout, Doorbell, Mailbox};
 use super::wire::{LocalRead, Reply, Request, RequestFrame, Response, RpcError};
 use crate::runtime::{Connection, Runtime};
 
@@ -123,21 +123,12 @@ struct Inner<R: Runtime> {
     connections_opened: u64,
     /// The connection of the last [`CoordClient::get_at`]-style call, kept for the next one.
     local_conn: Option<(String, R::Conn)>,
-    /// Counts what an owner waiting between its calls should look at (see
-    /// [`CoordClient::activity`]), with the waker of the one that waits.
-    activity: u64,
-    activity_waker: Option<std::task::Waker>,
+    /// Rung for what an owner waiting between its calls should look at (see
+    /// [`CoordClient::activity`]).
+    activity: Doorbell,
 }
 
 impl<R: Runtime> Inner<R> {
-    /// Counts a change an owner waiting between its calls should look at; returns its waker,
-    /// to be woken once this borrow is released.
-    #[must_use]
-    fn notice(&mut self) -> Option<std::task::Waker> {
-        self.activity += 1;
-        self.activity_waker.take()
-    }
-
     /// Keeps a connection that answered for the next call to `addr`.
     fn put_back(&mut self, addr: String, conn: R::Conn) {
         if self.idle.len() < IDLE_CONNS_MAX {
@@ -221,10 +212,10 @@ async fn call<R: Runtime>(
                 if i.expired || silent_ms > i.config.session_timeout_ms {
                     let newly = !i.expired;
                     i.expired = true;
-                    let waker = newly.then(|| i.notice()).flatten();
+                    let bell = i.activity.clone();
                     drop(i);
-                    if let Some(waker) = waker {
-                        waker.wake();
+                    if newly {
+                        bell.ring();
                     }
                     return Err(CoordError::SessionExpired);
                 }
@@ -284,13 +275,10 @@ async fn call<R: Runtime>(
         for event in response.events {
             events.push(event);
         }
-        let mut wake = None;
+        let mut notice = any_events || fresh;
         let answer = {
             let mut i = inner.borrow_mut();
             i.connections_opened += u64::from(fresh);
-            if any_events || fresh {
-                wake = i.notice();
-            }
             match response.result {
                 Err(RpcError::NotLeader { leader }) => {
                     if i.leader.as_deref() == Some(addr.as_str()) {
@@ -317,10 +305,8 @@ async fn call<R: Runtime>(
                     Some(match other {
                         Ok(reply) => Ok(reply),
                         Err(RpcError::Tree(TreeError::SessionExpired)) => {
-                            if !i.expired {
-                                i.expired = true;
-                                wake = wake.or(i.notice());
-                            }
+                            notice |= !i.expired;
+                            i.expired = true;
                             Err(CoordError::SessionExpired)
                         }
                         Err(RpcError::Tree(e)) => Err(CoordError::Tree(e)),
@@ -333,8 +319,9 @@ async fn call<R: Runtime>(
                 }
             }
         };
-        if let Some(waker) = wake {
-            waker.wake();
+        if notice {
+            let bell = inner.borrow().activity.clone();
+            bell.ring();
         }
         if let Some(answer) = answer {
             return answer;
@@ -416,8 +403,7 @@ impl<R: Runtime> CoordClient<R> {
             server_changes: 0,
             connections_opened: 0,
             local_conn: None,
-            activity: 0,
-            activity_waker: None,
+            activity: Doorbell::default(),
         }));
         let events = Mailbox::new(CLIENT_EVENTS_MAX);
         let request = Request::CreateSession {
@@ -445,27 +431,12 @@ impl<R: Runtime> CoordClient<R> {
         self.inner.borrow().session
     }
 
-    /// Counts the changes an owner that waits between its calls should look at: watch events
-    /// received, a new connection answering ([`connections_opened`](Self::connections_opened)),
-    /// the session found expired. Any call may bring them, the heartbeat's included.
-    pub fn activity(&self) -> u64 {
-        self.inner.borrow().activity
-    }
-
-    /// Completes once [`activity`](Self::activity) is past `seen` (at once if it already is).
-    /// One waiter at a time.
-    pub fn active_since(&self, seen: u64) -> impl std::future::Future<Output = ()> + '_ {
-        std::future::poll_fn(move |cx| {
-            let mut i = self.inner.borrow_mut();
-            if i.activity != seen {
-                return std::task::Poll::Ready(());
-            }
-            match &mut i.activity_waker {
-                Some(waker) => waker.clone_from(cx.waker()),
-                None => i.activity_waker = Some(cx.waker().clone()),
-            }
-            std::task::Poll::Pending
-        })
+    /// Rung for the changes an owner that waits between its calls should look at: watch
+    /// events received, a new connection answering
+    /// ([`connections_opened`](Self::connections_opened)), the session found expired. Any call
+    /// may bring them, the heartbeat's included.
+    pub fn activity(&self) -> Doorbell {
+        self.inner.borrow().activity.clone()
     }
 
     /// Whether the session is known to be expired (then every op fails with `SessionExpired`).

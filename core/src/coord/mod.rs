@@ -21,3 +21,4 @@ pub mod wire;
 pub use auth::{AuthRole, ClusterSecret};
 pub use client::{CoordClient, CoordClientConfig, CoordError};
 pub use server::{start_coordinator, CoordNodeConfig, CoordTiming, StartError};
+pub use wait::Doorbell;

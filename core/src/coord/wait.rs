@@ -1,5 +1,5 @@
 //! Small single-threaded async primitives the coordinator's tasks share: a bounded [`Mailbox`],
-//! a one-shot [`Slot`], and [`timeout`] over the runtime's sleep.
+//! a one-shot [`Slot`], a [`Doorbell`], and [`timeout`] over the runtime's sleep.
 //!
 //! Contract: everything runs on one node's thread (no `Send`), as the `Runtime` promises; a
 //! waiting task is woken by the value's arrival. Mailboxes are bounded and drop their oldest item
@@ -139,4 +139,90 @@ pub async fn timeout<R: Runtime, T>(rt: &R, ms: u64, fut: impl Future<Output = T
         Poll::Pending
     })
     .await
+}
+
+/// A wake-up for the one task that waits on it, rung by others on its node when they leave it
+/// work: a broker's cluster task waits between its rounds on the admin queue's, the controlled
+/// shutdown's and its coordinator client's (events received, a new connection, expiry). Clones
+/// share it.
+#[derive(Clone, Debug, Default)]
+pub struct Doorbell(Rc<RefCell<Bell>>);
+
+#[derive(Debug, Default)]
+struct Bell {
+    rings: u64,
+    waker: Option<Waker>,
+}
+
+impl Doorbell {
+    pub fn ring(&self) {
+        let waker = {
+            let mut bell = self.0.borrow_mut();
+            bell.rings += 1;
+            bell.waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    /// How many times it rang so far.
+    pub fn rings(&self) -> u64 {
+        self.0.borrow().rings
+    }
+
+    /// Completes once it has rung more than `seen` times in all (at once if it already has).
+    pub fn rung_since(&self, seen: u64) -> impl Future<Output = ()> + '_ {
+        poll_fn(move |cx| {
+            let mut bell = self.0.borrow_mut();
+            if bell.rings != seen {
+                return Poll::Ready(());
+            }
+            match &mut bell.waker {
+                Some(waker) => waker.clone_from(cx.waker()),
+                None => bell.waker = Some(cx.waker().clone()),
+            }
+            Poll::Pending
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::{Context, Wake};
+
+    use super::*;
+
+    /// Counts its wakes.
+    #[derive(Default)]
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A doorbell's wait ends at the first ring after the count it was given, or at once if
+    /// that ring came before the wait began.
+    #[test]
+    fn a_doorbell_wakes_its_waiter_on_a_ring_after_the_count_it_saw() {
+        let bell = Doorbell::default();
+        let seen = bell.rings();
+        let count = Arc::new(Count::default());
+        let waker = Waker::from(count.clone());
+        let mut wait = Box::pin(bell.rung_since(seen));
+        assert!(wait.as_mut().poll(&mut Context::from_waker(&waker)).is_pending());
+        bell.ring();
+        assert_eq!(count.0.load(Ordering::Relaxed), 1, "the ring woke the waiter");
+        assert!(wait.as_mut().poll(&mut Context::from_waker(&waker)).is_ready());
+        // A ring between the reading and the wait is not lost.
+        let seen = bell.rings();
+        bell.ring();
+        let mut late = Box::pin(bell.rung_since(seen));
+        assert!(late.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_ready());
+        assert_eq!(bell.rings(), 2);
+    }
 }

@@ -63,6 +63,7 @@ use crate::controller::{
 };
 use crate::coord::client::{CoordClient, CoordClientConfig, CoordError};
 use crate::coord::tree::{CreateMode, Op, OpResult, TreeError};
+use crate::coord::Doorbell;
 use crate::error_code::ErrorCode;
 use crate::group::{Coordination, OFFSETS_TOPIC};
 use crate::ids::{BrokerId, LeaderEpoch};
@@ -78,7 +79,7 @@ use crate::protocol::api::elect_leaders::{
 use crate::runtime::Runtime;
 
 use super::replica_fetcher::{run_replica_fetcher, ReplicaFetcherConfig};
-use super::watch::{Doorbell, PartitionWatch};
+use super::watch::PartitionWatch;
 use super::{start_broker, NodeConfig, NodeError, SharedBroker};
 
 /// How a broker joins its cluster.
@@ -1075,7 +1076,7 @@ impl<R: Runtime> Session<R> {
             let rung = (
                 self.admin.doorbell().rings(),
                 self.cluster.shutdown.1.rings(),
-                self.client.activity(),
+                self.client.activity().rings(),
             );
             let mut changed = proposed
                 || !self.admin.is_empty()
@@ -1119,7 +1120,8 @@ impl<R: Runtime> Session<R> {
             let sleep = self.rt.sleep(Duration::from_millis(sleep_ms));
             let admin = self.admin.doorbell().rung_since(rung.0);
             let shutdown = self.cluster.shutdown.1.rung_since(rung.1);
-            let client = self.client.active_since(rung.2);
+            let activity = self.client.activity();
+            let client = activity.rung_since(rung.2);
             first_of(sleep, admin, shutdown, client).await;
         }
         self.refresh_wait_ms = self.refresh_wait_ms.saturating_mul(2).clamp(

@@ -167,51 +167,6 @@ impl PartitionWatch {
     }
 }
 
-/// A wake-up for the one task that waits on it (the cluster task between its rounds), rung by
-/// the node's other tasks when they leave it work: an admin request queued, the offsets topic
-/// wanted, a shutdown asked. Clones share it.
-#[derive(Clone, Debug, Default)]
-pub struct Doorbell(Rc<RefCell<Bell>>);
-
-#[derive(Debug, Default)]
-struct Bell {
-    rings: u64,
-    waker: Option<Waker>,
-}
-
-impl Doorbell {
-    pub fn ring(&self) {
-        let waker = {
-            let mut bell = self.0.borrow_mut();
-            bell.rings += 1;
-            bell.waker.take()
-        };
-        if let Some(waker) = waker {
-            waker.wake();
-        }
-    }
-
-    /// How many times it rang so far.
-    pub fn rings(&self) -> u64 {
-        self.0.borrow().rings
-    }
-
-    /// Completes once it has rung more than `seen` times in all (at once if it already has).
-    pub fn rung_since(&self, seen: u64) -> impl Future<Output = ()> + '_ {
-        std::future::poll_fn(move |cx| {
-            let mut bell = self.0.borrow_mut();
-            if bell.rings != seen {
-                return Poll::Ready(());
-            }
-            match &mut bell.waker {
-                Some(waker) => waker.clone_from(cx.waker()),
-                None => bell.waker = Some(cx.waker().clone()),
-            }
-            Poll::Pending
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::cell::Cell;
@@ -318,27 +273,6 @@ mod tests {
         assert_eq!(wakes(&idle_wakes), 1);
         assert!(done(&mut idle));
         assert_eq!(watch.waiting(), 0);
-    }
-
-    /// A doorbell's wait ends at the first ring after the count it was given, or at once if
-    /// that ring came before the wait began.
-    #[test]
-    fn a_doorbell_wakes_its_waiter_on_a_ring_after_the_count_it_saw() {
-        let bell = Doorbell::default();
-        let seen = bell.rings();
-        let count = Arc::new(Count::default());
-        let waker = Waker::from(count.clone());
-        let mut wait = Box::pin(bell.rung_since(seen));
-        assert!(wait.as_mut().poll(&mut Context::from_waker(&waker)).is_pending());
-        bell.ring();
-        assert_eq!(count.0.load(Ordering::Relaxed), 1, "the ring woke the waiter");
-        assert!(wait.as_mut().poll(&mut Context::from_waker(&waker)).is_ready());
-        // A ring between the reading and the wait is not lost.
-        let seen = bell.rings();
-        bell.ring();
-        let mut late = Box::pin(bell.rung_since(seen));
-        assert!(late.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_ready());
-        assert_eq!(bell.rings(), 2);
     }
 
     #[test]
