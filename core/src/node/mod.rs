@@ -359,13 +359,7 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
             while !pending.is_empty() {
                 let interests = pending
                     .iter()
-                    .map(|w| watch::Interest {
-                        topic: w.topic.clone(),
-                        partition: w.partition,
-                        log_end_above: None,
-                        high_watermark_at_least: Some(w.end_offset.0),
-                    })
-                    .collect();
+                    .map(|w| watch::Interest::high_watermark_at_least(&w.topic, w.partition, w.end_offset.0));
                 let recheck = config.wait_recheck_ms.min(deadline.saturating_sub(now)).max(1);
                 config
                     .watch
@@ -760,16 +754,14 @@ type AskedPartition<'a> = (Cow<'a, str>, i32, i64, i32);
 
 /// What a waiting Fetch waits for on each partition it asked: a follower's for the log end to
 /// pass its offset, a consumer's for the high watermark.
-fn fetch_interests(asked: &[AskedPartition<'_>], follower: bool) -> Vec<watch::Interest> {
-    asked
-        .iter()
-        .map(|(topic, partition, offset, _)| watch::Interest {
-            topic: topic.to_string(),
-            partition: *partition,
-            log_end_above: follower.then_some(*offset),
-            high_watermark_at_least: (!follower).then_some(offset.saturating_add(1)),
-        })
-        .collect()
+fn fetch_interests<'a>(asked: &'a [AskedPartition<'_>], follower: bool) -> impl Iterator<Item = watch::Interest> + 'a {
+    asked.iter().map(move |(topic, partition, offset, _)| {
+        if follower {
+            watch::Interest::log_end_above(topic, *partition, *offset)
+        } else {
+            watch::Interest::high_watermark_at_least(topic, *partition, offset.saturating_add(1))
+        }
+    })
 }
 
 #[cfg(test)]

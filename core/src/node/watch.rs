@@ -13,7 +13,6 @@
 //! - Single-threaded (`Rc`): one per node, shared by its tasks.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::pin;
 use std::rc::Rc;
@@ -22,9 +21,13 @@ use std::task::{Poll, Waker};
 use crate::broker::Broker;
 
 /// What a waiter waits for on one partition: its log end or high watermark to pass an offset.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// The topic is kept as a 64-bit hash of its name ([`TopicKey`]), not the name: a wait then
+/// allocates nothing for it, and a poke compares two integers. Two names with one hash would
+/// only wake a waiter for nothing, which re-checks the broker anyway (see the contract above).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Interest {
-    pub topic: String,
+    pub topic: TopicKey,
     pub partition: i32,
     /// Wake when the log end offset is above this.
     pub log_end_above: Option<i64>,
@@ -32,21 +35,74 @@ pub struct Interest {
     pub high_watermark_at_least: Option<i64>,
 }
 
+impl Interest {
+    /// Wake when `topic`/`partition`'s log end is above `offset` (a follower's fetch).
+    pub fn log_end_above(topic: &str, partition: i32, offset: i64) -> Self {
+        Interest {
+            topic: TopicKey::of(topic),
+            partition,
+            log_end_above: Some(offset),
+            high_watermark_at_least: None,
+        }
+    }
+
+    /// Wake when `topic`/`partition`'s high watermark is at least `offset` (an acks=all
+    /// produce, a consumer's fetch).
+    pub fn high_watermark_at_least(topic: &str, partition: i32, offset: i64) -> Self {
+        Interest {
+            topic: TopicKey::of(topic),
+            partition,
+            log_end_above: None,
+            high_watermark_at_least: Some(offset),
+        }
+    }
+}
+
+/// A topic name's 64-bit FNV-1a hash: deterministic, and cheap for short names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TopicKey(u64);
+
+impl TopicKey {
+    pub fn of(name: &str) -> Self {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for &b in name.as_bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        TopicKey(h)
+    }
+}
+
 #[derive(Debug)]
 struct Waiter {
+    id: u64,
     interests: Vec<Interest>,
     woken: bool,
     waker: Option<Waker>,
 }
 
+/// At most this many emptied interest lists are kept for the next waits.
+const SPARE_LISTS_MAX: usize = 64;
+
 #[derive(Debug, Default)]
 struct Inner {
     next_id: u64,
-    waiters: BTreeMap<u64, Waiter>,
+    /// The waiters in the order they came (ids rise): pokes wake them in that order. A node has
+    /// a few at a time (a request's wait, a fetcher manager's), so a vector searched by id.
+    waiters: Vec<Waiter>,
+    /// Interest lists of finished waits, emptied, for the next waits to fill without allocating.
+    spare: Vec<Vec<Interest>>,
     /// How many waiters have interests: [`PartitionWatch::poke`] has nothing to do without one.
     /// A waiter with none (woken only by `poke_all`, as the replica fetcher's manager waits for
     /// new partition state) stays out of every poke's way.
     interested: usize,
+}
+
+impl Inner {
+    fn find(&mut self, id: u64) -> Option<&mut Waiter> {
+        let i = self.waiters.binary_search_by_key(&id, |w| w.id).ok()?;
+        Some(&mut self.waiters[i])
+    }
 }
 
 /// The node's registry of waiting requests. Clones share it.
@@ -62,29 +118,37 @@ struct Registration<'a> {
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
         let mut inner = self.watch.0.borrow_mut();
-        if inner.waiters.remove(&self.id).is_some_and(|w| !w.interests.is_empty()) {
+        let Ok(i) = inner.waiters.binary_search_by_key(&self.id, |w| w.id) else {
+            return;
+        };
+        let mut w = inner.waiters.remove(i);
+        if !w.interests.is_empty() {
             inner.interested -= 1;
+        }
+        if w.interests.capacity() > 0 && inner.spare.len() < SPARE_LISTS_MAX {
+            w.interests.clear();
+            inner.spare.push(w.interests);
         }
     }
 }
 
 impl PartitionWatch {
     /// Waits until one of `interests` is met, a poke of everything, or `recheck` (a sleep of the
-    /// runtime) ends.
-    pub async fn wait(&self, interests: Vec<Interest>, recheck: impl Future<Output = ()>) {
+    /// runtime) ends. The interests are taken at the first poll.
+    pub async fn wait(&self, interests: impl IntoIterator<Item = Interest>, recheck: impl Future<Output = ()>) {
         let id = {
             let mut inner = self.0.borrow_mut();
             inner.next_id += 1;
             let id = inner.next_id;
-            inner.interested += usize::from(!interests.is_empty());
-            inner.waiters.insert(
+            let mut list = inner.spare.pop().unwrap_or_default();
+            list.extend(interests);
+            inner.interested += usize::from(!list.is_empty());
+            inner.waiters.push(Waiter {
                 id,
-                Waiter {
-                    interests,
-                    woken: false,
-                    waker: None,
-                },
-            );
+                interests: list,
+                woken: false,
+                waker: None,
+            });
             id
         };
         let _registration = Registration { watch: self, id };
@@ -92,7 +156,7 @@ impl PartitionWatch {
         std::future::poll_fn(|cx| {
             {
                 let mut inner = self.0.borrow_mut();
-                let Some(w) = inner.waiters.get_mut(&id) else {
+                let Some(w) = inner.find(id) else {
                     return Poll::Ready(());
                 };
                 if w.woken {
@@ -114,7 +178,9 @@ impl PartitionWatch {
             return;
         }
         match broker.offsets(topic, partition) {
-            Ok((_, high_watermark, log_end)) => self.poke_offsets(topic, partition, log_end.0, high_watermark.0),
+            Ok((_, high_watermark, log_end)) => {
+                self.poke_key(TopicKey::of(topic), partition, log_end.0, high_watermark.0)
+            }
             // Gone or failed: whoever waits on it must look.
             Err(_) => self.poke_all(),
         }
@@ -122,8 +188,11 @@ impl PartitionWatch {
 
     /// Wakes the waiters whose interest in `topic`/`partition` these offsets meet.
     pub fn poke_offsets(&self, topic: &str, partition: i32, log_end: i64, high_watermark: i64) {
+        self.poke_key(TopicKey::of(topic), partition, log_end, high_watermark);
+    }
+
+    fn poke_key(&self, topic: TopicKey, partition: i32, log_end: i64, high_watermark: i64) {
         self.wake(|interests| {
-            // The partition first: most interests differ there, and it costs no string compare.
             interests.iter().any(|i| {
                 i.partition == partition
                     && i.topic == topic
@@ -153,7 +222,7 @@ impl PartitionWatch {
         let mut wakers = Vec::new();
         {
             let mut inner = self.0.borrow_mut();
-            for w in inner.waiters.values_mut() {
+            for w in &mut inner.waiters {
                 if !w.woken && met(&w.interests) {
                     w.woken = true;
                     wakers.extend(w.waker.take());
@@ -189,7 +258,7 @@ mod tests {
 
     fn interest(partition: i32, log_end_above: Option<i64>, high_watermark_at_least: Option<i64>) -> Interest {
         Interest {
-            topic: "t".into(),
+            topic: TopicKey::of("t"),
             partition,
             log_end_above,
             high_watermark_at_least,
@@ -266,13 +335,51 @@ mod tests {
         assert_eq!((wakes(&idle_wakes), wakes(&interested_wakes)), (0, 1));
         drop(interested);
         assert!(!watch.has_interests(), "the interested waiter's leaving is counted");
-        let (again, _) = waiter(&watch, vec![interest(1, Some(0), None)]);
+        // The next waiter fills the list the last one left: with its own interests only.
+        let (again, again_wakes) = waiter(&watch, vec![interest(1, Some(0), None)]);
         assert!(watch.has_interests(), "and a new one's arrival");
+        watch.poke_offsets("t", 0, 9, 9);
+        assert_eq!(
+            wakes(&again_wakes),
+            0,
+            "not woken by the interests of the list it reuses"
+        );
         drop(again);
         watch.poke_all();
         assert_eq!(wakes(&idle_wakes), 1);
         assert!(done(&mut idle));
         assert_eq!(watch.waiting(), 0);
+    }
+
+    /// Pokes wake waiters in the order they came, whichever left in between (the order in
+    /// which a simulated node's tasks become ready is part of its trace).
+    #[test]
+    fn waiters_are_woken_in_the_order_they_came() {
+        /// Appends its number to a shared log when woken.
+        struct Logs(usize, Arc<std::sync::Mutex<Vec<usize>>>);
+        impl Wake for Logs {
+            fn wake(self: Arc<Self>) {
+                self.1.lock().unwrap().push(self.0);
+            }
+        }
+        let watch = PartitionWatch::default();
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut waits: Vec<Option<Pin<Box<_>>>> = Vec::new();
+        let start = |n: usize, waits: &mut Vec<Option<Pin<Box<_>>>>| {
+            let mut f = Box::pin(watch.wait(vec![interest(0, Some(0), None)], std::future::pending()));
+            let waker = Waker::from(Arc::new(Logs(n, log.clone())));
+            assert!(f.as_mut().poll(&mut Context::from_waker(&waker)).is_pending());
+            waits.push(Some(f));
+        };
+        for n in 0..4 {
+            start(n, &mut waits);
+        }
+        waits[1] = None; // leaves, its list goes spare
+        waits[2] = None;
+        start(4, &mut waits); // reuses a spare list
+        start(5, &mut waits);
+        watch.poke_offsets("t", 0, 1, 0);
+        assert_eq!(*log.lock().unwrap(), vec![0, 3, 4, 5]);
     }
 
     #[test]
