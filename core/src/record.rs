@@ -212,6 +212,14 @@ pub struct RecordView<'a> {
 }
 
 fn read_varlong(b: &[u8], at: &mut usize) -> Option<i64> {
+    // One byte below 0x80 is the whole varint (small deltas and lengths).
+    if let Some(&byte) = b.get(*at) {
+        if byte < 0x80 {
+            *at += 1;
+            let raw = u64::from(byte);
+            return Some(((raw >> 1) as i64) ^ -((raw & 1) as i64));
+        }
+    }
     let mut raw: u64 = 0;
     for shift in (0..64).step_by(7) {
         let byte = *b.get(*at)?;

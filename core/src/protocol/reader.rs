@@ -239,6 +239,14 @@ impl<'a> Reader<'a> {
 
     /// Unsigned LEB128 of at most `bytes_max` bytes.
     fn uvar(&mut self, bytes_max: usize) -> Result<u64> {
+        // One byte below 0x80 is the whole varint: lengths, counts and an empty tag section
+        // nearly always are.
+        if let Some(&b) = self.buf.get(self.pos) {
+            if b < 0x80 {
+                self.pos += 1;
+                return Ok(u64::from(b));
+            }
+        }
         let offset = self.pos;
         let mut value: u64 = 0;
         for i in 0..bytes_max {
@@ -428,6 +436,11 @@ impl<'a> Reader<'a> {
 
     /// Skips a tagged-field section (flexible versions only).
     pub fn skip_tagged_fields(&mut self, flexible: bool) -> Result<()> {
+        // No tagged fields (a count of 0, one byte): nearly every structure.
+        if flexible && self.buf.get(self.pos) == Some(&0) {
+            self.pos += 1;
+            return Ok(());
+        }
         self.tagged_fields(flexible, |_, _| Ok(false))
     }
 
