@@ -386,11 +386,17 @@ impl<R: Runtime> LeaderFetcher<R> {
             };
             match topics.last_mut().filter(|t| t.topic == task.topic) {
                 Some(t) => t.partitions.push(partition),
-                None => topics.push(FetchTopic {
-                    topic: task.topic.clone(),
-                    topic_id: crate::protocol::Uuid::ZERO,
-                    partitions: vec![partition],
-                }),
+                None => {
+                    // Room for the rest of the asked partitions: a leader's partitions are
+                    // mostly of one topic (a `vec![partition]` grew at the second).
+                    let mut partitions = Vec::with_capacity(asked.len());
+                    partitions.push(partition);
+                    topics.push(FetchTopic {
+                        topic: task.topic.clone(),
+                        topic_id: crate::protocol::Uuid::ZERO,
+                        partitions,
+                    });
+                }
             }
         }
         let request = Request::Fetch(FetchRequest {
