@@ -136,12 +136,13 @@ impl PartitionWatch {
     /// Waits until one of `interests` is met, a poke of everything, or `recheck` (a sleep of the
     /// runtime) ends. The interests are taken at the first poll.
     pub async fn wait(&self, interests: impl IntoIterator<Item = Interest>, recheck: impl Future<Output = ()>) {
+        // Filled outside the registry's borrow: the iterator is the caller's code.
+        let mut list = self.0.borrow_mut().spare.pop().unwrap_or_default();
+        list.extend(interests);
         let id = {
             let mut inner = self.0.borrow_mut();
             inner.next_id += 1;
             let id = inner.next_id;
-            let mut list = inner.spare.pop().unwrap_or_default();
-            list.extend(interests);
             inner.interested += usize::from(!list.is_empty());
             inner.waiters.push(Waiter {
                 id,
