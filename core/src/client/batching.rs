@@ -504,7 +504,7 @@ async fn sender_task<R: Runtime>(state: State, mut cluster: Cluster<R>) {
             let mut s = state.borrow_mut();
             let mut any = false;
             for (addr, keys) in by_leader {
-                any |= drain_to(&mut s, &rt, &state, &cluster, &addr, &keys);
+                any |= drain_to(&mut s, &rt, &state, &cluster, &addr, keys);
             }
             if any {
                 s.changed();
@@ -548,10 +548,10 @@ fn drain_to<R: Runtime>(
     state: &State,
     cluster: &Cluster<R>,
     addr: &str,
-    keys: &[PartitionKey],
+    keys: Vec<PartitionKey>,
 ) -> bool {
     let config = s.acc.config.clone();
-    let mut keys: VecDeque<PartitionKey> = keys.iter().cloned().collect();
+    let mut keys = VecDeque::from(keys);
     let mut built = false;
     while !keys.is_empty() {
         let in_flight = s.conns.get(addr).map_or(0, |c| c.in_flight);
