@@ -211,13 +211,17 @@ pub struct RecordView<'a> {
     pub value: Option<&'a [u8]>,
 }
 
+/// A zigzag-encoded varlong's value.
+fn unzigzag(raw: u64) -> i64 {
+    ((raw >> 1) as i64) ^ -((raw & 1) as i64)
+}
+
 fn read_varlong(b: &[u8], at: &mut usize) -> Option<i64> {
     // One byte below 0x80 is the whole varint (small deltas and lengths).
     if let Some(&byte) = b.get(*at) {
         if byte < 0x80 {
             *at += 1;
-            let raw = u64::from(byte);
-            return Some(((raw >> 1) as i64) ^ -((raw & 1) as i64));
+            return Some(unzigzag(u64::from(byte)));
         }
     }
     let mut raw: u64 = 0;
@@ -226,7 +230,7 @@ fn read_varlong(b: &[u8], at: &mut usize) -> Option<i64> {
         *at += 1;
         raw |= u64::from(byte & 0x7f) << shift;
         if byte & 0x80 == 0 {
-            return Some(((raw >> 1) as i64) ^ -((raw & 1) as i64));
+            return Some(unzigzag(raw));
         }
     }
     None

@@ -210,11 +210,11 @@ async fn call<R: Runtime>(
             if !is_create {
                 let silent_ms = rt.monotonic_ms().saturating_sub(i.last_ok_ms);
                 if i.expired || silent_ms > i.config.session_timeout_ms {
-                    let newly = !i.expired;
+                    // Rung once, when the expiry is first found (after the borrow ends).
+                    let bell = (!i.expired).then(|| i.activity.clone());
                     i.expired = true;
-                    let bell = i.activity.clone();
                     drop(i);
-                    if newly {
+                    if let Some(bell) = bell {
                         bell.ring();
                     }
                     return Err(CoordError::SessionExpired);

@@ -21,4 +21,6 @@ pub mod wire;
 pub use auth::{AuthRole, ClusterSecret};
 pub use client::{CoordClient, CoordClientConfig, CoordError};
 pub use server::{start_coordinator, CoordNodeConfig, CoordTiming, StartError};
+#[cfg(test)]
+pub(crate) use wait::Count;
 pub use wait::Doorbell;

@@ -187,23 +187,26 @@ impl Doorbell {
     }
 }
 
+/// A waker that counts its wakes, for the tests of these primitives and of the node's
+/// `PartitionWatch`.
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct Count(pub(crate) std::sync::atomic::AtomicUsize);
+
+#[cfg(test)]
+impl std::task::Wake for Count {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::Ordering;
     use std::sync::Arc;
-    use std::task::{Context, Wake};
+    use std::task::Context;
 
     use super::*;
-
-    /// Counts its wakes.
-    #[derive(Default)]
-    struct Count(AtomicUsize);
-
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::Relaxed);
-        }
-    }
 
     /// A doorbell's wait ends at the first ring after the count it was given, or at once if
     /// that ring came before the wait began.

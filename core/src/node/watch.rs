@@ -241,21 +241,12 @@ impl PartitionWatch {
 mod tests {
     use std::cell::Cell;
     use std::pin::Pin;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::Ordering;
     use std::sync::Arc;
     use std::task::{Context, Wake};
 
     use super::*;
-
-    /// Counts its wakes.
-    #[derive(Default)]
-    struct Count(AtomicUsize);
-
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::Relaxed);
-        }
-    }
+    use crate::coord::Count;
 
     fn interest(partition: i32, log_end_above: Option<i64>, high_watermark_at_least: Option<i64>) -> Interest {
         Interest {
