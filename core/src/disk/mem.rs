@@ -11,9 +11,12 @@ use std::collections::BTreeMap;
 
 use super::{Disk, DiskError};
 
+mod chunks;
+use chunks::Chunks;
+
 #[derive(Clone, Debug, Default)]
 struct MemFile {
-    data: Vec<u8>,
+    data: Chunks,
     /// `data[..durable_len]` is on stable storage.
     durable_len: usize,
     /// Durable bytes beyond `durable_len` that an unsynced truncation removed from `data`.
@@ -106,8 +109,10 @@ impl MemDisk {
                 if keep_unsynced > 0 && next(&mut state).is_multiple_of(3) {
                     let garbage = 1 + (next(&mut state) as usize) % keep_unsynced.min(16);
                     let end = file.data.len();
-                    for b in &mut file.data[end - garbage..] {
-                        *b = next(&mut state) as u8;
+                    for pos in end - garbage..end {
+                        if let Some(b) = file.data.byte_mut(pos) {
+                            *b = next(&mut state) as u8;
+                        }
                     }
                 }
             }
@@ -120,7 +125,8 @@ impl MemDisk {
     pub fn flip_bit(&mut self, path: &str, pos: u64, bit: u8) -> Result<(), DiskError> {
         let file = self.file_mut(path)?;
         let len = file.data.len() as u64;
-        let byte = file.data.get_mut(pos as usize).ok_or(DiskError::UnexpectedEof {
+        let pos_in = usize::try_from(pos).unwrap_or(usize::MAX);
+        let byte = file.data.byte_mut(pos_in).ok_or(DiskError::UnexpectedEof {
             path: path.to_string(),
             pos,
             wanted: 1,
@@ -135,17 +141,13 @@ impl MemDisk {
     pub fn overwrite(&mut self, path: &str, pos: u64, bytes: &[u8]) -> Result<(), DiskError> {
         let file = self.file_mut(path)?;
         let len = file.data.len() as u64;
-        let end = pos.checked_add(bytes.len() as u64).filter(|&end| end <= len);
-        let Some(end) = end else {
-            return Err(DiskError::UnexpectedEof {
-                path: path.to_string(),
-                pos,
-                wanted: bytes.len(),
-                len,
-            });
-        };
-        file.data[pos as usize..end as usize].copy_from_slice(bytes);
-        Ok(())
+        let at = usize::try_from(pos).unwrap_or(usize::MAX);
+        file.data.overwrite(at, bytes).ok_or_else(|| DiskError::UnexpectedEof {
+            path: path.to_string(),
+            pos,
+            wanted: bytes.len(),
+            len,
+        })
     }
 
     /// Bytes held in all files (what a capacity limit counts).
@@ -246,19 +248,13 @@ impl Disk for MemDisk {
     fn read_at(&self, path: &str, pos: u64, buf: &mut [u8]) -> Result<(), DiskError> {
         let file = self.file(path)?;
         let len = file.data.len() as u64;
-        let end = pos.checked_add(buf.len() as u64);
-        match end {
-            Some(end) if end <= len => {
-                buf.copy_from_slice(&file.data[pos as usize..end as usize]);
-                Ok(())
-            }
-            _ => Err(DiskError::UnexpectedEof {
-                path: path.to_string(),
-                pos,
-                wanted: buf.len(),
-                len,
-            }),
-        }
+        let at = usize::try_from(pos).unwrap_or(usize::MAX);
+        file.data.read(at, buf).ok_or_else(|| DiskError::UnexpectedEof {
+            path: path.to_string(),
+            pos,
+            wanted: buf.len(),
+            len,
+        })
     }
 
     fn sync(&mut self, path: &str) -> Result<(), DiskError> {
@@ -275,7 +271,7 @@ impl Disk for MemDisk {
             return Ok(());
         }
         if len < file.durable_len {
-            let mut tail = file.data[len..file.durable_len].to_vec();
+            let mut tail = file.data.to_vec(len, file.durable_len).unwrap_or_default();
             tail.extend_from_slice(&file.undone_tail);
             file.undone_tail = tail;
             file.durable_len = len;
