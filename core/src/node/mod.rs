@@ -32,7 +32,7 @@ use thiserror::Error;
 
 use crate::broker::{Broker, BrokerConfig, BrokerError, TopicId};
 use crate::error_code::ErrorCode;
-use crate::group::Reply;
+use crate::group::{Reply, OFFSETS_TOPIC};
 use crate::protocol::api::api_versions::ApiVersionsResponse;
 use crate::protocol::api::{heartbeat, join_group, leave_group, sync_group};
 use crate::protocol::{decode_request_bytes, encode_response, encode_response_with, DecodeError, Limits, Request};
@@ -338,11 +338,8 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
             let (mut resp, mut pending) =
                 rt.with_disk(|disk| handlers::produce_parked(&mut broker.borrow_mut(), disk, req, now));
             resp.topics.extend(refused);
-            if req.acks == 0 {
-                return Outcome::NoReply;
-            }
-            // acks=all on a replicated partition: parked until the HW passes the batch, the
-            // request's timeout, or a leadership change.
+            // New records: followers' fetches waiting at the old log end answer now, whatever
+            // the acks (Kafka completes delayed fetches after every leader append).
             {
                 let b = broker.borrow();
                 for t in &req.topics {
@@ -351,6 +348,11 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
                     }
                 }
             }
+            if req.acks == 0 {
+                return Outcome::NoReply;
+            }
+            // acks=all on a replicated partition: parked until the HW passes the batch, the
+            // request's timeout, or a leadership change.
             let timeout_ms = u64::try_from(req.timeout_ms.max(0)).unwrap_or(0);
             // One clock reading serves each pass up to its wait (a pass does not take long; in the
             // simulator the clock only moves across an await).
@@ -557,6 +559,8 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
             // any member gets its assignment.
             let store = rt.with_disk(|disk| broker.borrow_mut().begin_group_store(disk, &req.group_id, now));
             if let Some(pending) = store {
+                // Appended to the offsets partition: its followers' waiting fetches answer now.
+                config.watch.poke(&broker.borrow(), OFFSETS_TOPIC, pending.partition);
                 let deadline = rt.monotonic_ms().saturating_add(OFFSETS_COMMIT_TIMEOUT_MS);
                 loop {
                     let timed_out = rt.monotonic_ms() >= deadline;
@@ -597,6 +601,8 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
                 // `offsets.commit.timeout.ms` passes.
                 Err(waiting) => {
                     let (request, pending) = *waiting;
+                    // Appended to the offsets partition, as above.
+                    config.watch.poke(&broker.borrow(), OFFSETS_TOPIC, pending.partition);
                     let deadline = rt.monotonic_ms().saturating_add(OFFSETS_COMMIT_TIMEOUT_MS);
                     loop {
                         let timed_out = rt.monotonic_ms() >= deadline;

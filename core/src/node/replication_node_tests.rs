@@ -862,3 +862,63 @@ fn the_fetcher_manager_starts_a_fetcher_at_the_poke_after_new_state() {
         }
     }
 }
+
+/// A follower's fetch waiting at the leader's log end is answered at the leader's next append,
+/// whatever the produce's acks, as Kafka completes delayed fetches after every leader append.
+/// Before, an acks=0 produce woke nobody: the follower had the record only when its fetch's wait
+/// (`replica.fetch.wait.max.ms`, 500 ms) ran out.
+#[test]
+fn a_follower_waiting_at_the_log_end_gets_an_acks_0_record_at_once() {
+    let net = Rc::new(Net::default());
+    let mut tasks = Vec::new();
+    let (rts, brokers) = two_brokers_of(&net, 2, &mut tasks);
+    let record = TopicRecord {
+        topic_id_hex: crate::broker::TopicId::from_random(3, 4).to_hex(),
+        assignment: [(0, vec![BrokerId(0), BrokerId(1)])].into(),
+        reassigning: BTreeMap::new(),
+        configs: BTreeMap::new(),
+    };
+    let state = PartitionState {
+        leader: Some(BrokerId(0)),
+        leader_epoch: LeaderEpoch(1),
+        isr: vec![BrokerId(0), BrokerId(1)],
+        controller_epoch: 1,
+        elr: Vec::new(),
+    };
+    let b = |i: i32| brokers.borrow()[&i].clone();
+    apply(&rts[0], &b(0), &record, &state, &[0, 1]);
+    apply(&rts[1], &b(1), &record, &state, &[0, 1]);
+    rts[1].spawn(run_replica_fetcher(
+        rts[1].clone(),
+        b(1),
+        ReplicaFetcherConfig::default(),
+    ));
+    let sent = Rc::new(Cell::new(0i64));
+    let (client_rt, sent2) = (rts[0].clone(), sent.clone());
+    rts[0].spawn(async move {
+        let mut conn = KafkaConn::connect(&client_rt, &addr(0), "test", 20_000)
+            .await
+            .expect("connect");
+        // acks=1 first: the follower's fetcher is then running and its next fetch waits.
+        conn.call(&produce_sized(1, 1, 4), 9).await.expect("answer");
+        sent2.set(1);
+        // Well inside the follower's fetch wait (500 ms), then acks=0 (no answer comes).
+        client_rt.sleep(Duration::from_millis(50)).await;
+        conn.send_only(&produce_sized(2, 0, 4), 9).await.expect("send");
+        sent2.set(2);
+    });
+    let follower_end = || b(1).borrow().offsets(T, 0).expect("hosted").2;
+    run(&net, &mut tasks, 2_000, || follower_end() == Offset(1));
+    run(&net, &mut tasks, 2_000, || sent.get() == 2);
+    assert_eq!(
+        b(0).borrow().offsets(T, 0).expect("hosted").2,
+        Offset(2),
+        "the leader appended the acks=0 record"
+    );
+    let took = run(&net, &mut tasks, 2_000, || follower_end() == Offset(2));
+    println!("the follower had the acks=0 record {took} ms after it was sent (its fetch waits up to 500 ms)");
+    assert!(
+        took < 50,
+        "the follower's waiting fetch was not woken by the append: {took} ms"
+    );
+}

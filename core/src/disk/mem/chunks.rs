@@ -121,7 +121,9 @@ mod tests {
     fn behaves_as_a_plain_vector_across_block_boundaries() {
         let mut state = 7u64;
         let mut rand = move |below: usize| {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((state >> 33) as usize) % below.max(1)
         };
         let mut chunks = Chunks::default();
@@ -184,7 +186,11 @@ mod tests {
                 model.truncate(CHUNK + 5);
             }
         }
-        assert_eq!(chunks.to_vec(0, model.len()), Some(model.clone()), "whole file at the end");
+        assert_eq!(
+            chunks.to_vec(0, model.len()),
+            Some(model.clone()),
+            "whole file at the end"
+        );
         assert!(crossings > 50, "only {crossings} reads crossed a block boundary");
     }
 
