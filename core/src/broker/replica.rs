@@ -542,7 +542,8 @@ impl Broker {
     /// A follower's Fetch (replica_id >= 0) at the leader, first half: records the follower's
     /// fetch offset as its log end and when it was last caught up (Kafka's rule: caught up when
     /// it fetched from at least the leader's log end as of this fetch, or of its previous one),
-    /// and moves the HW. Then [`Broker::replica_read`] reads.
+    /// and moves the HW. Then [`Broker::replica_read`] reads. Returns whether the HW moved (the
+    /// only offset a waiting request watches that a follower's fetch can change).
     pub fn record_follower_fetch(
         &mut self,
         topic: &str,
@@ -550,7 +551,7 @@ impl Broker {
         replica: BrokerId,
         offset: Offset,
         now_ms: i64,
-    ) -> Result<(), ErrorCode> {
+    ) -> Result<bool, ErrorCode> {
         let part = self
             .partitions
             .get_mut(topic, partition)
@@ -578,10 +579,11 @@ impl Broker {
         }
         p.last_fetch_leader_leo = leo;
         p.last_fetch_ms = now_ms;
-        if maybe_advance_hw(part) {
+        let advanced = maybe_advance_hw(part);
+        if advanced {
             self.hw_checkpoint_dirty = true;
         }
-        Ok(())
+        Ok(advanced)
     }
 
     /// Whether a Fetch of this partition from `offset` would answer no records and no error

@@ -200,6 +200,36 @@ fn leader_and_follower_high_watermarks() {
     assert_eq!(contents(&c[0]).len(), 2, "compared two records");
 }
 
+/// A follower's fetch names the partitions whose waiting requests may care: those whose HW it
+/// moved, and those that refused it. The node pokes only these; a fetch that moves nothing
+/// (the usual repeat at the log end) pokes nobody.
+#[test]
+fn a_follower_fetch_names_only_partitions_whose_hw_moved_or_that_refused_it() {
+    let (mut c, _) = three_in_sync();
+    produce(&mut c[0], 1, 1, 0).expect("acks=1");
+    let named = |c: &mut [Node], replica: i32, offset: i64, epoch: i32| -> Vec<(String, i32)> {
+        let req = FetchRequest::of_one(T, 0, replica, epoch, offset);
+        let moved = handlers::record_follower_fetches(&mut c[0].broker, &req, 12, 1);
+        moved.into_iter().map(|(t, p)| (t.into_owned(), p)).collect()
+    };
+    let none: Vec<(String, i32)> = Vec::new();
+    let ours = vec![(T.to_string(), 0)];
+    assert_eq!(
+        named(&mut c, 1, 1, -1),
+        none,
+        "follower 1 has it; follower 2 holds the HW back"
+    );
+    assert_eq!(named(&mut c, 2, 0, -1), none, "follower 2 has nothing yet");
+    assert_eq!(hw(&c[0]), Offset(0));
+    assert_eq!(named(&mut c, 2, 1, -1), ours, "every ISR member has it: the HW moved");
+    assert_eq!(hw(&c[0]), Offset(1));
+    assert_eq!(named(&mut c, 2, 1, -1), none, "the same offset again moves nothing");
+    assert_eq!(named(&mut c, 1, 1, 0), ours, "an older leader epoch is refused");
+    assert_eq!(named(&mut c, 1, 5, -1), ours, "an offset past the log end is refused");
+    let consumer = FetchRequest::of_one(T, 0, -1, -1, 0);
+    assert!(handlers::record_follower_fetches(&mut c[0].broker, &consumer, 12, 1).is_empty());
+}
+
 #[test]
 fn acks_all_waits_for_the_isr_and_completes() {
     let (mut c, _) = three_in_sync();

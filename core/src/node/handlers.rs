@@ -657,27 +657,40 @@ pub(crate) fn fetch_topic_name<'r>(broker: &Broker, t: &'r FetchTopic, version: 
 }
 
 /// The first half of [`fetch_recording`]: a follower's (replica_id >= 0) fetch offsets
-/// recorded (its progress, the HW); nothing for a consumer's fetch.
-pub fn record_follower_fetches(broker: &mut Broker, req: &FetchRequest, version: i16, now_ms: i64) {
+/// recorded (its progress, the HW); nothing for a consumer's fetch. Returns the partitions a
+/// waiting request may now care about, in the request's order: those whose HW moved, and those
+/// the record refused (gone, not led here, another epoch: whoever waits on them must look).
+/// Any other partition's watched offsets are as they were (a follower's fetch moves no log end).
+pub fn record_follower_fetches<'r>(
+    broker: &mut Broker,
+    req: &'r FetchRequest,
+    version: i16,
+    now_ms: i64,
+) -> Vec<(Cow<'r, str>, i32)> {
+    let mut moved = Vec::new();
     if req.replica_id >= 0 {
         for t in &req.topics {
             let Some(name) = fetch_topic_name(broker, t, version) else {
                 continue;
             };
             for p in &t.partitions {
-                if check_leader_epoch(broker, &name, p.partition, p.current_leader_epoch).is_ok() {
-                    // A refusal shows again, as the partition's error, when it is read.
-                    let _ = broker.record_follower_fetch(
+                // A refusal shows again, as the partition's error, when it is read.
+                let advanced = check_leader_epoch(broker, &name, p.partition, p.current_leader_epoch).and_then(|()| {
+                    broker.record_follower_fetch(
                         &name,
                         p.partition,
                         BrokerId(req.replica_id),
                         Offset(p.fetch_offset),
                         now_ms,
-                    );
+                    )
+                });
+                if advanced != Ok(false) {
+                    moved.push((name.clone(), p.partition));
                 }
             }
         }
     }
+    moved
 }
 
 /// OffsetForLeaderEpoch: where each asked epoch ends in the leader's log (KIP-279).

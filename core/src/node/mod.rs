@@ -410,21 +410,24 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
                 let mut quota = config.leader_throttle.as_ref().map(|t| t.borrow_mut());
                 let leader_quota = quota.as_deref_mut().map(|t| (t, now));
                 let skip = may_skip && now < deadline;
-                let answer = rt.with_disk(|disk| {
+                let (answer, moved) = rt.with_disk(|disk| {
                     let now = rt.now_ms();
                     let b = &mut broker.borrow_mut();
-                    handlers::record_follower_fetches(b, req, version, now);
+                    let moved = handlers::record_follower_fetches(b, req, version, now);
                     let empty = skip
                         && asked.iter().all(|(topic, partition, offset, epoch)| {
                             b.fetch_is_empty(topic, *partition, reader, crate::ids::Offset(*offset), *epoch)
                         });
-                    (!empty).then(|| handlers::fetch_with(b, disk, req, version, zero_copy, leader_quota))
+                    let answer = (!empty).then(|| handlers::fetch_with(b, disk, req, version, zero_copy, leader_quota));
+                    (answer, moved)
                 });
                 drop(quota);
-                if follower {
-                    // The follower's fetch offset may have moved the high watermark.
+                // The follower's fetch offsets may have moved high watermarks: a poke of each
+                // partition whose HW moved (or that refused the record). The others' watched
+                // offsets are unchanged, so their poke would wake nobody.
+                if !moved.is_empty() {
                     let b = broker.borrow();
-                    for (topic, partition, _, _) in &asked {
+                    for (topic, partition) in &moved {
                         config.watch.poke(&b, topic, *partition);
                     }
                 }
