@@ -37,6 +37,10 @@ pub use config::LogConfig;
 pub use epoch::EpochCache;
 use segment::{ScanEnd, Segment};
 
+/// A read walks the headers after its first batch in memory when at most this many bytes of the
+/// segment follow it (read at once); else one header read at a time.
+const TAIL_WALK_BYTES_MAX: usize = 8 * 1024;
+
 /// The file holding the offset below which every segment was synced with its indexes.
 pub const RECOVERY_POINT_FILE: &str = "recovery-point-checkpoint";
 
@@ -657,12 +661,35 @@ impl Log {
         }
         let mut len = first.total_bytes() as u64;
         let mut next = first.next_offset();
-        while let Some(h) = segment::read_header(disk, &seg.log_path, position + len, seg.size)? {
-            if h.base_offset != next || h.next_offset() > limit || len + h.total_bytes() as u64 > max_bytes {
-                break;
+        // The following batches while they fit. Near the segment's end (a follower or consumer
+        // that keeps up), the rest of the file is read once and its headers walked in memory: one
+        // read instead of one per header. The walk and where it stops are the same either way.
+        let rest = seg.size.saturating_sub(position + len);
+        if rest <= TAIL_WALK_BYTES_MAX as u64 {
+            let mut tail = vec![0u8; rest as usize];
+            if tail.len() >= record::HEADER_BYTES {
+                disk.read_at(&seg.log_path, position + len, &mut tail)?;
             }
-            len += h.total_bytes() as u64;
-            next = h.next_offset();
+            let mut at = 0usize;
+            while let Some(h) = tail
+                .get(at..at.saturating_add(record::HEADER_BYTES))
+                .and_then(|b| BatchHeader::parse(b).ok())
+            {
+                if h.base_offset != next || h.next_offset() > limit || len + h.total_bytes() as u64 > max_bytes {
+                    break;
+                }
+                len += h.total_bytes() as u64;
+                next = h.next_offset();
+                at = at.saturating_add(h.total_bytes());
+            }
+        } else {
+            while let Some(h) = segment::read_header(disk, &seg.log_path, position + len, seg.size)? {
+                if h.base_offset != next || h.next_offset() > limit || len + h.total_bytes() as u64 > max_bytes {
+                    break;
+                }
+                len += h.total_bytes() as u64;
+                next = h.next_offset();
+            }
         }
         Ok(ReadSlice {
             path: seg.log_path.clone(),

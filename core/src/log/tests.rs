@@ -368,3 +368,77 @@ fn a_failed_sync_poisons_the_log() {
         Err(LogError::Failed(_))
     ));
 }
+
+/// A read returns the batch holding the offset and the following whole batches of its segment
+/// that fit `max_bytes` and end by the limit: checked against the batches as appended, from every
+/// offset, with limits and sizes that stop the walk at every kind of place. Reads far from the
+/// segment's end walk the headers one disk read at a time, reads near it walk the rest of the
+/// file in memory (`TAIL_WALK_BYTES_MAX`): both ways are covered, and must agree.
+#[test]
+fn reads_return_the_batches_that_fit_far_from_and_near_the_segment_end() {
+    let mut disk = MemDisk::new();
+    let mut log = open(
+        &mut disk,
+        LogConfig {
+            segment_bytes: 1 << 20,
+            ..LogConfig::default()
+        },
+    );
+    // (base offset, next offset, position, bytes) of each batch, in one segment.
+    let mut batches: Vec<(i64, i64, u64, u64)> = Vec::new();
+    let mut position = 0u64;
+    for i in 0..300usize {
+        let mut bytes = batch(1 + i % 4, 10, 20 + (i * 37) % 90);
+        let len = bytes.len() as u64;
+        let info = log
+            .append_as_leader(&mut disk, &mut bytes, LeaderEpoch(1), 10)
+            .expect("append");
+        batches.push((info.base_offset.0, info.last_offset.0 + 1, position, len));
+        position += len;
+    }
+    assert_eq!(log.segments.len(), 1, "one segment, so every read may walk to the end");
+    let end = log.log_end_offset().0;
+    let (mut compared, mut near, mut far) = (0usize, 0usize, 0usize);
+    for offset in 0..end {
+        let i = batches.iter().position(|b| b.1 > offset).expect("offset below the end");
+        for max_bytes in [1, 200, 1_000, 5_000, 1 << 20] {
+            for limit in [
+                None,
+                Some(Offset(offset + 1)),
+                Some(Offset(offset + 40)),
+                Some(Offset(end - 3)),
+            ] {
+                let got = log.read(&disk, Offset(offset), max_bytes, limit).expect("read");
+                let limit_at = limit.map_or(end, |l| l.0.min(end));
+                let want = if batches[i].1 > limit_at {
+                    None
+                } else {
+                    let mut j = i + 1;
+                    let mut len = batches[i].3;
+                    while j < batches.len() && batches[j].1 <= limit_at && len + batches[j].3 <= max_bytes {
+                        len += batches[j].3;
+                        j += 1;
+                    }
+                    Some((batches[i].2, len, batches[i].0, batches[j - 1].1))
+                };
+                let got_tuple = (got.len > 0).then_some((got.position, got.len, got.first_offset.0, got.next_offset.0));
+                assert_eq!(
+                    got_tuple, want,
+                    "read from {offset}, max {max_bytes} bytes, limit {limit:?}"
+                );
+                let rest = position - (batches[i].2 + batches[i].3);
+                if rest <= TAIL_WALK_BYTES_MAX as u64 {
+                    near += 1;
+                } else {
+                    far += 1;
+                }
+                compared += 1;
+            }
+        }
+    }
+    println!("{compared} reads compared: {near} walked in memory near the end, {far} header by header");
+    assert!(
+        near > 1_000 && far > 1_000,
+        "both walks covered: {near} near, {far} far"
+    );
+}
