@@ -409,15 +409,19 @@ impl Log {
                 segment_bytes: self.config.segment_bytes,
             });
         }
-        // The callers validated every batch: parse the headers once, for the roll and the tracking.
-        let mut headers = Vec::new();
-        let mut at = 0usize;
-        while at < records.len() {
-            let h = BatchHeader::parse(&records[at..]).expect("validated before writing");
-            headers.push((at, h));
-            at += h.total_bytes();
-        }
-        let incoming_max_timestamp = headers.iter().map(|(_, h)| h.max_timestamp).max().unwrap_or(-1);
+        // The callers validated every batch. Its headers are parsed again at each use rather
+        // than collected: a record set is nearly always one batch, and the vector cost more than
+        // the parses.
+        let headers = || {
+            let mut at = 0usize;
+            std::iter::from_fn(move || {
+                let h = BatchHeader::parse(records.get(at..)?).ok()?;
+                let found = (at, h);
+                at += h.total_bytes();
+                Some(found)
+            })
+        };
+        let incoming_max_timestamp = headers().map(|(_, h)| h.max_timestamp).max().unwrap_or(-1);
         if self.should_roll(total, incoming_max_timestamp) {
             self.roll(disk, now_ms)?;
         }
@@ -427,13 +431,21 @@ impl Log {
         // the log: the broker then left that batch out of its producer state, and the producer's
         // retry was written a second time. A checkpoint entry past the log end, if the data
         // write then fails, is harmless: recovery drops epochs that start at or after the end.
-        let mut epochs = self.epochs.clone();
-        let mut epochs_changed = false;
-        for (_, h) in &headers {
-            epochs_changed |= epochs.assign(h.partition_leader_epoch, h.base_offset);
-        }
-        if epochs_changed {
-            disk.write_file_atomic(&format!("{}/{}", self.dir, epoch::FILE), &epochs.encode())?;
+        // Only a batch of an epoch newer than the latest changes the cache (`assign`): without
+        // one, the cache is neither copied nor written.
+        let latest = self.epochs.latest();
+        let new_epoch = headers().any(|(_, h)| latest.is_none_or(|l| h.partition_leader_epoch > l));
+        let mut changed_epochs = None;
+        if new_epoch {
+            let mut epochs = self.epochs.clone();
+            let mut epochs_changed = false;
+            for (_, h) in headers() {
+                epochs_changed |= epochs.assign(h.partition_leader_epoch, h.base_offset);
+            }
+            if epochs_changed {
+                disk.write_file_atomic(&format!("{}/{}", self.dir, epoch::FILE), &epochs.encode())?;
+            }
+            changed_epochs = Some(epochs);
         }
         let interval = self.config.index_interval_bytes;
         let seg = self
@@ -459,13 +471,15 @@ impl Log {
         // From here nothing can fail: the batches are in the log, and the append must say so.
         seg.dirty = true;
         let mut span: Option<(Offset, Offset)> = None;
-        for (at, h) in &headers {
-            seg.track(h, position + *at as u64, interval);
+        for (at, h) in headers() {
+            seg.track(&h, position + at as u64, interval);
             self.unflushed_records += u64::from(h.record_count.max(0).unsigned_abs());
             span = Some((span.map_or(h.base_offset, |s| s.0), h.last_offset()));
         }
         let (base_offset, last_offset) = span.expect("a validated record set has a batch");
-        self.epochs = epochs;
+        if let Some(epochs) = changed_epochs {
+            self.epochs = epochs;
+        }
         self.unflushed_since_ms.get_or_insert(now_ms);
         Ok(AppendInfo {
             base_offset,
