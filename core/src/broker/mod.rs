@@ -591,7 +591,7 @@ impl Broker {
         // Only sets naming a producer pay for the producer checks, and for validating the set
         // here first: a corrupt batch must be refused as corrupt, not judged by its sequence.
         let idempotent = producer_state::claims_producer(records);
-        if idempotent {
+        let validated = if idempotent {
             let headers = record::validate_record_set(records, state.log.config().max_message_bytes)
                 .map_err(|e| log_error_code(&LogError::Batch(e)))?;
             if let Verdict::Duplicate { base_offset } = state.producers.check(&headers)? {
@@ -604,11 +604,18 @@ impl Broker {
                     leader_epoch: state.leader_epoch,
                 });
             }
-        }
-        let info = state
-            .log
-            .append_as_leader(disk, records, state.leader_epoch, now_ms)
-            .map_err(|e| log_error_code(&e))?;
+            Some(headers)
+        } else {
+            None
+        };
+        // Validated above (an idempotent set) or by the log: each batch's CRC is checked once.
+        let appended = match &validated {
+            Some(headers) => state
+                .log
+                .append_validated_as_leader(disk, records, headers, state.leader_epoch, now_ms),
+            None => state.log.append_as_leader(disk, records, state.leader_epoch, now_ms),
+        };
+        let info = appended.map_err(|e| log_error_code(&e))?;
         if idempotent {
             // The log rewrote the offsets in place; record each batch where it landed.
             let mut at = 0;

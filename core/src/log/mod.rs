@@ -342,6 +342,22 @@ impl Log {
     ) -> Result<AppendInfo, LogError> {
         self.check_failed()?;
         let headers = record::validate_record_set(records, self.config.max_message_bytes)?;
+        self.append_validated_as_leader(disk, records, &headers, epoch, now_ms)
+    }
+
+    /// [`append_as_leader`](Self::append_as_leader) of a record set the caller validated:
+    /// `headers` is what `record::validate_record_set(records, max.message.bytes)` returned for
+    /// it (the broker validates an idempotent producer's set before its sequence checks, and
+    /// the log need not check its CRCs a second time).
+    pub fn append_validated_as_leader<D: Disk>(
+        &mut self,
+        disk: &mut D,
+        records: &mut [u8],
+        headers: &[BatchHeader],
+        epoch: LeaderEpoch,
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
+        self.check_failed()?;
         if let Some(latest) = self.epochs.latest() {
             if epoch < latest {
                 return Err(LogError::StaleEpoch { got: epoch, latest });
@@ -349,7 +365,7 @@ impl Log {
         }
         let mut next = self.log_end_offset();
         let mut at = 0;
-        for h in &headers {
+        for h in headers {
             record::set_offset_and_epoch(&mut records[at..], next, epoch);
             next = next.plus(i64::from(h.last_offset_delta) + 1);
             at += h.total_bytes();
