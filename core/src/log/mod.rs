@@ -694,31 +694,39 @@ impl Log {
         // The following batches while they fit. Near the segment's end (a follower or consumer
         // that keeps up), the rest of the file is read once and its headers walked in memory: one
         // read instead of one per header. The walk and where it stops are the same either way.
-        let rest = seg.size.saturating_sub(position + len);
+        let from = position + len;
+        let rest = seg.size.saturating_sub(from);
+        // Takes the next batch if it continues the read and fits; false ends the walk.
+        let mut take = |h: &BatchHeader| {
+            let fits = h.base_offset == next && h.next_offset() <= limit && len + h.total_bytes() as u64 <= max_bytes;
+            if fits {
+                len += h.total_bytes() as u64;
+                next = h.next_offset();
+            }
+            fits
+        };
         if rest <= TAIL_WALK_BYTES_MAX as u64 {
             let mut tail = vec![0u8; rest as usize];
             if tail.len() >= record::HEADER_BYTES {
-                disk.read_at(&seg.log_path, position + len, &mut tail)?;
+                disk.read_at(&seg.log_path, from, &mut tail)?;
             }
             let mut at = 0usize;
             while let Some(h) = tail
                 .get(at..at.saturating_add(record::HEADER_BYTES))
                 .and_then(|b| BatchHeader::parse(b).ok())
             {
-                if h.base_offset != next || h.next_offset() > limit || len + h.total_bytes() as u64 > max_bytes {
+                if !take(&h) {
                     break;
                 }
-                len += h.total_bytes() as u64;
-                next = h.next_offset();
                 at = at.saturating_add(h.total_bytes());
             }
         } else {
-            while let Some(h) = segment::read_header(disk, &seg.log_path, position + len, seg.size)? {
-                if h.base_offset != next || h.next_offset() > limit || len + h.total_bytes() as u64 > max_bytes {
+            let mut at = from;
+            while let Some(h) = segment::read_header(disk, &seg.log_path, at, seg.size)? {
+                if !take(&h) {
                     break;
                 }
-                len += h.total_bytes() as u64;
-                next = h.next_offset();
+                at += h.total_bytes() as u64;
             }
         }
         Ok(ReadSlice {

@@ -247,6 +247,24 @@ fn apply(rt: &Rt, broker: &SharedBroker, record: &TopicRecord, state: &Partition
     broker.borrow_mut().set_cluster_view(view(record, state, live));
 }
 
+/// Partition 0 on brokers 0 and 1, led by 0, both in the ISR (min.insync.replicas 1).
+fn led_by_0_followed_by_1() -> (TopicRecord, PartitionState) {
+    let record = TopicRecord {
+        topic_id_hex: crate::broker::TopicId::from_random(3, 4).to_hex(),
+        assignment: [(0, vec![BrokerId(0), BrokerId(1)])].into(),
+        reassigning: BTreeMap::new(),
+        configs: BTreeMap::new(),
+    };
+    let state = PartitionState {
+        leader: Some(BrokerId(0)),
+        leader_epoch: LeaderEpoch(1),
+        isr: vec![BrokerId(0), BrokerId(1)],
+        controller_epoch: 1,
+        elr: Vec::new(),
+    };
+    (record, state)
+}
+
 fn produce_request(marker: u8) -> Request {
     produce_sized(marker, -1, 4)
 }
@@ -814,19 +832,7 @@ fn the_fetcher_manager_starts_a_fetcher_at_the_poke_after_new_state() {
         let mut tasks = Vec::new();
         let (rts, brokers) = two_brokers_of(&net, 2, &mut tasks);
         let b = |i: i32| brokers.borrow()[&i].clone();
-        let record = TopicRecord {
-            topic_id_hex: crate::broker::TopicId::from_random(3, 4).to_hex(),
-            assignment: [(0, vec![BrokerId(0), BrokerId(1)])].into(),
-            reassigning: BTreeMap::new(),
-            configs: BTreeMap::new(),
-        };
-        let state = PartitionState {
-            leader: Some(BrokerId(0)),
-            leader_epoch: LeaderEpoch(1),
-            isr: vec![BrokerId(0), BrokerId(1)],
-            controller_epoch: 1,
-            elr: Vec::new(),
-        };
+        let (record, state) = led_by_0_followed_by_1();
         apply(&rts[0], &b(0), &record, &state, &[0, 1]);
         let (client_rt, written) = (rts[0].clone(), Rc::new(Cell::new(false)));
         let written2 = written.clone();
@@ -872,19 +878,7 @@ fn a_follower_waiting_at_the_log_end_gets_an_acks_0_record_at_once() {
     let net = Rc::new(Net::default());
     let mut tasks = Vec::new();
     let (rts, brokers) = two_brokers_of(&net, 2, &mut tasks);
-    let record = TopicRecord {
-        topic_id_hex: crate::broker::TopicId::from_random(3, 4).to_hex(),
-        assignment: [(0, vec![BrokerId(0), BrokerId(1)])].into(),
-        reassigning: BTreeMap::new(),
-        configs: BTreeMap::new(),
-    };
-    let state = PartitionState {
-        leader: Some(BrokerId(0)),
-        leader_epoch: LeaderEpoch(1),
-        isr: vec![BrokerId(0), BrokerId(1)],
-        controller_epoch: 1,
-        elr: Vec::new(),
-    };
+    let (record, state) = led_by_0_followed_by_1();
     let b = |i: i32| brokers.borrow()[&i].clone();
     apply(&rts[0], &b(0), &record, &state, &[0, 1]);
     apply(&rts[1], &b(1), &record, &state, &[0, 1]);
