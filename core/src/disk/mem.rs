@@ -62,6 +62,16 @@ struct Slot {
     file: MemFile,
 }
 
+/// `wanted` bytes at `pos` of `path` run past its `len`.
+fn eof(path: &str, pos: u64, wanted: usize, len: u64) -> DiskError {
+    DiskError::UnexpectedEof {
+        path: path.to_string(),
+        pos,
+        wanted,
+        len,
+    }
+}
+
 /// splitmix64: a tiny deterministic generator, enough to pick crash outcomes from a seed.
 fn next(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -126,12 +136,7 @@ impl MemDisk {
         let file = self.file_mut(path)?;
         let len = file.data.len() as u64;
         let pos_in = usize::try_from(pos).unwrap_or(usize::MAX);
-        let byte = file.data.byte_mut(pos_in).ok_or(DiskError::UnexpectedEof {
-            path: path.to_string(),
-            pos,
-            wanted: 1,
-            len,
-        })?;
+        let byte = file.data.byte_mut(pos_in).ok_or_else(|| eof(path, pos, 1, len))?;
         *byte ^= 1 << (bit % 8);
         Ok(())
     }
@@ -142,12 +147,9 @@ impl MemDisk {
         let file = self.file_mut(path)?;
         let len = file.data.len() as u64;
         let at = usize::try_from(pos).unwrap_or(usize::MAX);
-        file.data.overwrite(at, bytes).ok_or_else(|| DiskError::UnexpectedEof {
-            path: path.to_string(),
-            pos,
-            wanted: bytes.len(),
-            len,
-        })
+        file.data
+            .overwrite(at, bytes)
+            .ok_or_else(|| eof(path, pos, bytes.len(), len))
     }
 
     /// Bytes held in all files (what a capacity limit counts).
@@ -249,12 +251,7 @@ impl Disk for MemDisk {
         let file = self.file(path)?;
         let len = file.data.len() as u64;
         let at = usize::try_from(pos).unwrap_or(usize::MAX);
-        file.data.read(at, buf).ok_or_else(|| DiskError::UnexpectedEof {
-            path: path.to_string(),
-            pos,
-            wanted: buf.len(),
-            len,
-        })
+        file.data.read(at, buf).ok_or_else(|| eof(path, pos, buf.len(), len))
     }
 
     fn sync(&mut self, path: &str) -> Result<(), DiskError> {

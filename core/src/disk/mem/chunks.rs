@@ -56,17 +56,20 @@ impl Chunks {
         self.len = len;
     }
 
-    /// Calls `f` with each stored piece of `start..end` in order, with its offset from `start`.
-    /// The caller checks `end <= len`.
-    fn pieces(&self, start: usize, end: usize, mut f: impl FnMut(usize, &[u8])) {
+    /// The pieces of `start..end`, block by block: (block, range within it, offset from
+    /// `start`). Every block but the last is whole, so they follow from the positions alone; the
+    /// caller checks `end <= len`.
+    fn spans(start: usize, end: usize) -> impl Iterator<Item = (usize, std::ops::Range<usize>, usize)> {
         let mut pos = start;
-        while pos < end {
-            let block = &self.blocks[pos / CHUNK];
-            let from = pos % CHUNK;
-            let to = (from + (end - pos)).min(block.len());
-            f(pos - start, &block[from..to]);
-            pos += to - from;
-        }
+        std::iter::from_fn(move || {
+            (pos < end).then(|| {
+                let from = pos % CHUNK;
+                let to = (from + (end - pos)).min(CHUNK);
+                let span = (pos / CHUNK, from..to, pos - start);
+                pos += to - from;
+                span
+            })
+        })
     }
 
     /// Copies `buf.len()` bytes from `pos` into `buf`; `None` when that runs past the end.
@@ -78,7 +81,9 @@ impl Chunks {
             buf.copy_from_slice(within);
             return Some(());
         }
-        self.pieces(pos, end, |at, piece| buf[at..at + piece.len()].copy_from_slice(piece));
+        for (block, range, at) in Self::spans(pos, end) {
+            buf[at..at + range.len()].copy_from_slice(&self.blocks[block][range]);
+        }
         Some(())
     }
 
@@ -99,13 +104,9 @@ impl Chunks {
     /// Overwrites bytes from `pos` in place, growing nothing; `None` when that runs past the end.
     pub(super) fn overwrite(&mut self, pos: usize, bytes: &[u8]) -> Option<()> {
         let end = pos.checked_add(bytes.len()).filter(|&end| end <= self.len)?;
-        let mut at = pos;
-        while at < end {
-            let block = &mut self.blocks[at / CHUNK];
-            let from = at % CHUNK;
-            let to = (from + (end - at)).min(block.len());
-            block[from..to].copy_from_slice(&bytes[at - pos..at - pos + (to - from)]);
-            at += to - from;
+        for (block, range, at) in Self::spans(pos, end) {
+            let n = range.len();
+            self.blocks[block][range].copy_from_slice(&bytes[at..at + n]);
         }
         Some(())
     }
