@@ -280,13 +280,8 @@ fn acks_all_is_answered_after_the_follower_fetched_and_a_late_follower_catches_u
         reassigning: BTreeMap::new(),
         configs: [("min.insync.replicas".to_string(), "2".to_string())].into(),
     };
-    let state = PartitionState {
-        leader: Some(BrokerId(0)),
-        leader_epoch: LeaderEpoch(1),
-        isr: vec![BrokerId(0), BrokerId(1)],
-        controller_epoch: 1,
-        elr: Vec::new(),
-    };
+    // Led by 0 with 0 and 1 in the ISR; broker 2 is assigned but out of it.
+    let (_, state) = led_by_0_followed_by_1();
     let b = |i: i32| brokers.borrow()[&i].clone();
     apply(&rts[0], &b(0), &record, &state, &[0, 1]);
     apply(&rts[1], &b(1), &record, &state, &[0, 1]);
@@ -488,13 +483,8 @@ fn the_leader_throttles_an_added_replica_and_not_the_isr_nor_acks_all() {
         .into(),
         configs: [("min.insync.replicas".to_string(), "2".to_string())].into(),
     };
-    let state = PartitionState {
-        leader: Some(BrokerId(0)),
-        leader_epoch: LeaderEpoch(1),
-        isr: vec![BrokerId(0), BrokerId(1)],
-        controller_epoch: 1,
-        elr: Vec::new(),
-    };
+    // Led by 0 with 0 and 1 in the ISR; broker 2, being added, is out of it.
+    let (_, state) = led_by_0_followed_by_1();
     let b = |i: i32| brokers.borrow()[&i].clone();
     for i in 0..3 {
         apply(&rts[i as usize], &b(i), &record, &state, &[0, 1, 2]);
