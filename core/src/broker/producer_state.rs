@@ -34,7 +34,7 @@
 //! (Kafka writes `.snapshot` files at rolls), so startup reads one header per batch of the whole
 //! log; and a rebuild after follower truncation, which replication will need.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use crate::disk::Disk;
 use crate::error_code::ErrorCode;
@@ -111,9 +111,13 @@ pub fn claims_producer(records: &[u8]) -> bool {
 }
 
 /// The idempotent producers of one partition.
+///
+/// Kept in a vector sorted by id and searched by halving: a partition knows a few dozen producers,
+/// and every idempotent Produce looks its producer up twice (check, then record). A `BTreeMap`
+/// took ~300 instructions a lookup there, most of them in its node walk.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProducerStateTable {
-    producers: BTreeMap<ProducerId, ProducerEntry>,
+    producers: Vec<(ProducerId, ProducerEntry)>,
 }
 
 impl ProducerStateTable {
@@ -135,8 +139,13 @@ impl ProducerStateTable {
 
     /// The epoch and last batch of a producer, if known.
     pub fn last_batch(&self, id: ProducerId) -> Option<(ProducerEpoch, BatchMeta)> {
-        let entry = self.producers.get(&id)?;
+        let entry = self.get(id)?;
         Some((entry.epoch, *entry.batches.back()?))
+    }
+
+    fn get(&self, id: ProducerId) -> Option<&ProducerEntry> {
+        let i = self.producers.binary_search_by_key(&id, |(p, _)| *p).ok()?;
+        Some(&self.producers[i].1)
     }
 
     /// Judges a validated record set (its headers, in order) before anything is appended.
@@ -147,7 +156,8 @@ impl ProducerStateTable {
     pub fn check(&self, headers: &[BatchHeader]) -> Result<Verdict, ErrorCode> {
         // The state as the set's earlier batches would leave it; offsets of batches in this set
         // are not known yet and are never read (a duplicate of one is a mixed set).
-        let mut scratch: BTreeMap<ProducerId, ProducerEntry> = BTreeMap::new();
+        // A few entries at most (one per producer with a later batch in the set): a vector.
+        let mut scratch: Vec<(ProducerId, ProducerEntry)> = Vec::new();
         let mut first_duplicate = None;
         let mut appends = 0usize;
         for (i, h) in headers.iter().enumerate() {
@@ -156,7 +166,8 @@ impl ProducerStateTable {
                 continue;
             }
             let id = ProducerId(h.producer_id);
-            let entry = scratch.get(&id).or_else(|| self.producers.get(&id));
+            let scratched = scratch.iter().rev().find(|(p, _)| *p == id).map(|(_, e)| e);
+            let entry = scratched.or_else(|| self.get(id));
             match check_batch(entry, h)? {
                 BatchVerdict::Duplicate(meta) => {
                     first_duplicate.get_or_insert(meta.base_offset);
@@ -173,7 +184,7 @@ impl ProducerStateTable {
                         batches: VecDeque::new(),
                     });
                     push_batch(&mut updated, h, Offset(-1), Offset(-1));
-                    scratch.insert(id, updated);
+                    scratch.push((id, updated));
                 }
             }
         }
@@ -190,14 +201,19 @@ impl ProducerStateTable {
         if h.producer_id < 0 {
             return;
         }
-        let entry = self
-            .producers
-            .entry(ProducerId(h.producer_id))
-            .or_insert_with(|| ProducerEntry {
-                epoch: ProducerEpoch(h.producer_epoch),
-                batches: VecDeque::new(),
-            });
-        push_batch(entry, h, h.base_offset, h.last_offset());
+        let id = ProducerId(h.producer_id);
+        let i = match self.producers.binary_search_by_key(&id, |(p, _)| *p) {
+            Ok(i) => i,
+            Err(i) => {
+                let entry = ProducerEntry {
+                    epoch: ProducerEpoch(h.producer_epoch),
+                    batches: VecDeque::new(),
+                };
+                self.producers.insert(i, (id, entry));
+                i
+            }
+        };
+        push_batch(&mut self.producers[i].1, h, h.base_offset, h.last_offset());
     }
 }
 
@@ -297,7 +313,11 @@ mod tests {
         t.record(&header(1, 0, 0, 1, 0));
         // Pretend the producer reached the top: a new epoch from MAX-1 is out of order, so seed
         // the state by replaying as the log would.
-        t.producers.get_mut(&ProducerId(1)).expect("known").batches[0].last_seq = i32::MAX - 2;
+        let i = t
+            .producers
+            .binary_search_by_key(&ProducerId(1), |(p, _)| *p)
+            .expect("known");
+        t.producers[i].1.batches[0].last_seq = i32::MAX - 2;
         let wrapping = header(1, 0, i32::MAX - 1, 4, 1);
         assert_eq!(t.check(&[wrapping]), Ok(Verdict::Append));
         t.record(&wrapping);
@@ -329,6 +349,38 @@ mod tests {
             t.check(&[header(9, 0, 10, 1, 0)]),
             Err(ErrorCode::OutOfOrderSequenceNumber)
         );
+    }
+
+    /// Producers first seen in no particular id order are each found with their own state: the
+    /// table keeps them sorted for its search.
+    #[test]
+    fn producers_recorded_in_any_id_order_keep_their_own_state() {
+        let ids = [5i64, 1, 9, 3, 7, 2, 8];
+        let mut t = ProducerStateTable::default();
+        for (n, &id) in ids.iter().enumerate() {
+            // Producer `id` writes `id` batches of one record at offsets 100 * n and on.
+            for s in 0..id as i32 {
+                t.record(&header(id, 0, s, 1, 100 * n as i64 + i64::from(s)));
+            }
+        }
+        assert_eq!(t.len(), ids.len());
+        for (n, &id) in ids.iter().enumerate() {
+            let last = id as i32 - 1;
+            let (epoch, meta) = t.last_batch(ProducerId(id)).expect("known");
+            assert_eq!((epoch, meta.last_seq), (ProducerEpoch(0), last), "producer {id}");
+            assert_eq!(
+                meta.base_offset,
+                Offset(100 * n as i64 + i64::from(last)),
+                "producer {id}"
+            );
+            assert_eq!(
+                t.check(&[header(id, 0, last + 1, 1, 0)]),
+                Ok(Verdict::Append),
+                "producer {id}"
+            );
+        }
+        assert_eq!(t.last_batch(ProducerId(4)), None, "never seen");
+        assert_eq!(t.check(&[header(4, 0, 3, 1, 0)]), Err(ErrorCode::UnknownProducerId));
     }
 
     #[test]
