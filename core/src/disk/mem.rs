@@ -35,26 +35,43 @@ pub enum CrashMode {
 
 /// An in-memory data directory. Cloning it snapshots the whole disk.
 ///
-/// Files live in slots; `index` finds a path's slot, and `recent` remembers the last few
-/// found. Why: a log's reads come in runs on one file (a fetch reads a segment's headers, then
-/// its records), and paths share long prefixes ("data/topic-3/000…000.log"), so each search of
-/// the map compared a dozen of them byte by byte: ~280 instructions a lookup, ~31,000 lookups a
-/// loaded simulated seed. A hit costs a comparison of the path with a slot's own.
+/// Files live in slots; `index` finds a path's slot, and `hints` remember which slot a caller's
+/// path string was last found in. Why: paths share long prefixes ("data/topic-3/000…000.log"),
+/// so each search of the map compared a dozen of them byte by byte: ~280 instructions a lookup,
+/// and a loaded simulated seed looks up ~250,000. Callers mostly pass the same strings again
+/// (a log's segment keeps its paths), so the string's address finds a hint in one step, and a
+/// hit costs one comparison of the path with its slot's own.
 #[derive(Clone, Debug, Default)]
 pub struct MemDisk {
     index: BTreeMap<String, usize>,
     /// Slots by number; `None` when free (then also in `free`).
     slots: Vec<Option<Slot>>,
     free: Vec<usize>,
-    /// The slots last looked up, and which of them the next miss replaces: hints, each checked
-    /// against the path its slot holds before use.
-    recent: Cell<[usize; RECENT]>,
-    next_recent: Cell<usize>,
+    hints: Hints,
 }
 
-/// How many recent slots are kept: a fetch alternates between a segment and its index, and a
-/// broker between its partitions.
-const RECENT: usize = 4;
+/// Where a path string was last found: its address and length, and the slot. Only a hint: the
+/// slot's own path is compared with the one asked for before it is used, so a stale hint (a
+/// string freed and its address reused, a slot freed and reused) costs a map search, never a
+/// wrong file.
+#[derive(Clone, Copy, Debug, Default)]
+struct Hint {
+    addr: usize,
+    len: usize,
+    slot: usize,
+}
+
+/// Hints, each in the place its string's address picks.
+const HINTS: usize = 64;
+
+#[derive(Clone, Debug)]
+struct Hints([Cell<Hint>; HINTS]);
+
+impl Default for Hints {
+    fn default() -> Self {
+        Hints(std::array::from_fn(|_| Cell::default()))
+    }
+}
 
 #[derive(Clone, Debug)]
 struct Slot {
@@ -162,14 +179,17 @@ impl MemDisk {
         self.index.keys().cloned().collect()
     }
 
-    /// The slot of `path`: a recent one that holds `path`, else the index's answer (which
-    /// replaces the oldest recent one).
+    /// The slot of `path`: its hint's, if that slot holds `path`, else the index's answer
+    /// (which becomes the hint).
     fn slot_of(&self, path: &str) -> Result<usize, DiskError> {
-        let mut recent = self.recent.get();
-        for &i in &recent {
-            if let Some(Some(slot)) = self.slots.get(i) {
+        let addr = path.as_ptr() as usize;
+        // Strings are allocated at least 8 bytes apart; fold in higher bits too.
+        let cell = &self.hints.0[((addr >> 3) ^ (addr >> 9)) % HINTS];
+        let hint = cell.get();
+        if hint.addr == addr && hint.len == path.len() {
+            if let Some(Some(slot)) = self.slots.get(hint.slot) {
                 if slot.path == path {
-                    return Ok(i);
+                    return Ok(hint.slot);
                 }
             }
         }
@@ -177,10 +197,11 @@ impl MemDisk {
             .index
             .get(path)
             .ok_or_else(|| DiskError::NotFound(path.to_string()))?;
-        let next = self.next_recent.get();
-        recent[next] = i;
-        self.recent.set(recent);
-        self.next_recent.set((next + 1) % RECENT);
+        cell.set(Hint {
+            addr,
+            len: path.len(),
+            slot: i,
+        });
         Ok(i)
     }
 
@@ -391,7 +412,7 @@ mod tests {
             disk.create(path).expect("create");
             disk.append(path, data).expect("append");
         }
-        // Both recently found, then a's slot freed and taken by c.
+        // Both found (so hinted), then a's slot freed and taken by c: a's hint now names c's slot.
         assert_eq!(disk.read_all("d/a").expect("read"), b"aaa");
         assert_eq!(disk.read_all("d/b").expect("read"), b"bbb");
         disk.remove("d/a").expect("remove");

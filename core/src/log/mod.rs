@@ -26,6 +26,7 @@ pub mod index;
 pub mod segment;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use thiserror::Error;
 
@@ -81,7 +82,8 @@ pub struct AppendInfo {
 /// data (the request was at the log end, or the limit excluded the next batch).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReadSlice {
-    pub path: String,
+    /// The segment's own path string (see [`Segment::log_path`]).
+    pub path: Arc<str>,
     pub position: u64,
     pub len: u64,
     /// Base offset of the first batch returned.

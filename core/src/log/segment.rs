@@ -8,6 +8,7 @@
 //! index entry it uses.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use crate::disk::{Disk, DiskError};
 use crate::ids::Offset;
@@ -48,7 +49,10 @@ pub struct Segment {
     pub bytes_since_index: u64,
     /// Holds writes not yet synced.
     pub dirty: bool,
-    pub log_path: String,
+    /// Shared with the [`ReadSlice`](super::ReadSlice)s read from it: a read copies no path,
+    /// and the disk sees the same string each time (`MemDisk` finds a file by the string's
+    /// address first).
+    pub log_path: Arc<str>,
     pub index_path: String,
     pub time_index_path: String,
 }
@@ -78,7 +82,7 @@ impl Segment {
             time_index_written: 0,
             bytes_since_index: 0,
             dirty: false,
-            log_path: format!("{dir}/{}", file_name(base, "log")),
+            log_path: format!("{dir}/{}", file_name(base, "log")).into(),
             index_path: format!("{dir}/{}", file_name(base, "index")),
             time_index_path: format!("{dir}/{}", file_name(base, "timeindex")),
         }
@@ -352,7 +356,7 @@ impl Segment {
 
     /// Removes the segment's files.
     pub fn delete_files<D: Disk>(&self, disk: &mut D) -> Result<(), DiskError> {
-        for path in [&self.log_path, &self.index_path, &self.time_index_path] {
+        for path in [&*self.log_path, &self.index_path, &self.time_index_path] {
             if disk.exists(path) {
                 disk.remove(path)?;
             }

@@ -581,7 +581,7 @@ pub fn fetch_with<D: Disk>(
                                     if n > 0 {
                                         first = false;
                                         resp.records_file = Some(FileRegion {
-                                            path: ok.slice.path.clone(),
+                                            path: ok.slice.path.to_string(),
                                             position: ok.slice.position,
                                             len: n,
                                         });
