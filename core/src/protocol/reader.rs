@@ -194,19 +194,29 @@ impl<'a> Reader<'a> {
         self.limits
     }
 
+    // The reads below are marked `#[inline]`, their error paths `#[cold]`: a decoder calls them
+    // for every field, and as calls each cost more in saving registers and passing a `Result`
+    // than the read itself (`skip_tagged_fields` ~50 instructions to read one zero byte).
+    #[inline]
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         if n > self.remaining() {
-            return Err(DecodeError::Truncated {
-                offset: self.pos,
-                needed: n,
-                remaining: self.remaining(),
-            });
+            return Err(self.truncated(n));
         }
         let start = self.pos;
         self.pos += n;
         Ok(&self.buf[start..self.pos])
     }
 
+    #[cold]
+    fn truncated(&self, needed: usize) -> DecodeError {
+        DecodeError::Truncated {
+            offset: self.pos,
+            needed,
+            remaining: self.remaining(),
+        }
+    }
+
+    #[inline]
     fn array_of<const N: usize>(&mut self) -> Result<[u8; N]> {
         let s = self.take(N)?;
         let mut out = [0u8; N];
@@ -214,18 +224,23 @@ impl<'a> Reader<'a> {
         Ok(out)
     }
 
+    #[inline]
     pub fn i8(&mut self) -> Result<i8> {
         Ok(i8::from_be_bytes(self.array_of()?))
     }
+    #[inline]
     pub fn i16(&mut self) -> Result<i16> {
         Ok(i16::from_be_bytes(self.array_of()?))
     }
+    #[inline]
     pub fn i32(&mut self) -> Result<i32> {
         Ok(i32::from_be_bytes(self.array_of()?))
     }
+    #[inline]
     pub fn i64(&mut self) -> Result<i64> {
         Ok(i64::from_be_bytes(self.array_of()?))
     }
+    #[inline]
     pub fn u16(&mut self) -> Result<u16> {
         Ok(u16::from_be_bytes(self.array_of()?))
     }
@@ -238,6 +253,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Unsigned LEB128 of at most `bytes_max` bytes.
+    #[inline]
     fn uvar(&mut self, bytes_max: usize) -> Result<u64> {
         // One byte below 0x80 is the whole varint: lengths, counts and an empty tag section
         // nearly always are.
@@ -247,6 +263,12 @@ impl<'a> Reader<'a> {
                 return Ok(u64::from(b));
             }
         }
+        self.uvar_long(bytes_max)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn uvar_long(&mut self, bytes_max: usize) -> Result<u64> {
         let offset = self.pos;
         let mut value: u64 = 0;
         for i in 0..bytes_max {
@@ -260,6 +282,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Unsigned varint (at most 5 bytes); bits beyond 32 are rejected as too long.
+    #[inline]
     pub fn uvarint(&mut self) -> Result<u32> {
         let offset = self.pos;
         let v = self.uvar(5)?;
@@ -435,12 +458,19 @@ impl<'a> Reader<'a> {
     }
 
     /// Skips a tagged-field section (flexible versions only).
+    #[inline]
     pub fn skip_tagged_fields(&mut self, flexible: bool) -> Result<()> {
         // No tagged fields (a count of 0, one byte): nearly every structure.
         if flexible && self.buf.get(self.pos) == Some(&0) {
             self.pos += 1;
             return Ok(());
         }
+        self.skip_some_tagged_fields(flexible)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn skip_some_tagged_fields(&mut self, flexible: bool) -> Result<()> {
         self.tagged_fields(flexible, |_, _| Ok(false))
     }
 
