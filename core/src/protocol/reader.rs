@@ -296,6 +296,7 @@ impl<'a> Reader<'a> {
 
     /// A length prefix: i16 (strings), i32 (bytes, arrays) or a compact uvarint (length + 1,
     /// 0 for null). `None` is null (-1, or compact 0); other negatives are invalid.
+    #[inline]
     fn length(&mut self, flexible: bool, wide: bool) -> Result<Option<usize>> {
         let offset = self.pos;
         let len: i64 = if flexible {
