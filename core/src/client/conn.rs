@@ -7,6 +7,7 @@
 
 use std::future::Future;
 use std::pin::pin;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
@@ -79,7 +80,8 @@ pub async fn before<T>(sleep: impl Future<Output = ()>, f: impl Future<Output = 
 pub struct KafkaConn<R: Runtime> {
     rt: R,
     conn: R::Conn,
-    client_id: String,
+    /// Shared with every request's header.
+    client_id: Arc<str>,
     next_correlation_id: i32,
     limits: Limits,
     timeout_ms: u64,
@@ -94,7 +96,7 @@ impl<R: Runtime> KafkaConn<R> {
         Ok(KafkaConn {
             rt: rt.clone(),
             conn,
-            client_id: client_id.to_string(),
+            client_id: client_id.into(),
             next_correlation_id: 0,
             limits: Limits::default(),
             timeout_ms,

@@ -35,7 +35,7 @@ use crate::error_code::ErrorCode;
 use crate::group::{Reply, OFFSETS_TOPIC};
 use crate::protocol::api::api_versions::ApiVersionsResponse;
 use crate::protocol::api::{heartbeat, join_group, leave_group, sync_group};
-use crate::protocol::{decode_request_bytes, encode_response, encode_response_with, DecodeError, Limits, Request};
+use crate::protocol::{decode_request_bytes_on, encode_response, encode_response_with, DecodeError, Limits, Request};
 use crate::runtime::{Connection, FramePart, Listener, NetError, Runtime};
 use crate::security::acl::Operation;
 use crate::security::{ConnContext, SaslConfig, SaslState};
@@ -284,7 +284,7 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
     if ctx.sasl.expects_bare_token() {
         return auth::bare_token(rt, config, frame, ctx).await;
     }
-    let (header, request) = match decode_request_bytes(frame, config.limits) {
+    let (header, request) = match decode_request_bytes_on(frame, config.limits, &mut ctx.client_id) {
         Ok(decoded) => decoded,
         // KIP-511: an ApiVersions of a version we do not know still gets a v0 answer listing
         // what we speak, so the client can pick a version.
@@ -522,10 +522,10 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
         }
         Request::JoinGroup(req) => {
             sync_group_coordination(rt, broker);
-            let client_id = header.client_id.clone().unwrap_or_default();
+            let client_id = header.client_id.as_deref().unwrap_or_default();
             let nonce = rt.random_u64();
             let reply =
-                handlers::groups::join_group(broker.borrow_mut().groups_mut(), req, version, &client_id, nonce, now);
+                handlers::groups::join_group(broker.borrow_mut().groups_mut(), req, version, client_id, nonce, now);
             let resp = match reply {
                 Reply::Now(resp) => resp,
                 Reply::Parked(ticket) => loop {

@@ -197,7 +197,7 @@ pub(crate) mod tests {
             api_key,
             api_version,
             correlation_id: 0x0a0b_0c0d,
-            client_id: client_id.map(str::to_owned),
+            client_id: client_id.map(std::sync::Arc::from),
         }
     }
 

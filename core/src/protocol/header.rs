@@ -7,6 +7,8 @@
 //! correlation id; v1 adds tagged fields, except that ApiVersions responses always use v0 so a
 //! client can read them before it knows what the broker speaks.
 
+use std::sync::Arc;
+
 use super::reader::{Reader, Result};
 use super::writer::Writer;
 
@@ -18,8 +20,8 @@ pub struct RequestHeader {
     pub api_key: i16,
     pub api_version: i16,
     pub correlation_id: i32,
-    /// v1+; `None` in header v0.
-    pub client_id: Option<String>,
+    /// v1+; `None` in header v0. Shared: a connection sends the same one with every request.
+    pub client_id: Option<Arc<str>>,
 }
 
 /// The request header version for an API version, given the API's first flexible version
@@ -37,13 +39,23 @@ pub fn request_header_version(api_key: i16, api_version: i16, flexible_min: Opti
 impl RequestHeader {
     /// Reads the header up to and including client_id, and returns it with its header version.
     /// The caller reads header v2's tagged fields itself, once it has checked the version is one
-    /// it supports: KIP-511 wants an answer even when the rest cannot be parsed.
-    pub fn decode_fixed(r: &mut Reader<'_>, flexible_min: impl Fn(i16) -> Option<i16>) -> Result<(RequestHeader, i16)> {
+    /// it supports: KIP-511 wants an answer even when the rest cannot be parsed. A client id equal
+    /// to `last` (the connection's previous one) is shared with it rather than copied; `last`
+    /// becomes this request's.
+    pub fn decode_fixed(
+        r: &mut Reader<'_>,
+        flexible_min: impl Fn(i16) -> Option<i16>,
+        last: &mut Option<Arc<str>>,
+    ) -> Result<(RequestHeader, i16)> {
         let api_key = r.i16()?;
         let api_version = r.i16()?;
         let correlation_id = r.i32()?;
         let version = request_header_version(api_key, api_version, flexible_min(api_key));
-        let client_id = if version >= 1 { r.nullable_string(false)? } else { None };
+        let client_id = if version >= 1 {
+            r.nullable_string_shared(last)?
+        } else {
+            None
+        };
         let header = RequestHeader {
             api_key,
             api_version,
@@ -101,8 +113,51 @@ mod tests {
         // Header v0 has no client id: the body starts right after the correlation id.
         let frame = [0, 7, 0, 0, 0, 0, 0, 4, 0, 0, 0, 1];
         let mut r = crate::protocol::Reader::new(&frame, crate::protocol::Limits::default());
-        let (h, hv) = super::RequestHeader::decode_fixed(&mut r, |_| None).expect("header v0");
+        let (h, hv) = super::RequestHeader::decode_fixed(&mut r, |_| None, &mut None).expect("header v0");
         assert_eq!((hv, h.correlation_id, h.client_id, r.remaining()), (0, 4, None, 4));
+    }
+
+    /// A connection's requests share its client id: the same bytes again give the same
+    /// allocation, other bytes a new one (which the next request then shares), and a null or
+    /// malformed id is read as it would be without the last one.
+    #[test]
+    fn a_repeated_client_id_is_shared_and_a_new_one_replaces_it() {
+        let header = |id: &[u8]| {
+            let mut frame = vec![0, 3, 0, 1, 0, 0, 0, 9];
+            frame.extend_from_slice(&(id.len() as i16).to_be_bytes());
+            frame.extend_from_slice(id);
+            frame
+        };
+        let decode = |frame: &[u8], last: &mut Option<std::sync::Arc<str>>| {
+            let mut r = crate::protocol::Reader::new(frame, crate::protocol::Limits::default());
+            super::RequestHeader::decode_fixed(&mut r, |_| None, last).map(|(h, _)| h.client_id)
+        };
+        let mut last = None;
+        let first = decode(&header(b"producer-7"), &mut last)
+            .expect("valid")
+            .expect("an id");
+        let again = decode(&header(b"producer-7"), &mut last)
+            .expect("valid")
+            .expect("an id");
+        assert_eq!(&*again, "producer-7");
+        assert!(
+            std::sync::Arc::ptr_eq(&first, &again),
+            "the same id is shared, not copied"
+        );
+        // Same length, other bytes: a new id, kept for the next request.
+        let other = decode(&header(b"producer-8"), &mut last)
+            .expect("valid")
+            .expect("an id");
+        assert_eq!(&*other, "producer-8");
+        assert!(last.as_ref().is_some_and(|l| std::sync::Arc::ptr_eq(l, &other)));
+        let invalid = decode(&header(&[0xff, 0xfe]), &mut last);
+        assert!(matches!(
+            invalid,
+            Err(crate::protocol::DecodeError::InvalidUtf8 { offset: 10 })
+        ));
+        let null = [0, 3, 0, 1, 0, 0, 0, 9, 0xff, 0xff];
+        assert_eq!(decode(&null, &mut last).expect("valid"), None);
+        assert_eq!(last.as_deref(), Some("producer-8"), "a null id keeps the last one");
     }
 
     /// ApiVersions answers always use response header v0; other flexible versions use v1.

@@ -33,6 +33,8 @@ pub(crate) mod testing;
 #[cfg(test)]
 mod fuzz;
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 pub use client::{decode_response, decode_response_bytes, encode_request, request_frame};
@@ -215,13 +217,23 @@ request_dispatch!(
 /// `frame`; use [`decode_request_bytes`] to share the frame's allocation instead.
 pub fn decode_request(frame: &[u8], limits: Limits) -> Result<(RequestHeader, Request), DecodeError> {
     check_len(frame.len(), limits)?;
-    decode_with(Reader::new(frame, limits))
+    decode_with(Reader::new(frame, limits), &mut None)
 }
 
 /// As [`decode_request`], but produce record sets are slices of `frame` (zero copy).
 pub fn decode_request_bytes(frame: &Bytes, limits: Limits) -> Result<(RequestHeader, Request), DecodeError> {
+    decode_request_bytes_on(frame, limits, &mut None)
+}
+
+/// As [`decode_request_bytes`], for a connection whose last client id is `client_id`: a request
+/// with the same one shares it (no copy, no UTF-8 check), and `client_id` becomes this one's.
+pub fn decode_request_bytes_on(
+    frame: &Bytes,
+    limits: Limits,
+    client_id: &mut Option<Arc<str>>,
+) -> Result<(RequestHeader, Request), DecodeError> {
     check_len(frame.len(), limits)?;
-    decode_with(Reader::from_bytes(frame, limits))
+    decode_with(Reader::from_bytes(frame, limits), client_id)
 }
 
 fn check_len(len: usize, limits: Limits) -> Result<(), DecodeError> {
@@ -234,8 +246,9 @@ fn check_len(len: usize, limits: Limits) -> Result<(), DecodeError> {
     Ok(())
 }
 
-fn decode_with(mut r: Reader<'_>) -> Result<(RequestHeader, Request), DecodeError> {
-    let (header, header_version) = RequestHeader::decode_fixed(&mut r, |key| api_support(key).map(|s| s.flexible_min))?;
+fn decode_with(mut r: Reader<'_>, client_id: &mut Option<Arc<str>>) -> Result<(RequestHeader, Request), DecodeError> {
+    let flexible_min = |key| api_support(key).map(|s| s.flexible_min);
+    let (header, header_version) = RequestHeader::decode_fixed(&mut r, flexible_min, client_id)?;
     let Some(support) = api_support(header.api_key) else {
         return Err(DecodeError::UnknownApiKey {
             api_key: header.api_key,

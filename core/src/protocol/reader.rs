@@ -12,6 +12,8 @@
 //! Fault model: the bytes are arbitrary (truncated, hostile, bit-flipped). Every failure is a
 //! [`DecodeError`] naming the offset where reading stopped.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use thiserror::Error;
 
@@ -328,6 +330,28 @@ impl<'a> Reader<'a> {
                 std::str::from_utf8(raw)
                     .map(|s| Some(s.to_owned()))
                     .map_err(|_| DecodeError::InvalidUtf8 { offset })
+            }
+        }
+    }
+
+    /// A non-compact nullable string (the request header's client id), shared with `last` when
+    /// it has the same bytes, else decoded and kept in `last` for the next.
+    pub fn nullable_string_shared(&mut self, last: &mut Option<Arc<str>>) -> Result<Option<Arc<str>>> {
+        let offset = self.pos;
+        match self.length(false, false)? {
+            None => Ok(None),
+            Some(len) if len > STRING_BYTES_MAX => Err(DecodeError::StringTooLong { offset, len }),
+            Some(n) => {
+                let offset = self.pos;
+                let raw = self.take(n)?;
+                if let Some(known) = last.as_ref().filter(|known| known.as_bytes() == raw) {
+                    return Ok(Some(known.clone()));
+                }
+                let s: Arc<str> = std::str::from_utf8(raw)
+                    .map_err(|_| DecodeError::InvalidUtf8 { offset })?
+                    .into();
+                *last = Some(s.clone());
+                Ok(Some(s))
             }
         }
     }

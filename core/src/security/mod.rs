@@ -11,6 +11,7 @@ pub mod scram;
 pub mod users;
 
 use std::fmt;
+use std::sync::Arc;
 
 pub use sasl::{AuthStep, Mechanism, SaslConfig, SaslState, SecurityProtocol};
 pub use sasl_client::{SaslClient, SaslCredentials};
@@ -55,6 +56,9 @@ pub struct ConnContext {
     pub principal: Principal,
     /// Where the connection is in SASL authentication (`NotRequired` on a listener without it).
     pub sasl: SaslState,
+    /// The client id of the connection's last request: the next one, nearly always the same,
+    /// shares it instead of decoding a copy (see `decode_request_bytes_on`).
+    pub client_id: Option<Arc<str>>,
 }
 
 impl ConnContext {
@@ -63,6 +67,7 @@ impl ConnContext {
             peer: peer.to_string(),
             principal: Principal::anonymous(),
             sasl: SaslState::NotRequired,
+            client_id: None,
         }
     }
 }
