@@ -174,7 +174,8 @@ pub fn validate_record_set(b: &[u8], batch_bytes_max: usize) -> Result<Vec<Batch
     if b.is_empty() {
         return Err(BatchError::Empty);
     }
-    let mut headers = Vec::new();
+    // Room for one: a client sends one batch per partition (Kafka's own do).
+    let mut headers = Vec::with_capacity(1);
     let mut at = 0;
     while at < b.len() {
         let header = validate_batch(&b[at..])?;

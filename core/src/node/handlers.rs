@@ -378,7 +378,13 @@ pub fn produce_parked<D: Disk>(
     req: &ProduceRequest,
     now_ms: i64,
 ) -> (ProduceResponse, Vec<PendingAck>) {
-    let mut pending = Vec::new();
+    // Room for every partition of an acks=all request (each waits for the HW unless it failed).
+    let parts = if req.acks == -1 {
+        req.topics.iter().map(|t| t.partitions.len()).sum()
+    } else {
+        0
+    };
+    let mut pending = Vec::with_capacity(parts);
     let topics = req
         .topics
         .iter()
