@@ -58,6 +58,8 @@ pub fn request_frame(header: &RequestHeader, request: &Request) -> Bytes {
     match request {
         // The one large body (record batches): encoded in place behind the header.
         Request::Produce(p) => encode_request_with(header, p.size_hint(), |w| p.write(header.api_version, w)),
+        // The most frequent one (followers, consumers): also written in place.
+        Request::Fetch(f) => encode_request_with(header, f.size_hint(), |w| f.write(header.api_version, w)),
         _ => encode_request(header, &request.encode(header.api_version)),
     }
 }
