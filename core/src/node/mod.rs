@@ -371,7 +371,10 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
                 let timed_out = now >= deadline;
                 handlers::settle_acks(&broker.borrow(), &mut resp, &mut pending, timed_out);
             }
-            resp.encode(version)
+            // Header and body in one buffer, rather than the body alone then copied.
+            return Outcome::Reply(encode_response_with(&header, resp.size_hint(), |w| {
+                resp.write(version, w)
+            }));
         }
         Request::Fetch(req) => {
             let wait_ms = u64::try_from(req.max_wait_ms.max(0))
