@@ -320,38 +320,40 @@ impl<'a> Reader<'a> {
     /// Strings are at most 32767 bytes in every version, compact ones included, as Kafka's own
     /// readers enforce: anything decoded here can be echoed back in a non-flexible response.
     pub fn nullable_string(&mut self, flexible: bool) -> Result<Option<String>> {
-        let offset = self.pos;
-        match self.length(flexible, false)? {
+        match self.nullable_string_bytes(flexible)? {
             None => Ok(None),
-            Some(len) if len > STRING_BYTES_MAX => Err(DecodeError::StringTooLong { offset, len }),
-            Some(n) => {
-                let offset = self.pos;
-                let raw = self.take(n)?;
-                std::str::from_utf8(raw)
-                    .map(|s| Some(s.to_owned()))
-                    .map_err(|_| DecodeError::InvalidUtf8 { offset })
-            }
+            Some((offset, raw)) => std::str::from_utf8(raw)
+                .map(|s| Some(s.to_owned()))
+                .map_err(|_| DecodeError::InvalidUtf8 { offset }),
         }
     }
 
     /// A non-compact nullable string (the request header's client id), shared with `last` when
     /// it has the same bytes, else decoded and kept in `last` for the next.
     pub fn nullable_string_shared(&mut self, last: &mut Option<Arc<str>>) -> Result<Option<Arc<str>>> {
+        let Some((offset, raw)) = self.nullable_string_bytes(false)? else {
+            return Ok(None);
+        };
+        if let Some(known) = last.as_ref().filter(|known| known.as_bytes() == raw) {
+            return Ok(Some(known.clone()));
+        }
+        let s: Arc<str> = std::str::from_utf8(raw)
+            .map_err(|_| DecodeError::InvalidUtf8 { offset })?
+            .into();
+        *last = Some(s.clone());
+        Ok(Some(s))
+    }
+
+    /// A nullable string's bytes (not yet checked as UTF-8) and the offset where they start.
+    #[inline]
+    fn nullable_string_bytes(&mut self, flexible: bool) -> Result<Option<(usize, &'a [u8])>> {
         let offset = self.pos;
-        match self.length(false, false)? {
+        match self.length(flexible, false)? {
             None => Ok(None),
             Some(len) if len > STRING_BYTES_MAX => Err(DecodeError::StringTooLong { offset, len }),
             Some(n) => {
                 let offset = self.pos;
-                let raw = self.take(n)?;
-                if let Some(known) = last.as_ref().filter(|known| known.as_bytes() == raw) {
-                    return Ok(Some(known.clone()));
-                }
-                let s: Arc<str> = std::str::from_utf8(raw)
-                    .map_err(|_| DecodeError::InvalidUtf8 { offset })?
-                    .into();
-                *last = Some(s.clone());
-                Ok(Some(s))
+                Ok(Some((offset, self.take(n)?)))
             }
         }
     }
