@@ -105,3 +105,54 @@ pub fn ours<T>(version: i16, body: &[u8], decode: impl Fn(i16, &mut Reader<'_>) 
     assert_eq!(r.remaining(), 0, "v{version}: our decoder left bytes");
     out
 }
+
+/// A client's `request` at `version`, framed in one buffer (its body written behind the header,
+/// as `request_frame` does): the same bytes as `body` (the body encoded alone) framed after, the
+/// broker reads back this header and request, and `size_hint` holds the body, so the frame's
+/// writer never grows.
+pub fn assert_request_framed_in_place(version: i16, request: Request, body: &Bytes, size_hint: usize) {
+    let header = RequestHeader {
+        api_key: request.api_key(),
+        api_version: version,
+        correlation_id: 43,
+        client_id: Some("client-1".into()),
+    };
+    let one = super::request_frame(&header, &request);
+    assert_eq!(one, super::encode_request(&header, body), "version {version}");
+    let (read_header, read) = super::decode_request_bytes(&one, Limits::default()).expect("decodes");
+    assert_eq!((read_header, read), (header, request), "version {version}");
+    assert!(
+        size_hint >= body.len(),
+        "version {version}: hint {size_hint} < {}",
+        body.len()
+    );
+}
+
+/// The broker's `response` at `version`, framed in one buffer by `write` (its body written
+/// behind the header): the same bytes as `body` framed after, the client reads back this
+/// response, and `size_hint` holds the body.
+pub fn assert_response_framed_in_place(
+    version: i16,
+    response: super::Response,
+    body: &Bytes,
+    size_hint: usize,
+    write: impl FnOnce(&mut super::Writer),
+) {
+    let api_key = response.api_key();
+    let header = RequestHeader {
+        api_key,
+        api_version: version,
+        correlation_id: 44,
+        client_id: None,
+    };
+    let one = super::encode_response_with(&header, size_hint, write);
+    assert_eq!(one, super::encode_response(&header, body), "version {version}");
+    let (correlation_id, read) =
+        super::decode_response_bytes(api_key, version, &one, Limits::default()).expect("decodes");
+    assert_eq!((correlation_id, read), (44, response), "version {version}");
+    assert!(
+        size_hint >= body.len(),
+        "version {version}: hint {size_hint} < {}",
+        body.len()
+    );
+}

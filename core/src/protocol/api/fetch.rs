@@ -839,34 +839,15 @@ pub(crate) mod tests {
     fn a_response_framed_in_one_buffer_equals_the_body_framed_after() {
         for v in VERSION_MIN..=VERSION_MAX {
             let resp = client_response(v);
-            let header = crate::protocol::RequestHeader {
-                api_key: API_KEY,
-                api_version: v,
-                correlation_id: 41,
-                client_id: Some("c".into()),
-            };
             let body = resp.encode(v);
-            let one = crate::protocol::encode_response_with(&header, resp.size_hint(), |w| resp.write(v, w));
-            assert_eq!(one, crate::protocol::encode_response(&header, &body), "version {v}");
-            // And the client reads it back: the correlation id, then this response.
-            let (correlation_id, read) =
-                crate::protocol::decode_response_bytes(API_KEY, v, &one, crate::protocol::Limits::default())
-                    .expect("decodes");
-            assert_eq!(correlation_id, 41, "version {v}");
-            assert_eq!(read, crate::protocol::Response::Fetch(resp.clone()), "version {v}");
-            // The hint holds the body, so the writer never grows.
-            assert!(
-                resp.size_hint() >= body.len(),
-                "version {v}: hint {} < {}",
-                resp.size_hint(),
-                body.len()
-            );
+            let response = crate::protocol::Response::Fetch(resp.clone());
+            crate::protocol::testing::assert_response_framed_in_place(v, response, &body, resp.size_hint(), |w| {
+                resp.write(v, w)
+            });
         }
     }
 
-    /// The client writes a Fetch request's body straight behind its header (`request_frame`):
-    /// the same bytes as the body encoded alone and framed after, within the size hint, and the
-    /// broker reads back the request sent.
+    /// The client writes a Fetch request's body straight behind its header (`request_frame`).
     #[test]
     fn a_request_framed_in_one_buffer_equals_the_body_framed_after() {
         for v in VERSION_MIN..=VERSION_MAX {
@@ -882,28 +863,13 @@ pub(crate) mod tests {
                 })
                 .collect();
             req.topics.push(more);
-            let header = crate::protocol::RequestHeader {
-                api_key: API_KEY,
-                api_version: v,
-                correlation_id: 41,
-                client_id: Some("replica-fetcher".into()),
-            };
             let body = req.encode(v);
-            let request = crate::protocol::Request::Fetch(req.clone());
-            let one = crate::protocol::client::request_frame(&header, &request);
-            assert_eq!(
-                one,
-                crate::protocol::client::encode_request(&header, &body),
-                "version {v}"
-            );
-            let (read_header, read) =
-                crate::protocol::decode_request_bytes(&one, crate::protocol::Limits::default()).expect("decodes");
-            assert_eq!((read_header, read), (header, request), "version {v}");
-            assert!(
-                req.size_hint() >= body.len(),
-                "version {v}: hint {} < {}",
-                req.size_hint(),
-                body.len()
+            let hint = req.size_hint();
+            crate::protocol::testing::assert_request_framed_in_place(
+                v,
+                crate::protocol::Request::Fetch(req),
+                &body,
+                hint,
             );
         }
     }

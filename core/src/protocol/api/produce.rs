@@ -429,58 +429,27 @@ pub(crate) mod tests {
     fn a_request_framed_in_one_buffer_equals_the_body_framed_after() {
         for v in VERSION_MIN..=VERSION_MAX {
             let req = client_request(v);
-            let header = crate::protocol::RequestHeader {
-                api_key: API_KEY,
-                api_version: v,
-                correlation_id: 43,
-                client_id: Some("producer-1".into()),
-            };
             let body = req.encode(v);
-            let request = crate::protocol::Request::Produce(req.clone());
-            let one = crate::protocol::request_frame(&header, &request);
-            assert_eq!(one, crate::protocol::encode_request(&header, &body), "version {v}");
-            // And the broker reads it back: this header, this request.
-            let (read_header, read) =
-                crate::protocol::decode_request_bytes(&one, crate::protocol::Limits::default()).expect("decodes");
-            assert_eq!((read_header, read), (header, request), "version {v}");
-            // The hint holds the body, so the writer never grows.
-            assert!(
-                req.size_hint() >= body.len(),
-                "version {v}: hint {} < {}",
-                req.size_hint(),
-                body.len()
+            let hint = req.size_hint();
+            crate::protocol::testing::assert_request_framed_in_place(
+                v,
+                crate::protocol::Request::Produce(req),
+                &body,
+                hint,
             );
         }
     }
 
-    /// The broker writes a Produce answer straight behind its header: the same bytes as the body
-    /// encoded alone and framed after, within the size hint, and the client reads it back.
+    /// The broker writes a Produce answer straight behind its header.
     #[test]
     fn a_response_framed_in_one_buffer_equals_the_body_framed_after() {
         for v in VERSION_MIN..=VERSION_MAX {
             let resp = client_response(v);
-            let header = crate::protocol::RequestHeader {
-                api_key: API_KEY,
-                api_version: v,
-                correlation_id: 44,
-                client_id: None,
-            };
             let body = resp.encode(v);
-            let one = crate::protocol::encode_response_with(&header, resp.size_hint(), |w| resp.write(v, w));
-            assert_eq!(one, crate::protocol::encode_response(&header, &body), "version {v}");
-            let (correlation_id, read) =
-                crate::protocol::decode_response_bytes(API_KEY, v, &one, crate::protocol::Limits::default())
-                    .expect("decodes");
-            assert_eq!(
-                (correlation_id, read),
-                (44, crate::protocol::Response::Produce(resp.clone()))
-            );
-            assert!(
-                resp.size_hint() >= body.len(),
-                "version {v}: hint {} < {}",
-                resp.size_hint(),
-                body.len()
-            );
+            let response = crate::protocol::Response::Produce(resp.clone());
+            crate::protocol::testing::assert_response_framed_in_place(v, response, &body, resp.size_hint(), |w| {
+                resp.write(v, w)
+            });
         }
     }
 
