@@ -144,8 +144,13 @@ impl ProducerStateTable {
     }
 
     fn get(&self, id: ProducerId) -> Option<&ProducerEntry> {
-        let i = self.producers.binary_search_by_key(&id, |(p, _)| *p).ok()?;
+        let i = self.position(id).ok()?;
         Some(&self.producers[i].1)
+    }
+
+    /// Where `id` is in `producers`, or where it would go.
+    fn position(&self, id: ProducerId) -> Result<usize, usize> {
+        self.producers.binary_search_by_key(&id, |(p, _)| *p)
     }
 
     /// Judges a validated record set (its headers, in order) before anything is appended.
@@ -202,7 +207,7 @@ impl ProducerStateTable {
             return;
         }
         let id = ProducerId(h.producer_id);
-        let i = match self.producers.binary_search_by_key(&id, |(p, _)| *p) {
+        let i = match self.position(id) {
             Ok(i) => i,
             Err(i) => {
                 let entry = ProducerEntry {
@@ -313,10 +318,7 @@ mod tests {
         t.record(&header(1, 0, 0, 1, 0));
         // Pretend the producer reached the top: a new epoch from MAX-1 is out of order, so seed
         // the state by replaying as the log would.
-        let i = t
-            .producers
-            .binary_search_by_key(&ProducerId(1), |(p, _)| *p)
-            .expect("known");
+        let i = t.position(ProducerId(1)).expect("known");
         t.producers[i].1.batches[0].last_seq = i32::MAX - 2;
         let wrapping = header(1, 0, i32::MAX - 1, 4, 1);
         assert_eq!(t.check(&[wrapping]), Ok(Verdict::Append));

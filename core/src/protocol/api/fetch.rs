@@ -362,7 +362,10 @@ impl FetchRequest {
     /// About how many bytes the body takes (at most 48 a partition, 48 a topic beyond its name),
     /// so that a frame built with [`FetchRequest::write`] is allocated once.
     pub fn size_hint(&self) -> usize {
-        let topics: usize = (self.topics.iter().map(|t| (t.topic.len(), t.partitions.len())))
+        let topics: usize = self
+            .topics
+            .iter()
+            .map(|t| (t.topic.len(), t.partitions.len()))
             .chain(
                 self.forgotten_topics
                     .iter()

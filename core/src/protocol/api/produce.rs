@@ -117,7 +117,9 @@ impl ProduceResponse {
                 .sum();
             48 + message(&p.error_message) + errors
         };
-        let topics: usize = (self.topics.iter())
+        let topics: usize = self
+            .topics
+            .iter()
             .map(|t| 16 + t.name.len() + t.partitions.iter().map(partition).sum::<usize>())
             .sum();
         16 + topics
