@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod consensus;
 pub mod controller;
 pub mod coord;
+pub mod crc;
 pub mod disk;
 pub mod error_code;
 pub mod group;

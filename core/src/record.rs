@@ -157,7 +157,7 @@ pub fn validate_batch(b: &[u8]) -> Result<BatchHeader, BatchError> {
             "lastOffsetDelta smaller than the record count allows",
         ));
     }
-    let computed = crc32c::crc32c(&b[CRC_START..header.total_bytes()]);
+    let computed = crate::crc::crc32c(&b[CRC_START..header.total_bytes()]);
     if computed != header.crc {
         return Err(BatchError::BadCrc {
             stored: header.crc,
@@ -380,7 +380,7 @@ pub fn build_batch(records: &[NewRecord], producer: ProducerFields) -> Vec<u8> {
     }
     let batch_length = (b.len() - LOG_OVERHEAD) as i32;
     b[8..12].copy_from_slice(&batch_length.to_be_bytes());
-    let crc = crc32c::crc32c(&b[CRC_START..]);
+    let crc = crate::crc::crc32c(&b[CRC_START..]);
     b[17..21].copy_from_slice(&crc.to_be_bytes());
     b
 }

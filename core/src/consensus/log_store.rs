@@ -44,7 +44,7 @@ fn encode_record(e: &Entry, out: &mut Vec<u8>) {
     out.extend_from_slice(&e.term.0.to_be_bytes());
     out.extend_from_slice(&e.index.0.to_be_bytes());
     out.extend_from_slice(&e.command);
-    let crc = crc32c::crc32c(&out[start + 8..]);
+    let crc = crate::crc::crc32c(&out[start + 8..]);
     out[start + 4..start + 8].copy_from_slice(&crc.to_be_bytes());
 }
 
@@ -57,7 +57,7 @@ fn decode_record(bytes: &[u8], pos: usize) -> Option<(Entry, usize)> {
     }
     let crc = u32::from_be_bytes([header[4], header[5], header[6], header[7]]);
     let body = bytes.get(pos + 8..pos + 8 + len)?;
-    if crc32c::crc32c(body) != crc {
+    if crate::crc::crc32c(body) != crc {
         return None;
     }
     let mut a = [0u8; 8];

@@ -92,7 +92,7 @@ fn corrupt(path: &str, detail: &str) -> RaftError {
 
 /// Appends a CRC32C of `body` and returns the file bytes.
 fn seal(mut body: Vec<u8>) -> Vec<u8> {
-    let crc = crc32c::crc32c(&body);
+    let crc = crate::crc::crc32c(&body);
     body.extend_from_slice(&crc.to_be_bytes());
     body
 }
@@ -104,7 +104,7 @@ fn unseal<'a>(path: &str, bytes: &'a [u8]) -> Result<&'a [u8], RaftError> {
     }
     let (body, crc) = bytes.split_at(bytes.len() - 4);
     let crc = u32::from_be_bytes([crc[0], crc[1], crc[2], crc[3]]);
-    if crc32c::crc32c(body) != crc {
+    if crate::crc::crc32c(body) != crc {
         return Err(corrupt(path, "CRC mismatch"));
     }
     Ok(body)

@@ -22,7 +22,7 @@ pub fn encode(entries: &[Entry]) -> Vec<u8> {
         let start = out.len();
         out.extend_from_slice(&e.key.to_be_bytes());
         out.extend_from_slice(&e.value.to_be_bytes());
-        let crc = crc32c::crc32c(&out[start..]);
+        let crc = crate::crc::crc32c(&out[start..]);
         out.extend_from_slice(&crc.to_be_bytes());
     }
     out
@@ -37,7 +37,7 @@ pub fn decode(bytes: &[u8]) -> Option<Vec<Entry>> {
     let mut out: Vec<Entry> = Vec::with_capacity(bytes.len() / ENTRY_BYTES);
     for chunk in bytes.chunks_exact(ENTRY_BYTES) {
         let crc = u32::from_be_bytes(chunk[16..20].try_into().expect("4 bytes"));
-        if crc32c::crc32c(&chunk[..16]) != crc {
+        if crate::crc::crc32c(&chunk[..16]) != crc {
             return None;
         }
         let entry = Entry {
