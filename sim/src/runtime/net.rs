@@ -47,6 +47,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use gregor_core::runtime::NetError;
+use madsim::rand::distributions::{Distribution, Uniform};
 use madsim::rand::{GlobalRng, Rng};
 use madsim::time::TimeHandle;
 
@@ -62,6 +63,9 @@ type Node = u64;
 /// The network of one run, shared by the world and every node's runtime.
 pub struct SimNet {
     latency: Range<Duration>,
+    /// `latency` as a sampler made once: `gen_range` makes the same sampler (a division among
+    /// its steps) for every frame, then draws from it as this does.
+    draw: Uniform<Duration>,
     inner: Confined<Inner>,
     /// madsim's generator, looked up at the first draw: `madsim::rand::thread_rng()` clones it
     /// (an `Arc`) for every frame's latency otherwise.
@@ -119,6 +123,7 @@ impl SimNet {
     /// A network whose frames take a latency drawn uniformly from `latency`.
     pub fn new(latency: Range<Duration>) -> Arc<SimNet> {
         Arc::new(SimNet {
+            draw: Uniform::new(latency.start, latency.end),
             latency,
             inner: Confined::new(Inner::default()),
             rng: Confined::new(None),
@@ -184,7 +189,7 @@ impl SimNet {
             }
         }
         let mut rng = self.rng.lock();
-        let latency = (rng.get_or_insert_with(madsim::rand::thread_rng)).gen_range(self.latency.clone());
+        let latency = self.draw.sample(rng.get_or_insert_with(madsim::rand::thread_rng));
         Some(now + latency)
     }
 
