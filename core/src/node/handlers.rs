@@ -232,13 +232,20 @@ pub fn metadata<D: Disk>(
 /// An acks=all partition whose answer waits for the high watermark.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PendingAck {
-    /// Where its answer is in the response.
+    /// Where its answer is in the response. The topic's name is there too ([`Self::topic`]):
+    /// a copy of it here was an allocation per acks=all partition.
     pub topic_index: usize,
     pub partition_index: usize,
-    pub topic: String,
     pub partition: i32,
     pub end_offset: Offset,
     pub leader_epoch: LeaderEpoch,
+}
+
+impl PendingAck {
+    /// The topic it waits in, named by `resp`, the response it was parked with.
+    pub fn topic<'a>(&self, resp: &'a ProduceResponse) -> &'a str {
+        &resp.topics[self.topic_index].name
+    }
 }
 
 fn view_topic(view: &ClusterView, name: &str) -> MetadataTopic {
@@ -356,7 +363,7 @@ pub fn settle_acks(
     timed_out: bool,
 ) -> bool {
     pending.retain(|w| {
-        let code = match broker.acks_all_status(&w.topic, w.partition, w.end_offset, w.leader_epoch) {
+        let code = match broker.acks_all_status(w.topic(resp), w.partition, w.end_offset, w.leader_epoch) {
             AckWait::Done => return false,
             AckWait::Pending if !timed_out => return true,
             AckWait::Pending => ErrorCode::RequestTimedOut,
@@ -410,7 +417,6 @@ pub fn produce_parked<D: Disk>(
                         pending.push(PendingAck {
                             topic_index: ti,
                             partition_index: pi,
-                            topic: t.name.clone(),
                             partition: p.index,
                             end_offset: ok.end_offset,
                             leader_epoch: ok.leader_epoch,

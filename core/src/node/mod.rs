@@ -361,7 +361,7 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
             while !pending.is_empty() {
                 let interests = pending
                     .iter()
-                    .map(|w| watch::Interest::high_watermark_at_least(&w.topic, w.partition, w.end_offset.0));
+                    .map(|w| watch::Interest::high_watermark_at_least(w.topic(&resp), w.partition, w.end_offset.0));
                 let recheck = config.wait_recheck_ms.min(deadline.saturating_sub(now)).max(1);
                 config
                     .watch
