@@ -30,9 +30,9 @@
 //! instead, above), and `acks`-aware `delivery.timeout.ms` >= `linger.ms` + `request.timeout.ms`
 //! validation as Kafka does at construction.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::broker::partition_key::PartitionMap;
 use crate::broker::producer_state::{last_sequence, next_sequence};
 use crate::ids::{ProducerEpoch, ProducerId};
 use crate::protocol::api::init_producer_id::InitProducerIdRequest;
@@ -105,7 +105,8 @@ pub struct Producer<R: Runtime> {
     /// With idempotence: the id and epoch InitProducerId gave, until a send fails.
     identity: Option<(ProducerId, ProducerEpoch)>,
     /// With idempotence: the sequence of the next record per (topic, partition), for `identity`.
-    next_sequences: BTreeMap<(String, i32), i32>,
+    /// Looked up by a borrowed name: a `(String, i32)` key was a copy of the name every send.
+    next_sequences: PartitionMap<i32>,
 }
 
 impl<R: Runtime> Producer<R> {
@@ -114,7 +115,7 @@ impl<R: Runtime> Producer<R> {
             cluster,
             config,
             identity: None,
-            next_sequences: BTreeMap::new(),
+            next_sequences: PartitionMap::new(),
         }
     }
 
@@ -131,7 +132,7 @@ impl<R: Runtime> Producer<R> {
         }
         let identity = init_producer_id(&mut self.cluster, deadline_ms).await?;
         self.identity = Some(identity);
-        self.next_sequences.clear();
+        self.next_sequences = PartitionMap::new();
         Ok(identity)
     }
 
@@ -149,7 +150,6 @@ impl<R: Runtime> Producer<R> {
         if records.is_empty() {
             return Err(SendError::Failed("a batch needs at least one record".into()));
         }
-        let key = (topic.to_string(), partition);
         let mut fields = ProducerFields::none();
         // The sequence after this batch, to remember once it is acknowledged.
         let mut after = None;
@@ -158,7 +158,7 @@ impl<R: Runtime> Producer<R> {
                 .ensure_identity(deadline)
                 .await
                 .map_err(|e| SendError::Failed(format!("no producer id: {e}")))?;
-            let base_sequence = self.next_sequences.get(&key).copied().unwrap_or(0);
+            let base_sequence = self.next_sequences.get(topic, partition).copied().unwrap_or(0);
             let last_delta = i32::try_from(records.len() - 1)
                 .map_err(|_| SendError::Failed(format!("{} records do not fit in one batch", records.len())))?;
             fields = ProducerFields {
@@ -190,7 +190,7 @@ impl<R: Runtime> Producer<R> {
             let error = match result {
                 Ok(offset) => {
                     if let Some(next) = after {
-                        self.next_sequences.insert(key, next);
+                        self.next_sequences.insert(topic, partition, next);
                     }
                     return Ok(offset);
                 }
@@ -201,7 +201,7 @@ impl<R: Runtime> Producer<R> {
                 if idempotent {
                     // Broker and producer may now disagree on this partition's sequence.
                     self.identity = None;
-                    self.next_sequences.clear();
+                    self.next_sequences = PartitionMap::new();
                 }
                 let why = format!("after {attempts} attempt(s): {error}");
                 return Err(if maybe_written {
