@@ -478,7 +478,7 @@ async fn sender_task<R: Runtime>(state: State, mut cluster: Cluster<R>) {
             for key in waiting {
                 match cluster.leader(&key.0, key.1).await {
                     Ok((addr, _epoch)) => {
-                        leaders.insert(key, addr);
+                        leaders.insert(key, addr.to_string());
                     }
                     Err(e) => {
                         tracing::debug!(topic = key.0, partition = key.1, error = %e, "no leader to send to");

@@ -21,6 +21,7 @@ pub mod partitioner;
 pub mod producer;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::protocol::api::create_topics::{CreatableTopic, CreateTopicsRequest, TopicConfig};
 use crate::protocol::api::metadata::{MetadataRequest, MetadataRequestTopic, MetadataTopic};
@@ -79,7 +80,8 @@ pub struct Cluster<R: Runtime> {
     pub rt: R,
     pub config: ClientConfig,
     bootstrap: Vec<String>,
-    brokers: BTreeMap<i32, String>,
+    /// Shared: a request's leader lookup hands out its address, once a copy per request.
+    brokers: BTreeMap<i32, Arc<str>>,
     topics: BTreeMap<String, TopicLayout>,
     /// The newest leader epoch seen per partition, with the topic id it was seen under. It
     /// survives [`Cluster::invalidate`], so that a Metadata answer from a broker that has not yet
@@ -129,7 +131,7 @@ impl<R: Runtime> Cluster<R> {
     /// Calls any broker (bootstrap addresses first, in turn).
     pub async fn call_any(&mut self, request: &Request, version: i16) -> Result<Response, ClientError> {
         let mut addrs: Vec<String> = self.bootstrap.clone();
-        addrs.extend(self.brokers.values().cloned());
+        addrs.extend(self.brokers.values().map(|a| a.to_string()));
         let start = self.next_bootstrap;
         self.next_bootstrap = self.next_bootstrap.wrapping_add(1);
         let mut last = ClientError::Protocol("no broker to ask".into());
@@ -165,7 +167,7 @@ impl<R: Runtime> Cluster<R> {
             return Err(ClientError::Protocol("Metadata answered with another API".into()));
         };
         for b in &meta.brokers {
-            self.brokers.insert(b.node_id, format!("{}:{}", b.host, b.port));
+            self.brokers.insert(b.node_id, format!("{}:{}", b.host, b.port).into());
         }
         let t = meta
             .topics
@@ -181,7 +183,7 @@ impl<R: Runtime> Cluster<R> {
     }
 
     /// The address of the leader of `topic`/`partition`, from the cache or a refresh.
-    pub async fn leader(&mut self, topic: &str, partition: i32) -> Result<(String, i32), ClientError> {
+    pub async fn leader(&mut self, topic: &str, partition: i32) -> Result<(Arc<str>, i32), ClientError> {
         let cached = self.topics.get(topic).and_then(|t| t.leaders.get(&partition)).copied();
         let (leader, epoch) = match cached {
             Some(l) => l,
@@ -205,7 +207,7 @@ impl<R: Runtime> Cluster<R> {
     /// broker: what [`leader`](Self::leader) answers at once, without a request or an error.
     pub fn cached_leader(&self, topic: &str, partition: i32) -> Option<&str> {
         let (leader, _) = self.topics.get(topic)?.leaders.get(&partition)?;
-        self.brokers.get(leader).map(String::as_str)
+        self.brokers.get(leader).map(|a| &**a)
     }
 
     /// Forgets what is known of `topic` (after NOT_LEADER and the like).
