@@ -17,7 +17,6 @@
 //! as the sync producer's ([`super::producer`]): batches are stamped once and resent byte for
 //! byte; a stamped batch that ends unacknowledged drops the producer id.
 
-use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::Future;
@@ -489,22 +488,34 @@ async fn sender_task<R: Runtime>(state: State, mut cluster: Cluster<R>) {
             now = rt.monotonic_ms();
         }
         let (ready, next_ready) = state.borrow().acc.ready(now);
-        let mut by_leader: BTreeMap<Cow<'_, str>, Vec<PartitionKey>> = BTreeMap::new();
-        for key in ready {
-            let addr = if all_cached {
-                cluster.cached_leader(&key.0, key.1).map(Cow::Borrowed)
+        let addr_of = |key: &PartitionKey| {
+            if all_cached {
+                cluster.cached_leader(&key.0, key.1)
             } else {
-                leaders.remove(&key).map(Cow::Owned)
-            };
-            if let Some(addr) = addr {
-                by_leader.entry(addr).or_default().push(key);
+                leaders.get(key).map(String::as_str)
             }
-        }
+        };
+        // Nearly always the ready partitions all have one leader (the sticky partitioner fills
+        // one batch at a time): then `ready` is that leader's list as it is, with no map by
+        // leader and no list per leader built (two allocations a drain).
+        let one_leader =
+            (ready.first().and_then(addr_of)).filter(|&first| ready[1..].iter().all(|k| addr_of(k) == Some(first)));
         let drained_any = {
             let mut s = state.borrow_mut();
             let mut any = false;
-            for (addr, keys) in by_leader {
-                any |= drain_to(&mut s, &rt, &state, &cluster, &addr, keys);
+            if let Some(addr) = one_leader {
+                any = drain_to(&mut s, &rt, &state, &cluster, addr, ready);
+            } else {
+                // By leader, in address order.
+                let mut by_leader: BTreeMap<&str, Vec<PartitionKey>> = BTreeMap::new();
+                for key in ready {
+                    if let Some(addr) = addr_of(&key) {
+                        by_leader.entry(addr).or_default().push(key);
+                    }
+                }
+                for (addr, keys) in by_leader {
+                    any |= drain_to(&mut s, &rt, &state, &cluster, addr, keys);
+                }
             }
             if any {
                 s.changed();
