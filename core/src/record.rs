@@ -287,6 +287,26 @@ pub fn records(batch: &[u8]) -> Option<Vec<RecordView<'_>>> {
     Some(out)
 }
 
+/// `v` as a zigzag varlong, as [`write_varlong`] writes it: the bytes, and how many of them
+/// (for a record's length prefix, written in place after the record).
+fn varlong_bytes(v: i64) -> ([u8; 10], usize) {
+    let mut raw = ((v << 1) ^ (v >> 63)) as u64;
+    let mut out = [0u8; 10];
+    let mut n = 0;
+    loop {
+        let byte = (raw & 0x7f) as u8;
+        raw >>= 7;
+        if raw == 0 {
+            out[n] = byte;
+            return (out, n + 1);
+        }
+        out[n] = byte | 0x80;
+        n += 1;
+    }
+}
+
+/// Pushed a byte at a time: an `extend_from_slice` of `varlong_bytes` called `memcpy` for every
+/// varint (+2.6% instructions on a batched seed).
 fn write_varlong(out: &mut Vec<u8>, v: i64) {
     let mut raw = ((v << 1) ^ (v >> 63)) as u64;
     loop {
@@ -384,9 +404,8 @@ pub fn build_batch(records: &[NewRecord], producer: ProducerFields) -> Vec<u8> {
             // The varint of a length under 64: the length doubled (zigzag), in one byte.
             b[prefix_at] = (body << 1) as u8;
         } else {
-            let mut prefix = Vec::with_capacity(10);
-            write_varlong(&mut prefix, body);
-            b.splice(prefix_at..prefix_at + 1, prefix);
+            let (prefix, n) = varlong_bytes(body);
+            b.splice(prefix_at..prefix_at + 1, prefix[..n].iter().copied());
         }
     }
     let batch_length = (b.len() - LOG_OVERHEAD) as i32;
@@ -399,6 +418,7 @@ pub fn build_batch(records: &[NewRecord], producer: ProducerFields) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     /// Records whose bodies straddle the one-byte length prefix (63 and 64 bytes and around)
     /// and far past it read back as built.
@@ -425,7 +445,6 @@ mod tests {
         }
         assert_eq!(compared, 33 * 3);
     }
-    use proptest::prelude::*;
 
     fn sample(n: usize) -> Vec<u8> {
         let recs: Vec<NewRecord> = (0..n)

@@ -80,7 +80,8 @@ pub struct Cluster<R: Runtime> {
     pub rt: R,
     pub config: ClientConfig,
     bootstrap: Vec<String>,
-    /// Shared: a request's leader lookup hands out its address, once a copy per request.
+    /// Shared (`Arc<str>`): [`leader`](Self::leader) hands each request its leader's address
+    /// without copying it (a `String` clone a request before).
     brokers: BTreeMap<i32, Arc<str>>,
     topics: BTreeMap<String, TopicLayout>,
     /// The newest leader epoch seen per partition, with the topic id it was seen under. It
