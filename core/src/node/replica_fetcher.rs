@@ -151,17 +151,18 @@ async fn fetch_from_leader<R: Runtime>(
         throttled_turn: 0,
     };
     loop {
-        let tasks: Vec<FollowerTask> = broker.borrow().follower_tasks_of(Some(leader));
-        if tasks.is_empty() {
+        let mut ready: Vec<FollowerTask> = broker.borrow().follower_tasks_of(Some(leader));
+        if ready.is_empty() {
             running.borrow_mut().remove(&leader);
             return;
         }
         let now = rt.monotonic_ms();
         fetcher.delayed.retain(|_, until| *until > now);
-        let ready: Vec<&FollowerTask> = tasks
-            .iter()
-            .filter(|t| fetcher.delayed.is_empty() || !fetcher.delayed.contains_key(&(t.topic.clone(), t.partition)))
-            .collect();
+        // The tasks less those sitting out, in place: a list of the rest was an allocation a
+        // request, for nearly always all of them.
+        if !fetcher.delayed.is_empty() {
+            ready.retain(|t| !fetcher.delayed.contains_key(&(t.topic.clone(), t.partition)));
+        }
         if ready.is_empty() {
             let next = fetcher.delayed.values().min().copied().unwrap_or(now + 1);
             rt.sleep(Duration::from_millis(next.saturating_sub(now).max(1))).await;
@@ -183,7 +184,7 @@ impl<R: Runtime> LeaderFetcher<R> {
         rt: &R,
         broker: &SharedBroker,
         config: &ReplicaFetcherConfig,
-        ready: &[&FollowerTask],
+        ready: &[FollowerTask],
     ) -> Result<(), String> {
         let (me, moved) = {
             let b = broker.borrow();
@@ -215,7 +216,6 @@ impl<R: Runtime> LeaderFetcher<R> {
         }
         let truncating: Vec<&FollowerTask> = ready
             .iter()
-            .copied()
             .filter(|t| matches!(t.action, FollowerAction::Truncate { .. }))
             .collect();
         if truncating.is_empty() {
@@ -331,23 +331,20 @@ impl<R: Runtime> LeaderFetcher<R> {
         broker: &SharedBroker,
         config: &ReplicaFetcherConfig,
         me: BrokerId,
-        ready: &[&FollowerTask],
+        ready: &[FollowerTask],
     ) -> Result<(), String> {
+        // The partitions a reassignment adds here, when adding is throttled (else none).
         let mut throttled: Vec<&FollowerTask> = Vec::new();
-        let mut plain: Vec<&FollowerTask> = Vec::with_capacity(ready.len());
-        {
+        if config.throttle.is_some() {
             let b = broker.borrow();
             let view = b.cluster_view();
             for task in ready {
-                let adding = config.throttle.is_some()
-                    && view
-                        .and_then(|v| v.topics.get(&task.topic))
-                        .and_then(|(record, _)| record.reassigning.get(&task.partition))
-                        .is_some_and(|r| r.adding.contains(&me));
+                let adding = view
+                    .and_then(|v| v.topics.get(&task.topic))
+                    .and_then(|(record, _)| record.reassigning.get(&task.partition))
+                    .is_some_and(|r| r.adding.contains(&me));
                 if adding {
                     throttled.push(task);
-                } else {
-                    plain.push(task);
                 }
             }
         }
@@ -364,7 +361,9 @@ impl<R: Runtime> LeaderFetcher<R> {
                 asked.push((task, max));
             }
         }
-        asked.extend(plain.iter().map(|t| (*t, config.fetch_max_bytes)));
+        // The others, in order (no list of them first: an allocation a request).
+        let plain = ready.iter().filter(|t| !throttled.iter().any(|x| std::ptr::eq(*x, *t)));
+        asked.extend(plain.map(|t| (t, config.fetch_max_bytes)));
         if asked.is_empty() {
             // Only throttled partitions, and the bucket is in debt.
             rt.sleep(Duration::from_millis(throttle_wait_ms.max(1))).await;
