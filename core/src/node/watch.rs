@@ -73,9 +73,19 @@ impl TopicKey {
     }
 }
 
+/// One bit of a waiter's [`Waiter::partitions`] mask for `topic`/`partition`.
+fn partition_bit(topic: TopicKey, partition: i32) -> u64 {
+    // The hash's high bits are its best mixed; the partition number picks among neighbours.
+    1 << (((topic.0 >> 58) as u32 ^ partition as u32) & 63)
+}
+
 #[derive(Debug)]
 struct Waiter {
     id: u64,
+    /// A bit for each partition of `interests` ([`partition_bit`]): a poke of a partition whose
+    /// bit is clear here skips the waiter without reading its interests. Bits are shared, so a
+    /// set bit only says the interests must be read.
+    partitions: u64,
     interests: Vec<Interest>,
     woken: bool,
     waker: Option<Waker>,
@@ -139,6 +149,7 @@ impl PartitionWatch {
         // Filled outside the registry's borrow: the iterator is the caller's code.
         let mut list = self.0.borrow_mut().spare.pop().unwrap_or_default();
         list.extend(interests);
+        let partitions = list.iter().fold(0, |m, i| m | partition_bit(i.topic, i.partition));
         let id = {
             let mut inner = self.0.borrow_mut();
             inner.next_id += 1;
@@ -146,6 +157,7 @@ impl PartitionWatch {
             inner.interested += usize::from(!list.is_empty());
             inner.waiters.push(Waiter {
                 id,
+                partitions,
                 interests: list,
                 woken: false,
                 waker: None,
@@ -193,7 +205,8 @@ impl PartitionWatch {
     }
 
     fn poke_key(&self, topic: TopicKey, partition: i32, log_end: i64, high_watermark: i64) {
-        self.wake(|interests| {
+        let bit = partition_bit(topic, partition);
+        self.wake(bit, |interests| {
             interests.iter().any(|i| {
                 i.partition == partition
                     && i.topic == topic
@@ -206,7 +219,7 @@ impl PartitionWatch {
     /// Wakes every waiter (leadership, ISR or partition state changed), those waiting on no
     /// partition included (a Metadata request held until the broker's first cluster scan).
     pub fn poke_all(&self) {
-        self.wake(|_| true);
+        self.wake(u64::MAX, |_| true);
     }
 
     /// Whether a waiter has interests a [`poke`](Self::poke) could meet.
@@ -219,12 +232,14 @@ impl PartitionWatch {
         self.0.borrow().waiters.len()
     }
 
-    fn wake(&self, met: impl Fn(&[Interest]) -> bool) {
+    /// Wakes the waiters not woken yet that `met` accepts, of those with a bit of `bits` (all
+    /// of them when `bits` is `u64::MAX`, those without interests included).
+    fn wake(&self, bits: u64, met: impl Fn(&[Interest]) -> bool) {
         let mut wakers = Vec::new();
         {
             let mut inner = self.0.borrow_mut();
             for w in &mut inner.waiters {
-                if !w.woken && met(&w.interests) {
+                if (bits == u64::MAX || w.partitions & bits != 0) && !w.woken && met(&w.interests) {
                     w.woken = true;
                     wakers.extend(w.waker.take());
                 }
@@ -372,6 +387,42 @@ mod tests {
         start(5, &mut waits);
         watch.poke_offsets("t", 0, 1, 0);
         assert_eq!(*log.lock().unwrap(), vec![0, 3, 4, 5]);
+    }
+
+    /// The skip by partition bit: with more partitions than bits, and two topics, a poke wakes
+    /// the waiter on its partition and no other, whichever share its bit.
+    #[test]
+    fn a_poke_wakes_only_its_partition_among_many_that_share_bits() {
+        let watch = PartitionWatch::default();
+        let keys: Vec<(&str, i32)> = ["t", "u"]
+            .into_iter()
+            .flat_map(|t| (0..150).map(move |p| (t, p)))
+            .collect();
+        let mut waits: Vec<_> = keys
+            .iter()
+            .map(|&(t, p)| {
+                let count = Arc::new(Count::default());
+                let interest = Interest::log_end_above(t, p, 0);
+                let mut f = Box::pin(watch.wait([interest], std::future::pending()));
+                let waker = Waker::from(count.clone());
+                assert!(f.as_mut().poll(&mut Context::from_waker(&waker)).is_pending());
+                (f, count)
+            })
+            .collect();
+        let shared = keys
+            .iter()
+            .filter(|&&(t, p)| partition_bit(TopicKey::of(t), p) == partition_bit(TopicKey::of("t"), 0))
+            .count();
+        assert!(shared > 2, "the test needs waiters that share a bit: {shared}");
+        for (n, &(t, p)) in keys.iter().enumerate() {
+            watch.poke_offsets(t, p, 1, 0);
+            let woken: Vec<usize> = (0..keys.len())
+                .filter(|&i| waits[i].1 .0.load(Ordering::Relaxed) > 0)
+                .collect();
+            assert_eq!(woken, (0..=n).collect::<Vec<_>>(), "after the poke of {t}/{p}");
+            assert!(done(&mut waits[n].0));
+        }
+        println!("{} pokes, {shared} waiters on the bit of t/0", keys.len());
     }
 
     #[test]
