@@ -23,6 +23,7 @@ pub mod protocol;
 pub mod record;
 pub mod runtime;
 pub mod security;
+pub mod short_eq;
 
 pub use error_code::ErrorCode;
 pub use ids::{BrokerId, LeaderEpoch, Offset, PartitionId};

@@ -8,6 +8,7 @@
 //! `map.get(&(topic, partition) as &dyn PartitionKey)` finds what `map.get(&(topic.to_string(),
 //! partition))` found.
 
+use crate::short_eq;
 use std::borrow::Borrow;
 use std::cmp::Ordering;
 
@@ -135,7 +136,7 @@ impl<V> PartitionMap<V> {
     /// Where `topic` is, or where it would go.
     fn find_topic(&self, topic: &str) -> Result<usize, usize> {
         if self.topics.len() <= Self::SCAN_TOPICS_MAX {
-            if let Some(at) = self.topics.iter().position(|(name, _)| name == topic) {
+            if let Some(at) = self.topics.iter().position(|(name, _)| short_eq::same(name, topic)) {
                 return Ok(at);
             }
         }
