@@ -924,6 +924,16 @@ impl Broker {
     /// leader's fetcher asks for, without copying the others' names.
     pub fn follower_tasks_of(&self, only: Option<BrokerId>) -> Vec<FollowerTask> {
         let mut out = Vec::new();
+        self.follower_tasks_into(only, &mut out);
+        out
+    }
+
+    /// [`Broker::follower_tasks_of`] into `out`, replacing what it held. A fetcher refills one
+    /// list every round: its entries' topic names are overwritten in place (`clone_from` keeps
+    /// the buffer), so a round in steady state allocates nothing, where a new list cost the list
+    /// and a name per partition.
+    pub fn follower_tasks_into(&self, only: Option<BrokerId>, out: &mut Vec<FollowerTask>) {
+        let mut n = 0;
         for ((topic, p), part) in self.partitions.iter() {
             let Some(Replication {
                 role: Role::Follower { leader, phase },
@@ -944,16 +954,28 @@ impl Broker {
                 },
                 Phase::AwaitingState => continue,
             };
-            out.push(FollowerTask {
-                topic: topic.clone(),
-                topic_id: self.topics.get(topic).map_or(TopicId([0; 16]), |m| m.id),
-                partition: *p,
-                leader: *leader,
-                leader_epoch: part.leader_epoch,
-                action,
-            });
+            let topic_id = self.topics.get(topic).map_or(TopicId([0; 16]), |m| m.id);
+            match out.get_mut(n) {
+                Some(task) => {
+                    task.topic.clone_from(topic);
+                    task.topic_id = topic_id;
+                    task.partition = *p;
+                    task.leader = *leader;
+                    task.leader_epoch = part.leader_epoch;
+                    task.action = action;
+                }
+                None => out.push(FollowerTask {
+                    topic: topic.clone(),
+                    topic_id,
+                    partition: *p,
+                    leader: *leader,
+                    leader_epoch: part.leader_epoch,
+                    action,
+                }),
+            }
+            n += 1;
         }
-        out
+        out.truncate(n);
     }
 
     fn follower_part(&mut self, topic: &str, partition: i32, epoch: LeaderEpoch) -> Option<(&mut Part, Phase)> {

@@ -90,6 +90,21 @@ fn pump(c: &mut [Node], f: usize, l: usize, now: i64) -> bool {
     for leader in &leaders {
         let of: Vec<_> = tasks.iter().filter(|t| t.leader == *leader).cloned().collect();
         assert_eq!(c[f].broker.follower_tasks_of(Some(*leader)), of, "one leader's tasks");
+        // A fetcher's list refilled in place, over stale entries (more of them than tasks, or
+        // fewer), holds the same tasks.
+        let stale = FollowerTask {
+            topic: "a-longer-name-than-any-topic-here".into(),
+            topic_id: TopicId([9; 16]),
+            partition: 99,
+            leader: BrokerId(77),
+            leader_epoch: LeaderEpoch(5),
+            action: FollowerAction::Truncate { epoch: LeaderEpoch(4) },
+        };
+        for held in [of.len() + 2, of.len().saturating_sub(1)] {
+            let mut refilled = vec![stale.clone(); held];
+            c[f].broker.follower_tasks_into(Some(*leader), &mut refilled);
+            assert_eq!(refilled, of, "refilled over {held} stale entries");
+        }
     }
     let Some(task) = tasks.into_iter().next() else {
         return false;

@@ -150,8 +150,10 @@ async fn fetch_from_leader<R: Runtime>(
         delayed: BTreeMap::new(),
         throttled_turn: 0,
     };
+    // Refilled every round (see `follower_tasks_into`).
+    let mut ready: Vec<FollowerTask> = Vec::new();
     loop {
-        let mut ready: Vec<FollowerTask> = broker.borrow().follower_tasks_of(Some(leader));
+        broker.borrow().follower_tasks_into(Some(leader), &mut ready);
         if ready.is_empty() {
             running.borrow_mut().remove(&leader);
             return;
