@@ -8,9 +8,10 @@
 //! `map.get(&(topic, partition) as &dyn PartitionKey)` finds what `map.get(&(topic.to_string(),
 //! partition))` found.
 
-use crate::short_eq;
 use std::borrow::Borrow;
 use std::cmp::Ordering;
+
+use crate::short_eq;
 
 /// A partition's map key, owned or borrowed.
 pub trait PartitionKey {
