@@ -22,7 +22,11 @@ pub fn same_bytes(a: &[u8], b: &[u8]) -> bool {
         0 => true,
         1..=3 => a.iter().zip(b).all(|(x, y)| x == y),
         4..=7 => {
-            let word = |s: &[u8], at: usize| u32::from_le_bytes([s[at], s[at + 1], s[at + 2], s[at + 3]]);
+            let word = |s: &[u8], at: usize| {
+                let mut w = [0; 4];
+                w.copy_from_slice(&s[at..at + 4]);
+                u32::from_le_bytes(w)
+            };
             (word(a, 0) ^ word(b, 0)) | (word(a, n - 4) ^ word(b, n - 4)) == 0
         }
         8..=16 => {
