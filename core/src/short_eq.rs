@@ -22,23 +22,24 @@ pub fn same_bytes(a: &[u8], b: &[u8]) -> bool {
         0 => true,
         1..=3 => a.iter().zip(b).all(|(x, y)| x == y),
         4..=7 => {
-            let word = |s: &[u8], at: usize| {
-                let mut w = [0; 4];
-                w.copy_from_slice(&s[at..at + 4]);
-                u32::from_le_bytes(w)
-            };
+            let word = |s: &[u8], at: usize| u32::from_le_bytes(bytes_at(s, at));
             (word(a, 0) ^ word(b, 0)) | (word(a, n - 4) ^ word(b, n - 4)) == 0
         }
         8..=16 => {
-            let word = |s: &[u8], at: usize| {
-                let mut w = [0; 8];
-                w.copy_from_slice(&s[at..at + 8]);
-                u64::from_le_bytes(w)
-            };
+            let word = |s: &[u8], at: usize| u64::from_le_bytes(bytes_at(s, at));
             (word(a, 0) ^ word(b, 0)) | (word(a, n - 8) ^ word(b, n - 8)) == 0
         }
         _ => a == b,
     }
+}
+
+/// `N` bytes of `s` from `at`: one load, where an array built from `s[at]`, `s[at + 1]`, ...
+/// was a load and a shift a byte.
+#[inline]
+fn bytes_at<const N: usize>(s: &[u8], at: usize) -> [u8; N] {
+    let mut w = [0; N];
+    w.copy_from_slice(&s[at..at + N]);
+    w
 }
 
 #[cfg(test)]
