@@ -151,14 +151,9 @@ impl<V> PartitionMap<V> {
     /// [`Self::find_topic`] when the first two names are not `topic`.
     #[inline(never)]
     fn find_topic_past_two(&self, topic: &str) -> Result<usize, usize> {
-        if self.topics.len() <= 2 {
-            return self.topics.binary_search_by(|(name, _)| name.as_str().cmp(topic));
-        }
         if self.topics.len() <= Self::SCAN_TOPICS_MAX {
-            if let Some(at) = self.topics[2..]
-                .iter()
-                .position(|(name, _)| short_eq::same(name, topic))
-            {
+            let mut past_two = self.topics.iter().skip(2);
+            if let Some(at) = past_two.position(|(name, _)| short_eq::same(name, topic)) {
                 return Ok(at + 2);
             }
         }

@@ -120,7 +120,7 @@ impl<R: Runtime> Cluster<R> {
 
     /// A connection to `addr`, reused while it works.
     pub async fn conn(&mut self, addr: &str) -> Result<&mut KafkaConn<R>, ClientError> {
-        let at = match self.conns.iter().position(|(a, _)| short_eq::same(a, addr)) {
+        let at = match self.conn_at(addr) {
             Some(at) => at,
             None => {
                 let conn = KafkaConn::connect_as(&self.rt, addr, &self.config).await?;
@@ -133,9 +133,14 @@ impl<R: Runtime> Cluster<R> {
 
     /// Forgets a connection after an error (a late reply must not answer the next request).
     pub fn drop_conn(&mut self, addr: &str) {
-        if let Some(at) = self.conns.iter().position(|(a, _)| short_eq::same(a, addr)) {
+        if let Some(at) = self.conn_at(addr) {
             self.conns.swap_remove(at);
         }
+    }
+
+    /// Where the open connection to `addr` is in `conns`.
+    fn conn_at(&self, addr: &str) -> Option<usize> {
+        self.conns.iter().position(|(a, _)| short_eq::same(a, addr))
     }
 
     /// Calls any broker (bootstrap addresses first, in turn).

@@ -25,6 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::time::Duration;
 
+use crate::broker::partition_key::PartitionKey;
 use crate::broker::{FollowerAction, FollowerTask};
 use crate::client::conn::KafkaConn;
 use crate::client::{code, ClientError};
@@ -163,7 +164,11 @@ async fn fetch_from_leader<R: Runtime>(
         // The tasks less those sitting out, in place: a list of the rest was an allocation a
         // request, for nearly always all of them.
         if !fetcher.delayed.is_empty() {
-            ready.retain(|t| !fetcher.delayed.contains_key(&(t.topic.clone(), t.partition)));
+            ready.retain(|t| {
+                !fetcher
+                    .delayed
+                    .contains_key(&(t.topic.as_str(), t.partition) as &dyn PartitionKey)
+            });
         }
         if ready.is_empty() {
             let next = fetcher.delayed.values().min().copied().unwrap_or(now + 1);
