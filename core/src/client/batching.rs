@@ -22,12 +22,14 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use crate::protocol::api::produce::{ProducePartition, ProduceRequest, ProduceTopic};
-use crate::protocol::{Request, Response};
+use crate::protocol::{shared_name, Request, Response};
 use crate::record::{record_bytes, NewRecord, HEADER_BYTES};
 use crate::runtime::Runtime;
+use crate::short_eq;
 
 use super::accumulator::{
     complete, Accumulator, Batch, Completion, Delivery, PartitionKey, PartitionState, ProducerStats, Slot,
@@ -102,6 +104,9 @@ struct Shared {
     /// Bumped on every change a task may wait for; `wakers` are woken then.
     changes: u64,
     wakers: Vec<Waker>,
+    /// The topic name the last Produce request carried, shared by the next (see
+    /// [`shared_name`]).
+    topic_name: Option<Arc<str>>,
 }
 
 impl Shared {
@@ -185,6 +190,7 @@ impl<R: Runtime> BatchingProducer<R> {
             conns: BTreeMap::new(),
             changes: 0,
             wakers: Vec::new(),
+            topic_name: None,
         }));
         rt.spawn(sender_task(state.clone(), cluster));
         BatchingProducer { rt, state }
@@ -598,7 +604,12 @@ fn drain_to<R: Runtime>(
             .iter()
             .map(|b| b.stamp.as_ref().map_or(0, |st| st.bytes.len() as u64))
             .sum::<u64>();
-        let request = produce_request(&batches, config.acks, cluster.config.request_timeout_ms);
+        let request = produce_request(
+            &batches,
+            config.acks,
+            cluster.config.request_timeout_ms,
+            &mut s.topic_name,
+        );
         if !s.conns.contains_key(addr) {
             s.conns.insert(
                 addr.to_string(),
@@ -622,7 +633,7 @@ fn drain_to<R: Runtime>(
     built
 }
 
-fn produce_request(batches: &[Batch], acks: i16, request_timeout_ms: u64) -> Request {
+fn produce_request(batches: &[Batch], acks: i16, request_timeout_ms: u64, names: &mut Option<Arc<str>>) -> Request {
     let mut topics: BTreeMap<&str, Vec<ProducePartition>> = BTreeMap::new();
     for b in batches {
         topics.entry(b.key.0.as_str()).or_default().push(ProducePartition {
@@ -637,7 +648,7 @@ fn produce_request(batches: &[Batch], acks: i16, request_timeout_ms: u64) -> Req
         topics: topics
             .into_iter()
             .map(|(name, partitions)| ProduceTopic {
-                name: name.to_string(),
+                name: shared_name(names, name),
                 partitions,
             })
             .collect(),
@@ -751,7 +762,7 @@ fn answered(acc: &mut Accumulator, batches: Vec<Batch>, response: Response, now_
         let p = resp
             .topics
             .iter()
-            .filter(|t| t.name == b.key.0)
+            .filter(|t| short_eq::same(&t.name, &b.key.0))
             .flat_map(|t| &t.partitions)
             .find(|p| p.index == b.key.1);
         match p.map(|p| (code(p.error_code), p.base_offset)) {

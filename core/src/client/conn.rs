@@ -15,7 +15,7 @@ use thiserror::Error;
 
 use crate::protocol::api::sasl_authenticate::SaslAuthenticateRequest;
 use crate::protocol::api::sasl_handshake::SaslHandshakeRequest;
-use crate::protocol::client::{decode_response_bytes, request_frame};
+use crate::protocol::client::{decode_response_bytes_on, request_frame};
 use crate::protocol::{DecodeError, Limits, Request, RequestHeader, Response};
 use crate::runtime::{Connection, NetError, Runtime};
 use crate::security::{SaslClient, SaslCredentials};
@@ -86,6 +86,9 @@ pub struct KafkaConn<R: Runtime> {
     limits: Limits,
     timeout_ms: u64,
     pub addr: String,
+    /// The topic the last answer named: the next naming it shares it (see
+    /// [`decode_response_bytes_on`]).
+    topic: Option<Arc<str>>,
 }
 
 impl<R: Runtime> KafkaConn<R> {
@@ -101,6 +104,7 @@ impl<R: Runtime> KafkaConn<R> {
             limits: Limits::default(),
             timeout_ms,
             addr: addr.to_string(),
+            topic: None,
         })
     }
 
@@ -203,7 +207,7 @@ impl<R: Runtime> KafkaConn<R> {
         correlation_id: i32,
     ) -> Result<Response, ClientError> {
         let reply = self.conn.recv().await?.ok_or(ClientError::Net(NetError::Closed))?;
-        let (got, response) = decode_response_bytes(api_key, version, &reply, self.limits)?;
+        let (got, response) = decode_response_bytes_on(api_key, version, &reply, self.limits, &mut self.topic)?;
         if got != correlation_id {
             return Err(ClientError::Protocol(format!(
                 "response for correlation id {got}, expected {correlation_id}"

@@ -7,6 +7,7 @@
 //! application's (manual assignment).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -88,7 +89,7 @@ pub struct Polled {
 pub struct Consumer<R: Runtime> {
     pub cluster: Cluster<R>,
     pub config: ConsumerConfig,
-    topic: String,
+    topic: Arc<str>,
     /// partition → next offset to read; `None` until reset by `auto.offset.reset`.
     positions: BTreeMap<i32, Option<i64>>,
 }
@@ -98,7 +99,7 @@ impl<R: Runtime> Consumer<R> {
         Consumer {
             cluster,
             config,
-            topic: topic.to_string(),
+            topic: topic.into(),
             positions: BTreeMap::new(),
         }
     }
@@ -276,7 +277,7 @@ impl<R: Runtime> Consumer<R> {
             replica_id: -1,
             isolation_level: 1,
             topics: vec![ListOffsetsTopic {
-                name: self.topic.clone(),
+                name: self.topic.to_string(),
                 partitions: vec![ListOffsetsPartition {
                     partition_index: partition,
                     current_leader_epoch: -1,

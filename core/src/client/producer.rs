@@ -30,6 +30,7 @@
 //! instead, above), and `acks`-aware `delivery.timeout.ms` >= `linger.ms` + `request.timeout.ms`
 //! validation as Kafka does at construction.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::broker::partition_key::PartitionMap;
@@ -38,7 +39,7 @@ use crate::ids::{ProducerEpoch, ProducerId};
 use crate::protocol::api::init_producer_id::InitProducerIdRequest;
 
 use crate::protocol::api::produce::{ProducePartition, ProduceRequest, ProduceTopic};
-use crate::protocol::{Request, Response};
+use crate::protocol::{shared_name, Request, Response};
 use crate::record::{build_batch, NewRecord, ProducerFields};
 use crate::runtime::Runtime;
 use crate::ErrorCode;
@@ -107,6 +108,8 @@ pub struct Producer<R: Runtime> {
     /// With idempotence: the sequence of the next record per (topic, partition), for `identity`.
     /// Looked up by a borrowed name: a `(String, i32)` key was a copy of the name every send.
     next_sequences: PartitionMap<i32>,
+    /// The topic name the last request carried, shared by the next to the same topic.
+    topic_name: Option<Arc<str>>,
 }
 
 impl<R: Runtime> Producer<R> {
@@ -116,6 +119,7 @@ impl<R: Runtime> Producer<R> {
             config,
             identity: None,
             next_sequences: PartitionMap::new(),
+            topic_name: None,
         }
     }
 
@@ -175,7 +179,7 @@ impl<R: Runtime> Producer<R> {
             acks: self.config.acks,
             timeout_ms: i32::try_from(self.cluster.config.request_timeout_ms).unwrap_or(i32::MAX),
             topics: vec![ProduceTopic {
-                name: topic.to_string(),
+                name: shared_name(&mut self.topic_name, topic),
                 partitions: vec![ProducePartition {
                     index: partition,
                     records: Some(batch),

@@ -158,13 +158,13 @@ impl<'a> Gate<'a> {
         let (allowed, refused): (Vec<_>, Vec<_>) = std::mem::take(&mut req.topics).into_iter().partition(|t| {
             let name = if version >= TOPIC_ID_MIN {
                 match broker.topic_by_id(TopicId(t.topic_id.0)) {
-                    Some((n, _)) => n.clone(),
+                    Some((n, _)) => n.as_str(),
                     None => return !follower_refused,
                 }
             } else {
-                t.topic.clone()
+                &*t.topic
             };
-            !follower_refused && self.may_topic(Operation::Read, &name)
+            !follower_refused && self.may_topic(Operation::Read, name)
         });
         req.topics = allowed;
         let code = if follower_refused {

@@ -284,7 +284,7 @@ pub(crate) async fn handle_frame_from<R: Runtime>(
     if ctx.sasl.expects_bare_token() {
         return auth::bare_token(rt, config, frame, ctx).await;
     }
-    let (header, request) = match decode_request_bytes_on(frame, config.limits, &mut ctx.client_id) {
+    let (header, request) = match decode_request_bytes_on(frame, config.limits, &mut ctx.client_id, &mut ctx.topic) {
         Ok(decoded) => decoded,
         // KIP-511: an ApiVersions of a version we do not know still gets a v0 answer listing
         // what we speak, so the client can pick a version.

@@ -23,6 +23,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::broker::partition_key::PartitionKey;
@@ -34,8 +35,9 @@ use crate::protocol::api::fetch::{FetchPartition, FetchRequest, FetchTopic};
 use crate::protocol::api::offset_for_leader_epoch::{
     OffsetForLeaderEpochRequest, OffsetForLeaderPartition, OffsetForLeaderTopic,
 };
-use crate::protocol::{Request, Response};
+use crate::protocol::{shared_name, Request, Response};
 use crate::runtime::Runtime;
+use crate::short_eq;
 
 use super::throttle::Throttle;
 use super::watch::PartitionWatch;
@@ -135,6 +137,8 @@ struct LeaderFetcher<R: Runtime> {
     delayed: BTreeMap<PartitionName, u64>,
     /// Which throttled partition goes next (one per request, see [`LeaderFetcher::fetch`]).
     throttled_turn: usize,
+    /// The topic name the last request carried, shared by the next (see [`shared_name`]).
+    topic_name: Option<Arc<str>>,
 }
 
 /// Follows every partition this broker follows under `leader`, until it follows none there.
@@ -150,6 +154,7 @@ async fn fetch_from_leader<R: Runtime>(
         conn: None,
         delayed: BTreeMap::new(),
         throttled_turn: 0,
+        topic_name: None,
     };
     // Refilled every round (see `follower_tasks_into`).
     let mut ready: Vec<FollowerTask> = Vec::new();
@@ -269,7 +274,7 @@ impl<R: Runtime> LeaderFetcher<R> {
                 current_leader_epoch: task.leader_epoch.0,
                 leader_epoch: epoch.0,
             };
-            match topics.last_mut().filter(|t| t.topic == task.topic) {
+            match topics.last_mut().filter(|t| short_eq::same(&t.topic, &task.topic)) {
                 Some(t) => t.partitions.push(partition),
                 None => topics.push(OffsetForLeaderTopic {
                     topic: task.topic.clone(),
@@ -295,7 +300,7 @@ impl<R: Runtime> LeaderFetcher<R> {
             let Some(p) = resp
                 .topics
                 .iter()
-                .filter(|t| t.topic == task.topic)
+                .filter(|t| short_eq::same(&t.topic, &task.topic))
                 .flat_map(|t| &t.partitions)
                 .find(|p| p.partition == task.partition)
             else {
@@ -390,7 +395,7 @@ impl<R: Runtime> LeaderFetcher<R> {
                 log_start_offset: -1,
                 partition_max_bytes: *max,
             };
-            match topics.last_mut().filter(|t| t.topic == task.topic) {
+            match topics.last_mut().filter(|t| short_eq::same(&t.topic, &task.topic)) {
                 Some(t) => t.partitions.push(partition),
                 None => {
                     // Room for the rest of the asked partitions: a leader's partitions are
@@ -398,7 +403,7 @@ impl<R: Runtime> LeaderFetcher<R> {
                     let mut partitions = Vec::with_capacity(asked.len());
                     partitions.push(partition);
                     topics.push(FetchTopic {
-                        topic: task.topic.clone(),
+                        topic: shared_name(&mut self.topic_name, &task.topic),
                         topic_id: crate::protocol::Uuid::ZERO,
                         partitions,
                     });
@@ -433,7 +438,7 @@ impl<R: Runtime> LeaderFetcher<R> {
             let Some(p) = resp
                 .topics
                 .iter()
-                .filter(|t| t.topic == task.topic)
+                .filter(|t| short_eq::same(&t.topic, &task.topic))
                 .flat_map(|t| &t.partitions)
                 .find(|p| p.partition_index == task.partition)
             else {

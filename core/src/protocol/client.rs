@@ -16,6 +16,8 @@
 //!
 //! [`decode_request`]: super::decode_request
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 use super::api::api_versions;
@@ -74,7 +76,7 @@ pub fn decode_response(
     limits: Limits,
 ) -> Result<(i32, Response), DecodeError> {
     check_len(frame.len(), limits)?;
-    decode_with(api_key, api_version, Reader::new(frame, limits))
+    decode_with(api_key, api_version, &mut Reader::new(frame, limits))
 }
 
 /// As [`decode_response`], but fetched record sets are slices of `frame` (zero copy).
@@ -84,11 +86,27 @@ pub fn decode_response_bytes(
     frame: &Bytes,
     limits: Limits,
 ) -> Result<(i32, Response), DecodeError> {
-    check_len(frame.len(), limits)?;
-    decode_with(api_key, api_version, Reader::from_bytes(frame, limits))
+    decode_response_bytes_on(api_key, api_version, frame, limits, &mut None)
 }
 
-fn decode_with(api_key: i16, api_version: i16, mut r: Reader<'_>) -> Result<(i32, Response), DecodeError> {
+/// As [`decode_response_bytes`], for a connection whose last answer named the topic `topic`:
+/// an answer naming it again shares it (see [`Reader::topic_name`]), and `topic` becomes the
+/// one this answer named last.
+pub fn decode_response_bytes_on(
+    api_key: i16,
+    api_version: i16,
+    frame: &Bytes,
+    limits: Limits,
+    topic: &mut Option<Arc<str>>,
+) -> Result<(i32, Response), DecodeError> {
+    check_len(frame.len(), limits)?;
+    let mut r = Reader::from_bytes(frame, limits).with_topic(topic.take());
+    let decoded = decode_with(api_key, api_version, &mut r);
+    *topic = r.take_topic();
+    decoded
+}
+
+fn decode_with(api_key: i16, api_version: i16, r: &mut Reader<'_>) -> Result<(i32, Response), DecodeError> {
     let correlation_id = r.i32()?;
     // Asking about an API or version Gregor does not speak is the caller's mistake, but the
     // answer is still bytes off the wire: an error, not a panic.
@@ -112,7 +130,7 @@ fn decode_with(api_key: i16, api_version: i16, mut r: Reader<'_>) -> Result<(i32
     let always_v0 = api_key == api_versions::API_KEY;
     r.skip_tagged_fields(!always_v0 && support.is_flexible(api_version))?;
     let body = r.clone();
-    let response = Response::decode(api_key, api_version, &mut r).and_then(|resp| {
+    let response = Response::decode(api_key, api_version, r).and_then(|resp| {
         r.finish()?;
         Ok(resp)
     });

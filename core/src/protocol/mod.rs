@@ -213,27 +213,42 @@ request_dispatch!(
     AlterUserScramCredentials(alter_user_scram_credentials),
 );
 
+/// `name` as the `Arc<str>` a request or answer carries: `last`'s when they are equal (no
+/// allocation), else a new one, which `last` then keeps. A client names the same topic in
+/// request after request.
+pub fn shared_name(last: &mut Option<Arc<str>>, name: &str) -> Arc<str> {
+    match last {
+        Some(known) if crate::short_eq::same(known, name) => known.clone(),
+        _ => last.insert(Arc::from(name)).clone(),
+    }
+}
+
 /// Decodes one request frame (without its length prefix). Record sets are copied out of
 /// `frame`; use [`decode_request_bytes`] to share the frame's allocation instead.
 pub fn decode_request(frame: &[u8], limits: Limits) -> Result<(RequestHeader, Request), DecodeError> {
     check_len(frame.len(), limits)?;
-    decode_with(Reader::new(frame, limits), &mut None)
+    decode_with(&mut Reader::new(frame, limits), &mut None)
 }
 
 /// As [`decode_request`], but produce record sets are slices of `frame` (zero copy).
 pub fn decode_request_bytes(frame: &Bytes, limits: Limits) -> Result<(RequestHeader, Request), DecodeError> {
-    decode_request_bytes_on(frame, limits, &mut None)
+    decode_request_bytes_on(frame, limits, &mut None, &mut None)
 }
 
-/// As [`decode_request_bytes`], for a connection whose last client id is `client_id`: a request
-/// with the same one shares it (no copy, no UTF-8 check), and `client_id` becomes this one's.
+/// As [`decode_request_bytes`], for a connection whose last client id is `client_id` and whose
+/// last request named the topic `topic`: a request with the same ones shares them (no copy, no
+/// UTF-8 check), and they become this request's.
 pub fn decode_request_bytes_on(
     frame: &Bytes,
     limits: Limits,
     client_id: &mut Option<Arc<str>>,
+    topic: &mut Option<Arc<str>>,
 ) -> Result<(RequestHeader, Request), DecodeError> {
     check_len(frame.len(), limits)?;
-    decode_with(Reader::from_bytes(frame, limits), client_id)
+    let mut r = Reader::from_bytes(frame, limits).with_topic(topic.take());
+    let decoded = decode_with(&mut r, client_id);
+    *topic = r.take_topic();
+    decoded
 }
 
 fn check_len(len: usize, limits: Limits) -> Result<(), DecodeError> {
@@ -246,9 +261,9 @@ fn check_len(len: usize, limits: Limits) -> Result<(), DecodeError> {
     Ok(())
 }
 
-fn decode_with(mut r: Reader<'_>, client_id: &mut Option<Arc<str>>) -> Result<(RequestHeader, Request), DecodeError> {
+fn decode_with(r: &mut Reader<'_>, client_id: &mut Option<Arc<str>>) -> Result<(RequestHeader, Request), DecodeError> {
     let flexible_min = |key| api_support(key).map(|s| s.flexible_min);
-    let (header, header_version) = RequestHeader::decode_fixed(&mut r, flexible_min, client_id)?;
+    let (header, header_version) = RequestHeader::decode_fixed(r, flexible_min, client_id)?;
     let Some(support) = api_support(header.api_key) else {
         return Err(DecodeError::UnknownApiKey {
             api_key: header.api_key,
@@ -262,7 +277,6 @@ fn decode_with(mut r: Reader<'_>, client_id: &mut Option<Arc<str>>) -> Result<(R
         return Err(DecodeError::UnsupportedVersion { header });
     }
     r.skip_tagged_fields(header_version >= 2)?;
-    let r = &mut r;
     let request = match header.api_key {
         api_versions::API_KEY => Request::ApiVersions(api_versions::ApiVersionsRequest::decode(v, r)?),
         metadata::API_KEY => Request::Metadata(metadata::MetadataRequest::decode(v, r)?),
@@ -444,6 +458,24 @@ mod tests {
     use kafka_protocol::protocol::Decodable;
 
     use super::*;
+
+    #[test]
+    fn shared_name_reuses_the_last_name_only_when_equal() {
+        let mut last = None;
+        let a = shared_name(&mut last, "orders");
+        let b = shared_name(&mut last, "orders");
+        assert!(Arc::ptr_eq(&a, &b), "an equal name is the kept one");
+        let c = shared_name(&mut last, "orderz");
+        assert_eq!(&*c, "orderz", "one byte off is another name");
+        assert!(
+            last.as_ref().is_some_and(|l| Arc::ptr_eq(l, &c)),
+            "and is kept from then on"
+        );
+        let d = shared_name(&mut last, "orders");
+        assert_eq!(&*d, "orders");
+        assert!(!Arc::ptr_eq(&a, &d), "only the last name is kept");
+        assert_eq!(&*shared_name(&mut last, ""), "");
+    }
 
     #[test]
     fn reply_frames_header_and_body() {

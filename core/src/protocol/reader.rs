@@ -158,6 +158,8 @@ pub struct Reader<'a> {
     limits: Limits,
     /// Array elements announced so far, against `limits.request_elements_max`.
     elements: usize,
+    /// The topic name read last (see [`Reader::topic_name`]).
+    topic: Option<Arc<str>>,
 }
 
 pub type Result<T> = std::result::Result<T, DecodeError>;
@@ -170,6 +172,7 @@ impl<'a> Reader<'a> {
             pos: 0,
             limits,
             elements: 0,
+            topic: None,
         }
     }
 
@@ -181,7 +184,20 @@ impl<'a> Reader<'a> {
             pos: 0,
             limits,
             elements: 0,
+            topic: None,
         }
+    }
+
+    /// Starts from `last`, the topic name a previous frame of the connection ended with (see
+    /// [`Reader::topic_name`]).
+    pub fn with_topic(mut self, last: Option<Arc<str>>) -> Self {
+        self.topic = last;
+        self
+    }
+
+    /// The topic name read last, for the connection's next frame.
+    pub fn take_topic(&mut self) -> Option<Arc<str>> {
+        self.topic.take()
     }
 
     pub fn position(&self) -> usize {
@@ -344,8 +360,33 @@ impl<'a> Reader<'a> {
         Ok(Some(s))
     }
 
-    /// A nullable string's bytes (not yet checked as UTF-8) and the offset where they start.
+    /// A topic name (a non-null string), shared with the one read last when it has the same
+    /// bytes: no copy and no UTF-8 check. Produce and Fetch name their topic in every request
+    /// and answer, and a connection nearly always names the same one again.
     #[inline]
+    pub fn topic_name(&mut self, flexible: bool, field: &'static str) -> Result<Arc<str>> {
+        let start = self.pos;
+        let Some((offset, raw)) = self.nullable_string_bytes(flexible)? else {
+            return Err(DecodeError::UnexpectedNull { offset: start, field });
+        };
+        match &self.topic {
+            Some(known) if crate::short_eq::same_bytes(known.as_bytes(), raw) => Ok(known.clone()),
+            _ => self.new_topic_name(offset, raw),
+        }
+    }
+
+    /// [`Reader::topic_name`]'s other name: checked, copied, and kept as the one read last.
+    #[inline(never)]
+    fn new_topic_name(&mut self, offset: usize, raw: &[u8]) -> Result<Arc<str>> {
+        let s: Arc<str> = std::str::from_utf8(raw)
+            .map_err(|_| DecodeError::InvalidUtf8 { offset })?
+            .into();
+        self.topic = Some(s.clone());
+        Ok(s)
+    }
+
+    /// A nullable string's bytes (not yet checked as UTF-8) and the offset where they start.
+    #[inline(always)]
     fn nullable_string_bytes(&mut self, flexible: bool) -> Result<Option<(usize, &'a [u8])>> {
         let offset = self.pos;
         match self.length(flexible, false)? {
@@ -472,6 +513,7 @@ impl<'a> Reader<'a> {
                 pos: 0,
                 limits: self.limits,
                 elements: self.elements,
+                topic: None,
             };
             let consumed = known(tag, &mut sub)?;
             self.elements = sub.elements;
@@ -526,6 +568,59 @@ mod tests {
             r(&[1, 2, 3]).i32(),
             Err(DecodeError::Truncated { needed: 4, .. })
         ));
+    }
+
+    #[test]
+    fn topic_names_are_shared_with_the_last_one_read_and_checked_otherwise() {
+        // Two frames of one connection, each naming "orders" twice and "pay" once (non-flexible:
+        // i16 lengths), then one naming "orders" again: the second frame starts from the name the
+        // first ended with.
+        let mut frame = Vec::new();
+        for name in ["orders", "orders", "pay"] {
+            frame.extend_from_slice(&(name.len() as i16).to_be_bytes());
+            frame.extend_from_slice(name.as_bytes());
+        }
+        let mut rd = r(&frame);
+        let a = rd.topic_name(false, "t").expect("valid");
+        let b = rd.topic_name(false, "t").expect("valid");
+        let c = rd.topic_name(false, "t").expect("valid");
+        assert_eq!((&*a, &*b, &*c), ("orders", "orders", "pay"));
+        assert!(Arc::ptr_eq(&a, &b), "the same name again is shared");
+        assert!(!Arc::ptr_eq(&a, &c));
+        let last = rd.take_topic();
+        assert!(
+            last.as_ref().is_some_and(|l| Arc::ptr_eq(l, &c)),
+            "the reader ends with the last name"
+        );
+        let mut next = r(&[0, 3, b'p', b'a', b'y', 0, 6, b'o', b'r', b'd', b'e', b'r', b's']).with_topic(last);
+        assert!(Arc::ptr_eq(&next.topic_name(false, "t").expect("valid"), &c));
+        let again = next.topic_name(false, "t").expect("valid");
+        assert_eq!(&*again, "orders");
+        assert!(!Arc::ptr_eq(&again, &a), "a name seen two names ago is decoded anew");
+        // Same length and first bytes as the name kept, one byte off: not taken for it.
+        let mut off = r(&[0, 6, b'o', b'r', b'd', b'e', b'r', b'z']).with_topic(Some(a.clone()));
+        assert_eq!(&*off.topic_name(false, "t").expect("valid"), "orderz");
+        // Bad bytes are refused whatever was kept, and a null name is an error naming its field.
+        let mut bad = r(&[0, 6, b'o', b'r', b'd', b'e', b'r', 0xff]).with_topic(Some(a.clone()));
+        assert!(matches!(
+            bad.topic_name(false, "t"),
+            Err(DecodeError::InvalidUtf8 { offset: 2 })
+        ));
+        assert!(matches!(
+            r(&[0xff, 0xff]).topic_name(false, "topics.name"),
+            Err(DecodeError::UnexpectedNull {
+                offset: 0,
+                field: "topics.name"
+            })
+        ));
+        assert!(matches!(
+            r(&[0]).topic_name(true, "t"),
+            Err(DecodeError::UnexpectedNull { .. })
+        ));
+        assert_eq!(
+            &*r(&[4, b'p', b'a', b'y']).topic_name(true, "t").expect("compact"),
+            "pay"
+        );
     }
 
     #[test]

@@ -59,6 +59,8 @@ pub struct ConnContext {
     /// The client id of the connection's last request: the next one, nearly always the same,
     /// shares it instead of decoding a copy (see `decode_request_bytes_on`).
     pub client_id: Option<Arc<str>>,
+    /// The topic the connection's last request named, shared likewise by the next.
+    pub topic: Option<Arc<str>>,
 }
 
 impl ConnContext {
@@ -68,6 +70,7 @@ impl ConnContext {
             principal: Principal::anonymous(),
             sasl: SaslState::NotRequired,
             client_id: None,
+            topic: None,
         }
     }
 }

@@ -7,6 +7,8 @@
 //! KIP-279/KIP-595) and `current_leader` (tag 1); they are written only when set. This encoder
 //! copies records into the response; serving them with sendfile is the transport's business.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 use crate::protocol::reader::{min_bytes, Reader, Result};
@@ -51,7 +53,7 @@ impl FetchRequest {
             replica_id,
             max_bytes: 1 << 20,
             topics: vec![FetchTopic {
-                topic: topic.to_string(),
+                topic: topic.into(),
                 partitions: vec![FetchPartition {
                     partition,
                     current_leader_epoch,
@@ -70,7 +72,7 @@ impl FetchRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct FetchTopic {
     /// v4–v12; empty from v13.
-    pub topic: String,
+    pub topic: Arc<str>,
     /// v13+; zero before.
     pub topic_id: Uuid,
     pub partitions: Vec<FetchPartition>,
@@ -92,18 +94,18 @@ pub struct FetchPartition {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ForgottenTopic {
     /// v7–v12.
-    pub topic: String,
+    pub topic: Arc<str>,
     /// v13+.
     pub topic_id: Uuid,
     pub partitions: Vec<i32>,
 }
 
 /// Reads a topic's identity: its name before v13, its id from v13.
-fn topic_ident(version: i16, flex: bool, r: &mut Reader<'_>) -> Result<(String, Uuid)> {
+fn topic_ident(version: i16, flex: bool, r: &mut Reader<'_>) -> Result<(Arc<str>, Uuid)> {
     if version >= TOPIC_ID_MIN {
-        Ok((String::new(), r.uuid()?))
+        Ok((Arc::default(), r.uuid()?))
     } else {
-        Ok((r.string(flex, "topic")?, Uuid::ZERO))
+        Ok((r.topic_name(flex, "topic")?, Uuid::ZERO))
     }
 }
 
@@ -201,7 +203,7 @@ pub struct FetchResponse {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct FetchTopicResponse {
     /// v4–v12.
-    pub topic: String,
+    pub topic: Arc<str>,
     /// v13+.
     pub topic_id: Uuid,
     pub partitions: Vec<FetchPartitionResponse>,
@@ -636,11 +638,11 @@ pub(crate) mod tests {
             let Request::Fetch(req) = req else {
                 panic!("wrong api: {req:?}")
             };
-            let named = |name: &str| {
+            let named = |name: &str| -> (Arc<str>, Uuid) {
                 if v >= TOPIC_ID_MIN {
-                    (String::new(), id)
+                    (Arc::default(), id)
                 } else {
-                    (name.to_owned(), Uuid::ZERO)
+                    (name.into(), Uuid::ZERO)
                 }
             };
             let (topic, topic_id) = named("orders");
@@ -742,11 +744,11 @@ pub(crate) mod tests {
         }
     }
 
-    fn ident(v: i16, name: &str, id: u8) -> (String, Uuid) {
+    fn ident(v: i16, name: &str, id: u8) -> (Arc<str>, Uuid) {
         if v >= TOPIC_ID_MIN {
-            (String::new(), Uuid([id; 16]))
+            (Arc::default(), Uuid([id; 16]))
         } else {
-            (name.to_owned(), Uuid::ZERO)
+            (name.into(), Uuid::ZERO)
         }
     }
 
@@ -857,7 +859,7 @@ pub(crate) mod tests {
             let mut req = client_request(v);
             // Several partitions and topics, as a follower's fetch names them.
             let mut more = req.topics[0].clone();
-            more.topic = if v < 13 { "payments".into() } else { String::new() };
+            more.topic = if v < 13 { "payments".into() } else { Arc::default() };
             more.topic_id = if v >= 13 { Uuid([9; 16]) } else { Uuid::default() };
             more.partitions = (0..6)
                 .map(|i| FetchPartition {

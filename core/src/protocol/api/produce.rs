@@ -4,6 +4,8 @@
 //! for v3+); `record::` validates it, the log stores it as is. When the frame was decoded with
 //! `decode_request_bytes`, these `Bytes` share the frame's allocation.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 use crate::protocol::reader::{min_bytes, Reader, Result};
@@ -25,7 +27,7 @@ pub struct ProduceRequest {
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ProduceTopic {
-    pub name: String,
+    pub name: Arc<str>,
     pub partitions: Vec<ProducePartition>,
 }
 
@@ -45,7 +47,7 @@ impl ProduceRequest {
         let part_min = 4 + min_bytes::array(flex) + min_bytes::tags(flex);
         let topic_min = min_bytes::string(flex) + min_bytes::array(flex) + min_bytes::tags(flex);
         let topics = r.array(flex, topic_min, |r| {
-            let name = r.string(flex, "topic_data.name")?;
+            let name = r.topic_name(flex, "topic_data.name")?;
             let partitions = r.array(flex, part_min, |r| {
                 let index = r.i32()?;
                 let records = r.nullable_bytes(flex)?;
@@ -73,7 +75,7 @@ pub struct ProduceResponse {
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ProduceTopicResponse {
-    pub name: String,
+    pub name: Arc<str>,
     pub partitions: Vec<ProducePartitionResponse>,
 }
 
@@ -212,7 +214,7 @@ impl ProduceResponse {
         }
         let topic_min = string + min_bytes::array(flex) + tags;
         let topics = r.array(flex, topic_min, |r| {
-            let name = r.string(flex, "responses.name")?;
+            let name = r.topic_name(flex, "responses.name")?;
             let partitions = r.array(flex, part_min, |r| {
                 let index = r.i32()?;
                 let error_code = r.i16()?;
