@@ -133,6 +133,8 @@ type PartitionName = (String, i32);
 struct LeaderFetcher<R: Runtime> {
     leader: BrokerId,
     conn: Option<KafkaConn<R>>,
+    /// The leader's registered (host, port) that `conn` was opened to.
+    conn_to: (String, i32),
     /// Partition -> the monotonic ms before which it is left out of requests.
     delayed: BTreeMap<PartitionName, u64>,
     /// Which throttled partition goes next (one per request, see [`LeaderFetcher::fetch`]).
@@ -152,6 +154,7 @@ async fn fetch_from_leader<R: Runtime>(
     let mut fetcher = LeaderFetcher {
         leader,
         conn: None,
+        conn_to: (String::new(), 0),
         delayed: BTreeMap::new(),
         throttled_turn: 0,
         topic_name: None,
@@ -205,13 +208,12 @@ impl<R: Runtime> LeaderFetcher<R> {
                 .and_then(|v| v.brokers.iter().find(|r| r.id == self.leader))
                 .map(|r| (r.host.as_str(), r.port))
                 .ok_or_else(|| format!("leader {} is not in the cluster view", self.leader.0))?;
-            // A registration that moved drops the connection; the address is compared in
-            // parts, not formatted for every request.
-            let same = self.conn.as_ref().is_some_and(|c| {
-                c.addr
-                    .rsplit_once(':')
-                    .is_some_and(|(host, port)| host == to.0 && port.parse() == Ok(to.1))
-            });
+            // A registration that moved drops the connection; the address is compared with
+            // the one the connection was opened to, not formatted (or parsed) for every request.
+            let same = self.conn.is_some() && self.conn_to.1 == to.1 && self.conn_to.0 == to.0;
+            if !same {
+                self.conn_to = (to.0.to_string(), to.1);
+            }
             (b.config().broker_id, (!same).then(|| format!("{}:{}", to.0, to.1)))
         };
         if let Some(addr) = moved {

@@ -859,6 +859,77 @@ fn the_fetcher_manager_starts_a_fetcher_at_the_poke_after_new_state() {
     }
 }
 
+/// A leader whose registration moves (another host, or the same host on another port) is
+/// fetched from at its new address: the follower's fetcher drops its connection and opens one
+/// there, and replication goes on. The fetcher compares the registration with the address it
+/// connected to; a fetcher that kept its connection would go on fetching from the old one.
+#[test]
+fn the_fetcher_follows_a_leader_whose_registration_moved() {
+    let net = Rc::new(Net::default());
+    let mut tasks = Vec::new();
+    let (rts, brokers) = two_brokers_of(&net, 2, &mut tasks);
+    let b = |i: i32| brokers.borrow()[&i].clone();
+    let (record, state) = led_by_0_followed_by_1();
+    apply(&rts[0], &b(0), &record, &state, &[0, 1]);
+    apply(&rts[1], &b(1), &record, &state, &[0, 1]);
+    rts[1].spawn(run_replica_fetcher(
+        rts[1].clone(),
+        b(1),
+        ReplicaFetcherConfig::default(),
+    ));
+    let produce = |marker: u8| {
+        let written = Rc::new(Cell::new(false));
+        let (client_rt, written2) = (rts[0].clone(), written.clone());
+        rts[0].spawn(async move {
+            let mut conn = KafkaConn::connect(&client_rt, &addr(0), "test", 20_000)
+                .await
+                .expect("connect");
+            let _ = conn.call(&produce_sized(marker, 1, 4), 9).await.expect("answer");
+            written2.set(true);
+        });
+        written
+    };
+    let followed = |end: i64| b(1).borrow().offsets(T, 0).map(|o| o.2) == Ok(Offset(end));
+    let traffic = |at: &str| net.traffic.borrow().get(at).copied().unwrap_or_default();
+    let written = produce(1);
+    run(&net, &mut tasks, 2_000, || written.get() && followed(1));
+    let mut end = 1;
+    // Broker 0 answers at two more addresses: its accept queue under other names.
+    let queue = net.listeners.borrow()[&addr(0)].clone();
+    let mut compared = 0;
+    for (host, port) in [("b0-moved", 9092), ("b0-moved", 9093)] {
+        let moved = format!("{host}:{port}");
+        net.listeners.borrow_mut().insert(moved.clone(), queue.clone());
+        let mut registered = view(&record, &state, &[0, 1]);
+        registered.brokers[0].host = host.to_string();
+        registered.brokers[0].port = port;
+        b(1).borrow_mut().set_cluster_view(registered);
+        end += 1;
+        let written = produce(end as u8);
+        run(&net, &mut tasks, 2_000, || written.get() && followed(end));
+        let (connections, frames) = traffic(&moved);
+        println!("{moved}: {connections} connection(s), {frames} frames");
+        assert_eq!(connections, 1, "the fetcher connected to {moved}");
+        assert!(frames > 0, "and fetched from there");
+        // Nothing more goes to the addresses it left (no produce in this while).
+        let left: Vec<(String, u32)> = net
+            .traffic
+            .borrow()
+            .iter()
+            .filter(|(at, _)| **at != moved)
+            .map(|(at, &(_, frames))| (at.clone(), frames))
+            .collect();
+        idle(&net, &mut tasks, 1_500);
+        for (at, frames) in &left {
+            let now = traffic(at).1;
+            assert_eq!(now, *frames, "{at} still gets frames after the leader moved to {moved}");
+            compared += 1;
+        }
+        assert!(traffic(&moved).1 > frames, "the fetcher goes on fetching from {moved}");
+    }
+    assert!(compared >= 3, "compared the old addresses' traffic {compared} times");
+}
+
 /// A follower's fetch waiting at the leader's log end is answered at the leader's next append,
 /// whatever the produce's acks, as Kafka completes delayed fetches after every leader append.
 /// Before, an acks=0 produce woke nobody: the follower had the record only when its fetch's wait
