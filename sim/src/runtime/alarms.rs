@@ -20,7 +20,8 @@
 //! Fault model: none of its own. A killed node's tasks are dropped by madsim, and their sleeps
 //! with them; a timer that fires for a queue nobody waits on any more does nothing.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -31,13 +32,117 @@ use std::time::{Duration, Instant};
 use super::confined::{Confined, ConfinedGuard};
 use super::timer::TimerArm;
 
-/// One waiter's place in the queue: its deadline, then the order it registered in.
-type Key = (Instant, u64);
+/// One waiter's place in the queue: its registration number (which orders waiters of one
+/// deadline, and tells a slot's occupant from an earlier one) and its slot.
+type Key = (u64, u32);
+
+/// The waiters: a min-heap of (deadline, registration number, slot) over a slab of wakers.
+///
+/// Why not a `BTreeMap<(Instant, u64), Waker>`, as before: nearly every sleep in it is a
+/// request's timeout that the answer drops long before it is due, and the map's insert and
+/// remove cost ~165 instructions each (the queue's sleeps and drops came to ~5% of an unbatched
+/// seed's instructions, BENCHMARKS.md). Here a sleep is a heap push
+/// (a timeout, later than every waiter, stays at the bottom: about one comparison) and a slot
+/// taken from a free list; dropping it empties its slot. The heap keeps the dropped sleep's
+/// entry, dead, until it comes to the top or the heap is rebuilt without the dead ones, which
+/// happens once they outnumber the live ones twice over (so a push or pop never pays for more
+/// than three entries a waiter, and the work of a rebuild is paid for by the drops before it).
+/// The order waiters are woken in is the map's: by deadline, then registration.
+#[derive(Debug, Default)]
+struct Waiters {
+    heap: BinaryHeap<Reverse<(Instant, u64, u32)>>,
+    /// Each slot's registration number and waker; `None` when free.
+    slots: Vec<Option<(u64, Waker)>>,
+    free: Vec<u32>,
+    live: usize,
+}
+
+impl Waiters {
+    /// Adds a waiter with registration number `seq`.
+    fn insert(&mut self, deadline: Instant, seq: u64, waker: Waker) -> Key {
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.slots[slot as usize] = Some((seq, waker));
+                slot
+            }
+            None => {
+                self.slots.push(Some((seq, waker)));
+                u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 sleeps wait at once")
+            }
+        };
+        self.heap.push(Reverse((deadline, seq, slot)));
+        self.live += 1;
+        (seq, slot)
+    }
+
+    /// The waker of the waiter `key`, if it still waits.
+    fn get_mut(&mut self, (seq, slot): Key) -> Option<&mut Waker> {
+        match self.slots.get_mut(slot as usize) {
+            Some(Some((s, waker))) if *s == seq => Some(waker),
+            _ => None,
+        }
+    }
+
+    /// Removes the waiter `key` (nothing if it no longer waits), returning its waker.
+    fn remove(&mut self, (seq, slot): Key) -> Option<Waker> {
+        if !holds(&self.slots, seq, slot) {
+            return None;
+        }
+        let (_, waker) = self.slots[slot as usize].take()?;
+        self.free.push(slot);
+        self.live -= 1;
+        if self.heap.len() > 3 * self.live + 64 {
+            let slots = &self.slots;
+            self.heap.retain(|&Reverse((_, seq, slot))| holds(slots, seq, slot));
+        }
+        Some(waker)
+    }
+
+    /// The earliest deadline of a waiting waiter (dead entries on top are dropped on the way).
+    fn first(&mut self) -> Option<Instant> {
+        while let Some(&Reverse((deadline, seq, slot))) = self.heap.peek() {
+            if holds(&self.slots, seq, slot) {
+                return Some(deadline);
+            }
+            self.heap.pop();
+        }
+        None
+    }
+
+    /// Removes the earliest waiter if it is due by `by`, returning its waker.
+    fn pop_due(&mut self, by: Instant) -> Option<Waker> {
+        loop {
+            let &Reverse((deadline, seq, slot)) = self.heap.peek()?;
+            if deadline > by {
+                return None;
+            }
+            self.heap.pop();
+            if let Some(waker) = self.remove((seq, slot)) {
+                return Some(waker);
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.live
+    }
+
+    /// Heap entries, dead ones included (for tests: the heap stays bounded).
+    #[cfg(test)]
+    fn entries(&self) -> usize {
+        self.heap.len()
+    }
+}
+
+/// Whether `slot` holds the waiter registered as `seq` (not a later occupant, nor nobody).
+fn holds(slots: &[Option<(u64, Waker)>], seq: u64, slot: u32) -> bool {
+    matches!(slots.get(slot as usize), Some(Some((s, _))) if *s == seq)
+}
 
 #[derive(Debug)]
 struct Queue {
     next_seq: u64,
-    waiting: BTreeMap<Key, Waker>,
+    waiting: Waiters,
     /// The deadlines madsim timers of this queue are pending for: at most one timer per
     /// deadline (a deadline whose waiters were dropped keeps its timer; it fires and does nothing).
     pending: BTreeSet<Instant>,
@@ -82,14 +187,11 @@ impl Wake for Fire {
         let mut wake = Vec::new();
         {
             let mut queue = lock(&self.queue);
-            while let Some(entry) = queue.waiting.first_entry() {
-                if entry.key().0 > self.deadline {
-                    break;
-                }
-                wake.push(entry.remove());
+            while let Some(waker) = queue.waiting.pop_due(self.deadline) {
+                wake.push(waker);
             }
             queue.pending.remove(&self.deadline);
-            if needs_timer(&queue) {
+            if needs_timer(&mut queue) {
                 wake.extend(queue.driver.clone());
             }
         }
@@ -104,11 +206,11 @@ fn lock(queue: &Confined<Queue>) -> ConfinedGuard<'_, Queue> {
 }
 
 /// Whether the earliest waiter has no madsim timer pending for it or before it.
-fn needs_timer(queue: &Queue) -> bool {
-    match (queue.waiting.keys().next(), queue.pending.first()) {
+fn needs_timer(queue: &mut Queue) -> bool {
+    match (queue.waiting.first(), queue.pending.first()) {
         (None, _) => false,
         (Some(_), None) => true,
-        (Some(&(next, _)), Some(&pending)) => pending > next,
+        (Some(next), Some(&pending)) => pending > next,
     }
 }
 
@@ -118,7 +220,7 @@ fn arm_next(inner: &Inner, queue: &mut Queue) {
     if !needs_timer(queue) {
         return;
     }
-    let Some(&(next, _)) = queue.waiting.keys().next() else {
+    let Some(next) = queue.waiting.first() else {
         return;
     };
     queue.pending.insert(next);
@@ -138,7 +240,7 @@ impl Alarms {
     pub(super) fn spawn(timers: Rc<TimerArm>) -> Self {
         let queue = Queue {
             next_seq: 0,
-            waiting: BTreeMap::new(),
+            waiting: Waiters::default(),
             pending: BTreeSet::new(),
             driver: None,
         };
@@ -188,28 +290,27 @@ impl Future for AlarmSleep {
         let mut queue = lock(&this.inner.queue);
         if this.inner.timers.now() >= this.deadline {
             if let Some(key) = this.key.take() {
-                queue.waiting.remove(&key);
+                queue.waiting.remove(key);
             }
             return Poll::Ready(());
         }
         match this.key {
-            Some(key) => match queue.waiting.get_mut(&key) {
+            Some(key) => match queue.waiting.get_mut(key) {
                 Some(waker) => {
                     if !waker.will_wake(cx.waker()) {
                         waker.clone_from(cx.waker());
                     }
                 }
                 // Only due waiters leave the queue before they are dropped, and a due one is
-                // ready above; wait again rather than never.
+                // ready above; wait again (in its old place) rather than never.
                 None => {
-                    queue.waiting.insert(key, cx.waker().clone());
+                    this.key = Some(queue.waiting.insert(this.deadline, key.0, cx.waker().clone()));
                 }
             },
             None => {
-                let key = (this.deadline, queue.next_seq);
+                let seq = queue.next_seq;
                 queue.next_seq += 1;
-                queue.waiting.insert(key, cx.waker().clone());
-                this.key = Some(key);
+                this.key = Some(queue.waiting.insert(this.deadline, seq, cx.waker().clone()));
             }
         }
         arm_next(&this.inner, &mut queue);
@@ -220,7 +321,9 @@ impl Future for AlarmSleep {
 impl Drop for AlarmSleep {
     fn drop(&mut self) {
         if let Some(key) = self.key.take() {
-            lock(&self.inner.queue).waiting.remove(&key);
+            // The waker is dropped after the queue's lock is released.
+            let waker = lock(&self.inner.queue).waiting.remove(key);
+            drop(waker);
         }
     }
 }
@@ -243,5 +346,90 @@ impl Future for Driver {
         }
         arm_next(&self.inner, &mut queue);
         Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+
+    use rand_chacha::rand_core::{RngCore, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    use super::*;
+
+    /// A waker that notes its id when woken.
+    struct Tag(u64, Arc<Mutex<Vec<u64>>>);
+
+    impl Wake for Tag {
+        fn wake(self: Arc<Self>) {
+            self.1.lock().expect("lock").push(self.0);
+        }
+    }
+
+    /// `Waiters` against the map it replaced (`BTreeMap<(deadline, registration), waker>`):
+    /// random inserts (deadlines out of order, several on one instant), drops of waiting and of
+    /// already woken waiters, and wakes of everything due by a time. The same waiters are woken
+    /// in the same order, the earliest deadline and count agree after every step, and the heap
+    /// never holds more than three entries a waiter plus 64.
+    #[test]
+    fn waiters_wake_in_the_order_of_the_map_they_replaced_and_stay_bounded() {
+        let base = Instant::now();
+        let woken = Arc::new(Mutex::new(Vec::new()));
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let mut waiters = Waiters::default();
+        let mut model: BTreeMap<(Instant, u64), u64> = BTreeMap::new();
+        let mut keys: Vec<(Key, Instant)> = Vec::new();
+        let (mut next_seq, mut now_ms, mut compared, mut max_entries) = (0u64, 0u64, 0usize, 0usize);
+        for step in 0..20_000 {
+            match rng.next_u32() % 10 {
+                // Mostly inserts and drops, as request timeouts are: made, then dropped.
+                0..=4 => {
+                    // One in three a 30 s timeout, which piles up behind the short sleeps.
+                    let far = if rng.next_u32() % 3 == 0 { 30_000 } else { 0 };
+                    let deadline = base + Duration::from_millis(now_ms + far + u64::from(rng.next_u32() % 50));
+                    let waker = Waker::from(Arc::new(Tag(next_seq, woken.clone())));
+                    let key = waiters.insert(deadline, next_seq, waker);
+                    model.insert((deadline, next_seq), next_seq);
+                    keys.push((key, deadline));
+                    next_seq += 1;
+                }
+                5..=8 if !keys.is_empty() => {
+                    // A key already woken (or dropped) is dropped again: nothing happens.
+                    let (key, deadline) = keys.swap_remove(rng.next_u32() as usize % keys.len());
+                    let had = waiters.remove(key).is_some();
+                    assert_eq!(had, model.remove(&(deadline, key.0)).is_some(), "step {step}");
+                }
+                _ => {
+                    now_ms += u64::from(rng.next_u32() % 20);
+                    let by = base + Duration::from_millis(now_ms);
+                    woken.lock().expect("lock").clear();
+                    while let Some(waker) = waiters.pop_due(by) {
+                        waker.wake();
+                    }
+                    let mut expected = Vec::new();
+                    while let Some(entry) = model.first_entry().filter(|e| e.key().0 <= by) {
+                        expected.push(entry.remove());
+                    }
+                    assert_eq!(
+                        *woken.lock().expect("lock"),
+                        expected,
+                        "step {step}: woken by {now_ms} ms"
+                    );
+                    compared += expected.len();
+                }
+            }
+            assert_eq!(waiters.first(), model.keys().next().map(|k| k.0), "step {step}");
+            assert_eq!(waiters.len(), model.len(), "step {step}");
+            assert!(
+                waiters.entries() <= 3 * waiters.len() + 64,
+                "step {step}: {} entries",
+                waiters.entries()
+            );
+            max_entries = max_entries.max(waiters.entries());
+        }
+        println!("{compared} wakes compared; at most {max_entries} heap entries");
+        assert!(compared > 1_000, "compared only {compared} wakes");
     }
 }
