@@ -18,6 +18,7 @@ pub mod error_code;
 pub mod group;
 pub mod ids;
 pub mod log;
+pub mod name_map;
 pub mod node;
 pub mod protocol;
 pub mod record;

@@ -11,7 +11,7 @@
 use std::borrow::Borrow;
 use std::cmp::Ordering;
 
-use crate::short_eq;
+use crate::name_map::NameMap;
 
 /// A partition's map key, owned or borrowed.
 pub trait PartitionKey {
@@ -62,14 +62,12 @@ impl Ord for dyn PartitionKey + '_ {
 /// [`PartitionKey`]'s dynamic calls) at every step of its search. The broker looks a partition up
 /// several times per request (26 name comparisons a request with the flat map, measured).
 ///
-/// The topics sit in a vector sorted by name. A broker has a few (the benchmark's: its topic
-/// and `__consumer_offsets`), so a lookup looks for an equal name from the first: a name of
-/// another length costs no byte comparison, where an ordered search (`BTreeMap<String, _>`)
-/// compared bytes with each name it passed to learn which way to go. Above
-/// [`Self::SCAN_TOPICS_MAX`] topics, a binary search.
+/// The topics are a [`NameMap`]: a broker has a few (the benchmark's: its topic and
+/// `__consumer_offsets`), so a lookup looks for an equal name from the first, and a name of
+/// another length costs no byte comparison.
 #[derive(Debug, Clone)]
 pub struct PartitionMap<V> {
-    topics: Vec<(String, Partitions<V>)>,
+    topics: NameMap<Partitions<V>>,
 }
 
 /// One topic's partitions, sorted by number. A topic's partitions are numbered from 0 without
@@ -122,57 +120,28 @@ impl<V> Partitions<V> {
 
 impl<V> Default for PartitionMap<V> {
     fn default() -> Self {
-        Self { topics: Vec::new() }
+        Self { topics: NameMap::new() }
     }
 }
 
 impl<V> PartitionMap<V> {
-    /// Up to this many topics, a lookup compares names for equality from the first.
-    const SCAN_TOPICS_MAX: usize = 8;
-
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Where `topic` is, or where it would go. The first two names are compared where the
-    /// lookup is (a broker or a client holds one or two topics nearly always), the rest in a
-    /// call: the whole search inlined made every caller bigger, and called it cost a call frame
-    /// of six saved registers for a two-name scan (~50 instructions a lookup).
-    #[inline]
-    fn find_topic(&self, topic: &str) -> Result<usize, usize> {
-        for (at, (name, _)) in self.topics.iter().take(2).enumerate() {
-            if short_eq::same(name, topic) {
-                return Ok(at);
-            }
-        }
-        self.find_topic_past_two(topic)
-    }
-
-    /// [`Self::find_topic`] when the first two names are not `topic`.
-    #[inline(never)]
-    fn find_topic_past_two(&self, topic: &str) -> Result<usize, usize> {
-        if self.topics.len() <= Self::SCAN_TOPICS_MAX {
-            let mut past_two = self.topics.iter().skip(2);
-            if let Some(at) = past_two.position(|(name, _)| short_eq::same(name, topic)) {
-                return Ok(at + 2);
-            }
-        }
-        self.topics.binary_search_by(|(name, _)| name.as_str().cmp(topic))
+    /// How many partitions (a sum over the topics: asked only when a topic is created).
+    pub fn len(&self) -> usize {
+        self.topics.values().map(|parts| parts.sorted.len()).sum()
     }
 
     fn topic(&self, topic: &str) -> Option<&Partitions<V>> {
-        let at = self.find_topic(topic).ok()?;
-        Some(&self.topics[at].1)
+        let at = self.topics.find(topic).ok()?;
+        Some(self.topics.at(at))
     }
 
     fn topic_mut(&mut self, topic: &str) -> Option<&mut Partitions<V>> {
-        let at = self.find_topic(topic).ok()?;
-        Some(&mut self.topics[at].1)
-    }
-
-    /// How many partitions (a sum over the topics: asked only when a topic is created).
-    pub fn len(&self) -> usize {
-        self.topics.iter().map(|(_, parts)| parts.sorted.len()).sum()
+        let at = self.topics.find(topic).ok()?;
+        Some(self.topics.at_mut(at))
     }
 
     pub fn get(&self, topic: &str, partition: i32) -> Option<&V> {
@@ -189,29 +158,29 @@ impl<V> PartitionMap<V> {
 
     /// Whether any partition of `topic` is here.
     pub fn has_topic(&self, topic: &str) -> bool {
-        self.find_topic(topic).is_ok()
+        self.topics.find(topic).is_ok()
     }
 
     /// Inserts `value` at `(topic, partition)`, returning the value it replaced.
     pub fn insert(&mut self, topic: &str, partition: i32, value: V) -> Option<V> {
-        match self.find_topic(topic) {
-            Ok(at) => self.topics[at].1.insert(partition, value),
+        match self.topics.find(topic) {
+            Ok(at) => self.topics.at_mut(at).insert(partition, value),
             Err(at) => {
                 let parts = Partitions {
                     sorted: vec![(partition, value)],
                 };
-                self.topics.insert(at, (topic.to_string(), parts));
+                self.topics.insert_at(at, topic, parts);
                 None
             }
         }
     }
 
     pub fn remove(&mut self, topic: &str, partition: i32) -> Option<V> {
-        let at = self.find_topic(topic).ok()?;
-        let parts = &mut self.topics[at].1;
+        let at = self.topics.find(topic).ok()?;
+        let parts = self.topics.at_mut(at);
         let old = parts.remove(partition)?;
         if parts.sorted.is_empty() {
-            self.topics.remove(at);
+            self.topics.remove_at(at);
         }
         Some(old)
     }
@@ -225,16 +194,15 @@ impl<V> PartitionMap<V> {
 
     /// Every entry in `(topic, partition)` order, mutable.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = ((&String, &i32), &mut V)> {
-        self.topics.iter_mut().flat_map(|(topic, parts)| {
-            let topic: &String = topic;
-            parts.sorted.iter_mut().map(move |(p, v)| ((topic, &*p), v))
-        })
+        self.topics
+            .iter_mut()
+            .flat_map(|(topic, parts)| parts.sorted.iter_mut().map(move |(p, v)| ((topic, &*p), v)))
     }
 
     pub fn values(&self) -> impl Iterator<Item = &V> {
         self.topics
-            .iter()
-            .flat_map(|(_, parts)| parts.sorted.iter().map(|(_, v)| v))
+            .values()
+            .flat_map(|parts| parts.sorted.iter().map(|(_, v)| v))
     }
 }
 
@@ -265,12 +233,12 @@ mod tests {
     /// the same order, over a run of inserts and removes drawn from a fixed seed.
     #[test]
     fn partition_map_answers_and_orders_as_the_flat_map_does() {
-        // Few topics (found by comparing names from the first) and more than SCAN_TOPICS_MAX
+        // Few topics (found by comparing names from the first) and more than `NameMap::SCAN_MAX`
         // (a binary search).
         compare_with_the_flat_map(&["a", "events", "events-1", "eventz", "__consumer_offsets", ""]);
         let many: Vec<String> = (0..12).map(|i| format!("t{}", 11 - i)).collect();
         let many: Vec<&str> = many.iter().map(String::as_str).collect();
-        assert!(many.len() > PartitionMap::<u64>::SCAN_TOPICS_MAX);
+        assert!(many.len() > crate::name_map::NameMap::<u64>::SCAN_MAX);
         compare_with_the_flat_map(&many);
     }
 

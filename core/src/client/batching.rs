@@ -25,6 +25,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
+use crate::name_map::NameMap;
 use crate::protocol::api::produce::{ProducePartition, ProduceRequest, ProduceTopic};
 use crate::protocol::{shared_name, Request, Response};
 use crate::record::{record_bytes, NewRecord, HEADER_BYTES};
@@ -97,10 +98,10 @@ struct Shared {
     acc: Accumulator,
     partitioner: Partitioner,
     /// Partition counts of topics, from the sender's metadata.
-    partition_counts: BTreeMap<String, i32>,
+    partition_counts: NameMap<i32>,
     /// Topics `send()` needs a partition count for.
     metadata_wanted: BTreeSet<String>,
-    conns: BTreeMap<String, ConnState>,
+    conns: NameMap<ConnState>,
     /// Bumped on every change a task may wait for; `wakers` are woken then.
     changes: u64,
     wakers: Vec<Waker>,
@@ -185,9 +186,9 @@ impl<R: Runtime> BatchingProducer<R> {
         let state = Rc::new(RefCell::new(Shared {
             acc: Accumulator::new(config, cluster.config.retry_backoff_ms),
             partitioner: Partitioner::default(),
-            partition_counts: BTreeMap::new(),
+            partition_counts: NameMap::new(),
             metadata_wanted: BTreeSet::new(),
-            conns: BTreeMap::new(),
+            conns: NameMap::new(),
             changes: 0,
             wakers: Vec::new(),
             topic_name: None,
@@ -437,7 +438,7 @@ async fn sender_task<R: Runtime>(state: State, mut cluster: Cluster<R>) {
                     Ok(layout) => {
                         let count = i32::try_from(layout.leaders.len()).unwrap_or(i32::MAX);
                         let mut s = state.borrow_mut();
-                        s.partition_counts.insert(topic.clone(), count);
+                        s.partition_counts.insert(&topic, count);
                         s.metadata_wanted.remove(&topic);
                         s.changed();
                     }
@@ -610,9 +611,9 @@ fn drain_to<R: Runtime>(
             cluster.config.request_timeout_ms,
             &mut s.topic_name,
         );
-        if !s.conns.contains_key(addr) {
+        if s.conns.find(addr).is_err() {
             s.conns.insert(
-                addr.to_string(),
+                addr,
                 ConnState {
                     outbox: VecDeque::new(),
                     in_flight: 0,

@@ -7,7 +7,7 @@
 //! Pure: the caller brings randomness (the runtime's seeded `random_u64`), so the simulator stays
 //! a function of its seed. No input can make it panic: zero partitions is an error value.
 
-use std::collections::BTreeMap;
+use crate::name_map::NameMap;
 
 /// Kafka's `Utils.murmur2`: MurmurHash2, 32-bit, seed `0x9747b28c`, little-endian words.
 pub fn murmur2(data: &[u8]) -> i32 {
@@ -51,10 +51,11 @@ pub fn key_partition(key: &[u8], partitions: i32) -> Option<i32> {
     (partitions > 0).then(|| to_positive(murmur2(key)) % partitions)
 }
 
-/// The default partitioner's state: the sticky partition of each topic for keyless records.
+/// The default partitioner's state: the sticky partition of each topic for keyless records, in
+/// a [`NameMap`] (every keyless record looks its topic up).
 #[derive(Clone, Debug, Default)]
 pub struct Partitioner {
-    sticky: BTreeMap<String, i32>,
+    sticky: NameMap<i32>,
 }
 
 impl Partitioner {
@@ -84,7 +85,7 @@ impl Partitioner {
             }
             None => {
                 let chosen = pick(random());
-                self.sticky.insert(topic.to_string(), chosen);
+                self.sticky.insert(topic, chosen);
                 Some(chosen)
             }
         }
@@ -106,7 +107,7 @@ impl Partitioner {
             }
             _ => (random % partitions as u64) as i32,
         };
-        self.sticky.insert(topic.to_string(), next);
+        self.sticky.insert(topic, next);
     }
 }
 
