@@ -89,6 +89,7 @@ impl Layout {
         layout
     }
 
+    #[inline]
     fn slot(&self, key: impl Dense) -> Option<usize> {
         let (group, place) = key.group_and_place()?;
         let span = (*self.groups.get(group)?)?;
@@ -117,7 +118,9 @@ impl<'a, K: Dense, V: Copy> Table<'a, K, V> {
         }
     }
 
-    /// Keeps `value` for `key` unless `key` already has one; returns the one it had.
+    /// Keeps `value` for `key` unless `key` already has one; returns the one it had. The slot
+    /// path inline, the hash map's in a call.
+    #[inline]
     pub(super) fn first(&mut self, key: K, value: V) -> Option<V> {
         match self.layout.slot(key) {
             Some(i) => {
@@ -125,13 +128,18 @@ impl<'a, K: Dense, V: Copy> Table<'a, K, V> {
                 self.slots[i] = had.or(Some(value));
                 had
             }
-            None => match self.rest.entry(key) {
-                Entry::Occupied(e) => Some(*e.get()),
-                Entry::Vacant(e) => {
-                    e.insert(value);
-                    None
-                }
-            },
+            None => self.first_in_rest(key, value),
+        }
+    }
+
+    #[inline(never)]
+    fn first_in_rest(&mut self, key: K, value: V) -> Option<V> {
+        match self.rest.entry(key) {
+            Entry::Occupied(e) => Some(*e.get()),
+            Entry::Vacant(e) => {
+                e.insert(value);
+                None
+            }
         }
     }
 
