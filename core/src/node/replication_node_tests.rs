@@ -265,6 +265,21 @@ fn led_by_0_followed_by_1() -> (TopicRecord, PartitionState) {
     (record, state)
 }
 
+/// Sends broker 0 an acks=1 produce of one record marked `marker`, from a task on `rt`; the flag
+/// turns true when it is answered.
+fn produce_acks_1_to_0(rt: &Rt, marker: u8) -> Rc<Cell<bool>> {
+    let written = Rc::new(Cell::new(false));
+    let (client_rt, written2) = (rt.clone(), written.clone());
+    rt.spawn(async move {
+        let mut conn = KafkaConn::connect(&client_rt, &addr(0), "test", 20_000)
+            .await
+            .expect("connect");
+        let _ = conn.call(&produce_sized(marker, 1, 4), 9).await.expect("answer");
+        written2.set(true);
+    });
+    written
+}
+
 fn produce_request(marker: u8) -> Request {
     produce_sized(marker, -1, 4)
 }
@@ -824,15 +839,7 @@ fn the_fetcher_manager_starts_a_fetcher_at_the_poke_after_new_state() {
         let b = |i: i32| brokers.borrow()[&i].clone();
         let (record, state) = led_by_0_followed_by_1();
         apply(&rts[0], &b(0), &record, &state, &[0, 1]);
-        let (client_rt, written) = (rts[0].clone(), Rc::new(Cell::new(false)));
-        let written2 = written.clone();
-        rts[0].spawn(async move {
-            let mut conn = KafkaConn::connect(&client_rt, &addr(0), "test", 20_000)
-                .await
-                .expect("connect");
-            let _ = conn.call(&produce_sized(7, 1, 4), 9).await.expect("answer");
-            written2.set(true);
-        });
+        let written = produce_acks_1_to_0(&rts[0], 7);
         run(&net, &mut tasks, 300, || written.get());
         // Broker 1's manager runs before broker 1 follows anything: it finds no leader.
         let watch = watch::PartitionWatch::default();
@@ -877,21 +884,9 @@ fn the_fetcher_follows_a_leader_whose_registration_moved() {
         b(1),
         ReplicaFetcherConfig::default(),
     ));
-    let produce = |marker: u8| {
-        let written = Rc::new(Cell::new(false));
-        let (client_rt, written2) = (rts[0].clone(), written.clone());
-        rts[0].spawn(async move {
-            let mut conn = KafkaConn::connect(&client_rt, &addr(0), "test", 20_000)
-                .await
-                .expect("connect");
-            let _ = conn.call(&produce_sized(marker, 1, 4), 9).await.expect("answer");
-            written2.set(true);
-        });
-        written
-    };
     let followed = |end: i64| b(1).borrow().offsets(T, 0).map(|o| o.2) == Ok(Offset(end));
     let traffic = |at: &str| net.traffic.borrow().get(at).copied().unwrap_or_default();
-    let written = produce(1);
+    let written = produce_acks_1_to_0(&rts[0], 1);
     run(&net, &mut tasks, 2_000, || written.get() && followed(1));
     let mut end = 1;
     // Broker 0 answers at two more addresses: its accept queue under other names.
@@ -905,7 +900,7 @@ fn the_fetcher_follows_a_leader_whose_registration_moved() {
         registered.brokers[0].port = port;
         b(1).borrow_mut().set_cluster_view(registered);
         end += 1;
-        let written = produce(end as u8);
+        let written = produce_acks_1_to_0(&rts[0], end as u8);
         run(&net, &mut tasks, 2_000, || written.get() && followed(end));
         let (connections, frames) = traffic(&moved);
         println!("{moved}: {connections} connection(s), {frames} frames");
