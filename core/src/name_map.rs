@@ -77,12 +77,6 @@ impl<V> NameMap<V> {
 
     /// The value at `at`, a place [`Self::find`] returned `Ok` for.
     #[inline]
-    pub fn at(&self, at: usize) -> &V {
-        &self.entries[at].1
-    }
-
-    /// As [`Self::at`], mutable.
-    #[inline]
     pub fn at_mut(&mut self, at: usize) -> &mut V {
         &mut self.entries[at].1
     }

@@ -134,22 +134,12 @@ impl<V> PartitionMap<V> {
         self.topics.values().map(|parts| parts.sorted.len()).sum()
     }
 
-    fn topic(&self, topic: &str) -> Option<&Partitions<V>> {
-        let at = self.topics.find(topic).ok()?;
-        Some(self.topics.at(at))
-    }
-
-    fn topic_mut(&mut self, topic: &str) -> Option<&mut Partitions<V>> {
-        let at = self.topics.find(topic).ok()?;
-        Some(self.topics.at_mut(at))
-    }
-
     pub fn get(&self, topic: &str, partition: i32) -> Option<&V> {
-        self.topic(topic)?.get(partition)
+        self.topics.get(topic)?.get(partition)
     }
 
     pub fn get_mut(&mut self, topic: &str, partition: i32) -> Option<&mut V> {
-        self.topic_mut(topic)?.get_mut(partition)
+        self.topics.get_mut(topic)?.get_mut(partition)
     }
 
     pub fn contains_key(&self, topic: &str, partition: i32) -> bool {

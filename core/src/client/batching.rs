@@ -611,8 +611,9 @@ fn drain_to<R: Runtime>(
             cluster.config.request_timeout_ms,
             &mut s.topic_name,
         );
-        if s.conns.find(addr).is_err() {
-            s.conns.insert(
+        if let Err(at) = s.conns.find(addr) {
+            s.conns.insert_at(
+                at,
                 addr,
                 ConnState {
                     outbox: VecDeque::new(),
