@@ -62,6 +62,13 @@ pub trait Disk {
     fn append(&mut self, path: &str, data: &[u8]) -> Result<u64, DiskError>;
     /// Fills `buf` from `pos`. Reading past the end is `UnexpectedEof`, and fills nothing.
     fn read_at(&self, path: &str, pos: u64, buf: &mut [u8]) -> Result<(), DiskError>;
+    /// The `len` bytes from `pos` in a new vector, as [`Disk::read_at`] into one. A disk that
+    /// can copy straight into the vector (`MemDisk`) skips zeroing it first.
+    fn read_vec(&self, path: &str, pos: u64, len: usize) -> Result<Vec<u8>, DiskError> {
+        let mut buf = vec![0; len];
+        self.read_at(path, pos, &mut buf)?;
+        Ok(buf)
+    }
     /// Makes every write to this file so far durable.
     fn sync(&mut self, path: &str) -> Result<(), DiskError>;
     /// Cuts the file to `len` bytes (no-op when it is already that short).

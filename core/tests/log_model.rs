@@ -10,7 +10,7 @@
 
 use gregor_core::disk::mem::{CrashMode, MemDisk};
 use gregor_core::disk::Disk;
-use gregor_core::log::{Log, LogConfig};
+use gregor_core::log::{Log, LogConfig, LogError};
 use gregor_core::record::{build_batch, records, BatchHeader, NewRecord, ProducerFields};
 use gregor_core::{LeaderEpoch, Offset};
 use proptest::prelude::*;
@@ -24,6 +24,9 @@ static SYNCED_CHECKED: AtomicU64 = AtomicU64::new(0);
 static TORN_TAILS: AtomicU64 = AtomicU64::new(0);
 static INDEXES_REBUILT: AtomicU64 = AtomicU64::new(0);
 static BATCHES_COMPARED: AtomicU64 = AtomicU64::new(0);
+/// Reads whose bytes the read kept, and reads served from the file again.
+static KEPT_READS: AtomicU64 = AtomicU64::new(0);
+static FILE_READS: AtomicU64 = AtomicU64::new(0);
 
 const DIR: &str = "topic-0";
 
@@ -66,7 +69,8 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        10 => (1usize..3, 1usize..5, 0usize..120, -500i64..500)
+        // Now and then values of kilobytes: reads past `Log::read`'s in-memory tail walk (8 KiB).
+        10 => (1usize..3, 1usize..5, prop_oneof![9 => 0usize..120, 1 => 1_000usize..3_000], -500i64..500)
             .prop_map(|(batches, records, value_len, ts_jitter)| Op::Append { batches, records, value_len, ts_jitter }),
         1 => Just(Op::NewEpoch),
         2 => Just(Op::Flush),
@@ -135,14 +139,15 @@ fn read_everything(log: &Log, disk: &MemDisk) -> Vec<Vec<u8>> {
     while at < log.log_end_offset() {
         let slice = log.read(disk, at, u64::MAX, None).expect("read in range");
         assert!(slice.len > 0, "no progress reading at {at}");
-        let bytes = Log::read_bytes(disk, &slice).expect("slice readable");
+        let next = slice.next_offset;
+        let bytes = Log::read_bytes(disk, slice).expect("slice readable");
         let mut pos = 0;
         while pos < bytes.len() {
             let h = BatchHeader::parse(&bytes[pos..]).expect("whole batches");
             out.push(bytes[pos..pos + h.total_bytes()].to_vec());
             pos += h.total_bytes();
         }
-        at = slice.next_offset;
+        at = next;
     }
     out
 }
@@ -198,6 +203,17 @@ fn run(config: LogConfig, ops: Vec<Op>) {
                         .collect();
                     set.extend(build_batch(&recs, ProducerFields::none()));
                 }
+                if set.len() as u64 > config.segment_bytes {
+                    // Kilobyte values in small segments: refused whole, the log unchanged.
+                    let refused = log.append_as_leader(&mut disk, &mut set, epoch, now_ms);
+                    assert!(
+                        matches!(refused, Err(LogError::LargerThanSegment { .. })),
+                        "a {}-byte set into {}-byte segments: {refused:?}",
+                        set.len(),
+                        config.segment_bytes
+                    );
+                    continue;
+                }
                 let info = log
                     .append_as_leader(&mut disk, &mut set, epoch, now_ms)
                     .expect("valid append");
@@ -237,7 +253,21 @@ fn run(config: LogConfig, ops: Vec<Op>) {
                 match model.holding(offset) {
                     None => assert_eq!(slice.len, 0, "data past the end"),
                     Some(i) => {
-                        let bytes = Log::read_bytes(&disk, &slice).expect("readable");
+                        // The bytes a read kept (near the segment's end) are the file's.
+                        let on_file = disk
+                            .read_vec(&slice.path, slice.position, slice.len as usize)
+                            .expect("slice within the file");
+                        match &slice.bytes {
+                            Some(kept) => {
+                                assert_eq!(kept, &on_file, "kept bytes of the read at {offset}");
+                                KEPT_READS.fetch_add(1, Relaxed);
+                            }
+                            None => {
+                                FILE_READS.fetch_add(1, Relaxed);
+                            }
+                        }
+                        let bytes = Log::read_bytes(&disk, slice.clone()).expect("readable");
+                        assert_eq!(bytes, on_file, "read at {offset}");
                         assert!(
                             bytes.starts_with(&model.batches[i].bytes),
                             "read at {offset} does not start with the batch holding it"
@@ -411,9 +441,10 @@ fn log_matches_model_across_crashes() {
         INDEXES_REBUILT.load(Relaxed),
         BATCHES_COMPARED.load(Relaxed),
     );
-    println!("log model: {cases} cases, {ops} operations, {crashes} crashes ({torn} with a torn tail cut), {synced} synced batches checked to survive, {rebuilt} damaged indexes rebuilt, {compared} batch reads compared");
+    let (kept, from_file) = (KEPT_READS.load(Relaxed), FILE_READS.load(Relaxed));
+    println!("log model: {cases} cases, {ops} operations, {crashes} crashes ({torn} with a torn tail cut), {synced} synced batches checked to survive, {rebuilt} damaged indexes rebuilt, {compared} batch reads compared ({kept} reads with their bytes kept, {from_file} read from the file again)");
     assert!(
-        crashes > 0 && synced > 0 && torn > 0 && rebuilt > 0 && compared > 0,
+        crashes > 0 && synced > 0 && torn > 0 && rebuilt > 0 && compared > 0 && kept > 0 && from_file > 0,
         "the model compared too little to mean anything"
     );
 }

@@ -187,6 +187,13 @@ impl Disk for SimDisk {
         self.inner.read_at(path, pos, buf)
     }
 
+    fn read_vec(&self, path: &str, pos: u64, len: usize) -> Result<Vec<u8>, DiskError> {
+        if self.reads_fail {
+            return Err(eio(path, "read"));
+        }
+        self.inner.read_vec(path, pos, len)
+    }
+
     fn sync(&mut self, path: &str) -> Result<(), DiskError> {
         self.pending_latency_us += self.latency.latency_us_sync;
         if self.syncs_fail {

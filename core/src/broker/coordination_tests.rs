@@ -90,7 +90,7 @@ fn pump(c: &mut [Node], f: usize, l: usize) {
         .broker
         .replica_read(&leader.disk, OFFSETS_TOPIC, 0, me, offset, 1 << 20)
         .expect("read");
-    let bytes = Log::read_bytes(&leader.disk, &ok.slice).expect("read bytes");
+    let bytes = Log::read_bytes(&leader.disk, ok.slice).expect("read bytes");
     let start = c[l].broker.offsets(OFFSETS_TOPIC, 0).expect("offsets").0;
     let n = &mut c[f];
     n.broker

@@ -130,7 +130,7 @@ fn pump(c: &mut [Node], f: usize, l: usize, now: i64) -> bool {
                 let leader = &mut c[l];
                 leader.broker.record_follower_fetch(T, 0, me, offset, now)?;
                 let ok = leader.broker.replica_read(&leader.disk, T, 0, me, offset, 1 << 20)?;
-                let bytes = Log::read_bytes(&leader.disk, &ok.slice).expect("read");
+                let bytes = Log::read_bytes(&leader.disk, ok.slice).expect("read");
                 Ok((bytes, ok.high_watermark))
             });
             let leader_start = c[l].broker.offsets(T, 0).map_or(Offset(-1), |o| o.0);
@@ -148,7 +148,7 @@ fn pump(c: &mut [Node], f: usize, l: usize, now: i64) -> bool {
 fn contents(n: &Node) -> Vec<(i64, u8)> {
     let log = n.broker.log(T, 0).expect("hosted");
     let slice = log.read(&n.disk, log.log_start_offset(), u64::MAX, None).expect("read");
-    let bytes = Log::read_bytes(&n.disk, &slice).expect("bytes");
+    let bytes = Log::read_bytes(&n.disk, slice).expect("bytes");
     let mut out = Vec::new();
     let mut at = 0;
     while at < bytes.len() {

@@ -67,6 +67,7 @@ pub fn missing_files_are_not_found<D: Disk>(disk: &mut D) {
         ("len", disk.len(path).map(|_| ())),
         ("append", disk.append(path, b"x").map(|_| ())),
         ("read_at", disk.read_at(path, 0, &mut buf)),
+        ("read_vec", disk.read_vec(path, 0, 1).map(|_| ())),
         ("sync", disk.sync(path)),
         ("truncate", disk.truncate(path, 0)),
         ("remove", disk.remove(path)),
@@ -119,6 +120,12 @@ pub fn read_at_bounds<D: Disk>(disk: &mut D) {
     must(disk.read_at(path, 6, &mut buf), "read_at ending at the end");
     assert_eq!(&buf, b"6789");
     must(disk.read_at(path, 10, &mut []), "empty read_at at the end");
+    assert_eq!(must(disk.read_vec(path, 3, 4), "read_vec inside the file"), b"3456");
+    assert_eq!(
+        must(disk.read_vec(path, 0, 10), "read_vec of the whole file"),
+        b"0123456789"
+    );
+    assert_eq!(must(disk.read_vec(path, 10, 0), "empty read_vec at the end"), b"");
 
     for (pos, wanted) in [(7, 4), (10, 1), (11, 1), (u64::MAX, 1), (u64::MAX - 1, 4)] {
         let mut buf = vec![0xAAu8; wanted];
@@ -133,6 +140,13 @@ pub fn read_at_bounds<D: Disk>(disk: &mut D) {
             buf.iter().all(|&b| b == 0xAA),
             "disk contract: a read_at past the end at {pos} filled the buffer"
         );
+        match disk.read_vec(path, pos, wanted) {
+            Err(DiskError::UnexpectedEof { .. }) => {}
+            other => panic!(
+                "disk contract: read_vec({pos}, {wanted} bytes) of a 10-byte file must be \
+                 UnexpectedEof, got {other:?}"
+            ),
+        }
     }
 }
 

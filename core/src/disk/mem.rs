@@ -275,6 +275,14 @@ impl Disk for MemDisk {
         file.data.read(at, buf).ok_or_else(|| eof(path, pos, buf.len(), len))
     }
 
+    fn read_vec(&self, path: &str, pos: u64, len: usize) -> Result<Vec<u8>, DiskError> {
+        let file = self.file(path)?;
+        let at = usize::try_from(pos).unwrap_or(usize::MAX);
+        at.checked_add(len)
+            .and_then(|end| file.data.to_vec(at, end))
+            .ok_or_else(|| eof(path, pos, len, file.data.len() as u64))
+    }
+
     fn sync(&mut self, path: &str) -> Result<(), DiskError> {
         let file = self.file_mut(path)?;
         file.durable_len = file.data.len();

@@ -349,7 +349,8 @@ pub fn replay<D: Disk>(disk: &mut D, log: &Log, to: Offset) -> Result<(Vec<Repla
         if slice.len == 0 || slice.next_offset <= at {
             break;
         }
-        let bytes = Log::read_bytes(disk, &slice)?;
+        let next = slice.next_offset;
+        let bytes = Log::read_bytes(disk, slice)?;
         let mut pos = 0;
         while pos < bytes.len() {
             let h = BatchHeader::parse(&bytes[pos..]).map_err(LogError::Batch)?;
@@ -369,7 +370,7 @@ pub fn replay<D: Disk>(disk: &mut D, log: &Log, to: Offset) -> Result<(Vec<Repla
             }
             pos += h.total_bytes();
         }
-        at = slice.next_offset;
+        at = next;
     }
     Ok((out, skipped))
 }

@@ -90,6 +90,11 @@ pub struct ReadSlice {
     pub first_offset: Offset,
     /// The offset after the last batch returned.
     pub next_offset: Offset,
+    /// The slice's bytes, when the read already held them: a read near the segment's end takes
+    /// the whole tail from the first batch on in one read of at most
+    /// `TAIL_WALK_BYTES_MAX` bytes to walk its headers. [`Log::read_bytes`] returns these
+    /// instead of reading the file again; a binding that sends from the file ignores them.
+    pub bytes: Option<Vec<u8>>,
 }
 
 /// What recovery found, for logs and tests.
@@ -675,6 +680,7 @@ impl Log {
             len: 0,
             first_offset: at,
             next_offset: at,
+            bytes: None,
         };
         let seg = if offset >= seg.next {
             // Only possible at the end of a segment whose successor is empty, or at the log end.
@@ -696,8 +702,12 @@ impl Log {
         // The following batches while they fit. Near the segment's end (a follower or consumer
         // that keeps up), the rest of the file is read once and its headers walked in memory: one
         // read instead of one per header. The walk and where it stops are the same either way.
+        // When the first batch fits in that read too, the read starts at it and its bytes are
+        // kept for the answer (`ReadSlice::bytes`): the caller that needs them reads nothing
+        // again (a fetch served the same bytes from two reads, the second into a zeroed buffer).
         let from = position + len;
         let rest = seg.size.saturating_sub(from);
+        let keep = len + rest <= TAIL_WALK_BYTES_MAX as u64;
         // Takes the next batch if it continues the read and fits; false ends the walk.
         let mut take = |h: &BatchHeader| {
             let fits = h.base_offset == next && h.next_offset() <= limit && len + h.total_bytes() as u64 <= max_bytes;
@@ -707,12 +717,17 @@ impl Log {
             }
             fits
         };
+        let mut bytes = None;
         if rest <= TAIL_WALK_BYTES_MAX as u64 {
-            let mut tail = vec![0u8; rest as usize];
-            if tail.len() >= record::HEADER_BYTES {
-                disk.read_at(&seg.log_path, from, &mut tail)?;
-            }
-            let mut at = 0usize;
+            let start = if keep { position } else { from };
+            let tail_len = (seg.size - start) as usize;
+            // Too short for a header (and not kept): nothing to walk, nothing to read.
+            let tail = if keep || rest >= record::HEADER_BYTES as u64 {
+                disk.read_vec(&seg.log_path, start, tail_len)?
+            } else {
+                Vec::new()
+            };
+            let mut at = (from - start) as usize;
             while let Some(h) = tail
                 .get(at..at.saturating_add(record::HEADER_BYTES))
                 .and_then(|b| BatchHeader::parse(b).ok())
@@ -721,6 +736,11 @@ impl Log {
                     break;
                 }
                 at = at.saturating_add(h.total_bytes());
+            }
+            if keep {
+                let mut tail = tail;
+                tail.truncate(len as usize);
+                bytes = Some(tail);
             }
         } else {
             let mut at = from;
@@ -737,14 +757,18 @@ impl Log {
             len,
             first_offset: first.base_offset,
             next_offset: next,
+            bytes,
         })
     }
 
-    /// The bytes of a slice (for bindings that cannot send from the file, and for tests).
-    pub fn read_bytes<D: Disk>(disk: &D, slice: &ReadSlice) -> Result<Vec<u8>, LogError> {
-        let mut buf = vec![0u8; usize::try_from(slice.len).map_err(|_| LogError::Config("slice too large".into()))?];
-        disk.read_at(&slice.path, slice.position, &mut buf)?;
-        Ok(buf)
+    /// The bytes of a slice (for bindings that cannot send from the file, and for tests): the
+    /// ones the read kept, else read from the file.
+    pub fn read_bytes<D: Disk>(disk: &D, slice: ReadSlice) -> Result<Vec<u8>, LogError> {
+        if let Some(bytes) = slice.bytes {
+            return Ok(bytes);
+        }
+        let len = usize::try_from(slice.len).map_err(|_| LogError::Config("slice too large".into()))?;
+        Ok(disk.read_vec(&slice.path, slice.position, len)?)
     }
 
     /// The record batch holding the largest timestamp (ListOffsets' MAX_TIMESTAMP, KIP-734):

@@ -78,7 +78,7 @@ fn replicated_batches_must_continue_the_log() {
             .expect("append");
     }
     let slice = leader.read(&leader_disk, Offset(3), u64::MAX, None).expect("read");
-    let bytes = Log::read_bytes(&leader_disk, &slice).expect("bytes");
+    let bytes = Log::read_bytes(&leader_disk, slice).expect("bytes");
     assert!(matches!(
         follower.append_replicated(&mut follower_disk, &bytes, 5),
         Err(LogError::NonContiguous {
@@ -88,7 +88,7 @@ fn replicated_batches_must_continue_the_log() {
     ));
     let all = Log::read_bytes(
         &leader_disk,
-        &leader.read(&leader_disk, Offset(0), u64::MAX, None).expect("read"),
+        leader.read(&leader_disk, Offset(0), u64::MAX, None).expect("read"),
     )
     .expect("bytes");
     follower

@@ -602,7 +602,7 @@ pub fn fetch_with<D: Disk>(
                                     remaining = remaining.saturating_sub(n);
                                     return resp;
                                 }
-                                match Log::read_bytes(disk, &ok.slice) {
+                                match Log::read_bytes(disk, ok.slice) {
                                     Ok(bytes) => {
                                         let n = bytes.len() as u64;
                                         if n > 0 {

@@ -117,8 +117,13 @@ fn read_errors_are_errors_until_healed() {
         Log::open(&mut disk, "t-0", config()).is_err(),
         "recovery must not proceed on unreadable data"
     );
+    // Both ways of reading fail: into a buffer, and into a new vector (a fetch's answer).
+    let path = log.read(disk.inner(), Offset(0), 1000, None).expect("read").path;
+    assert!(matches!(disk.read_at(&path, 0, &mut [0; 8]), Err(DiskError::Io { .. })));
+    assert!(matches!(disk.read_vec(&path, 0, 8), Err(DiskError::Io { .. })));
     disk.heal_reads();
     assert!(log.read(&disk, Offset(0), 1000, None).expect("read").len > 0);
+    assert_eq!(disk.read_vec(&path, 0, 8).expect("healed").len(), 8);
 }
 
 #[test]
