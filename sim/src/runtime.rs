@@ -491,21 +491,6 @@ impl SimConnection {
         self.end = None;
     }
 
-    async fn recv_inner(&mut self) -> Result<Option<Bytes>, NetError> {
-        let end = self.end.as_ref().ok_or(NetError::Closed)?;
-        let Some(frame) = end.recv().await else {
-            return Ok(None);
-        };
-        let len = frame.len() as u64;
-        if len > self.frame_bytes_max {
-            return Err(NetError::FrameTooLarge {
-                len,
-                max: self.frame_bytes_max,
-            });
-        }
-        Ok(Some(frame))
-    }
-
     async fn send_inner(&mut self, frame: Bytes) -> Result<(), NetError> {
         let len = frame.len() as u64;
         if len > FRAME_BYTES_WIRE_MAX {
@@ -556,10 +541,19 @@ impl Connection for SimConnection {
     }
 
     async fn recv(&mut self) -> Result<Option<Bytes>, NetError> {
-        let result = self.recv_inner().await;
-        if !matches!(result, Ok(Some(_))) {
-            self.close();
-        }
+        // One state machine around `End::recv`'s (no inner `async fn`): see `net::Recv`.
+        let result = match &self.end {
+            None => Err(NetError::Closed),
+            Some(end) => match end.recv().await {
+                Some(frame) if frame.len() as u64 <= self.frame_bytes_max => return Ok(Some(frame)),
+                Some(frame) => Err(NetError::FrameTooLarge {
+                    len: frame.len() as u64,
+                    max: self.frame_bytes_max,
+                }),
+                None => Ok(None),
+            },
+        };
+        self.close();
         result
     }
 
