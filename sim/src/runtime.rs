@@ -491,7 +491,9 @@ impl SimConnection {
         self.end = None;
     }
 
-    async fn send_inner(&mut self, frame: Bytes) -> Result<(), NetError> {
+    /// Synchronous: queueing a frame never waits (an `async fn` here was one more state machine
+    /// for every frame sent).
+    fn send_inner(&mut self, frame: Bytes) -> Result<(), NetError> {
         let len = frame.len() as u64;
         if len > FRAME_BYTES_WIRE_MAX {
             return Err(NetError::FrameTooLarge {
@@ -529,7 +531,7 @@ impl Connection for SimConnection {
         if disk_ms > 0 {
             madsim::time::sleep(Duration::from_millis(disk_ms)).await;
         }
-        let result = self.send_inner(frame).await;
+        let result = self.send_inner(frame);
         if result.is_ok() {
             add_on_run_thread(&self.state.frames_sent, 1);
         }
