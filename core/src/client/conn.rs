@@ -216,9 +216,15 @@ impl<R: Runtime> KafkaConn<R> {
         Ok(response)
     }
 
-    /// Sends `request` at `version` and waits for its response.
-    pub async fn call(&mut self, request: &Request, version: i16) -> Result<Response, ClientError> {
-        self.call_with_timeout(request, version, self.timeout_ms).await
+    /// Sends `request` at `version` and waits for its response. `call_with_timeout`'s future
+    /// itself: an `async fn` here wrapped it in one more state machine, polled for every call.
+    pub fn call<'a>(
+        &'a mut self,
+        request: &'a Request,
+        version: i16,
+    ) -> impl Future<Output = Result<Response, ClientError>> + 'a {
+        let timeout_ms = self.timeout_ms;
+        self.call_with_timeout(request, version, timeout_ms)
     }
 
     /// As [`KafkaConn::call`], waiting up to `timeout_ms` (a JoinGroup may wait for the whole
