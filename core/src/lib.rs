@@ -24,6 +24,7 @@ pub mod protocol;
 pub mod record;
 pub mod runtime;
 pub mod security;
+pub mod seeded;
 pub mod short_eq;
 
 pub use error_code::ErrorCode;

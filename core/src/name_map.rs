@@ -141,13 +141,8 @@ mod tests {
         for names in [&few[..], &many[..]] {
             let mut ours: NameMap<u64> = NameMap::new();
             let mut theirs: BTreeMap<String, u64> = BTreeMap::new();
-            let mut state = 11u64;
-            let mut draw = |n: u64| {
-                state = state
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1_442_695_040_888_963_407);
-                (state >> 33) % n
-            };
+            let mut draws = crate::seeded::Draws::new(11);
+            let mut draw = |n: u64| draws.below(n);
             for step in 0..3_000u64 {
                 let name = names[draw(names.len() as u64) as usize];
                 // Phases of mostly inserts and mostly removes, so the map fills and empties.

@@ -235,13 +235,8 @@ mod tests {
     fn compare_with_the_flat_map(names: &[&str]) {
         let mut flat: BTreeMap<(String, i32), u64> = BTreeMap::new();
         let mut map: PartitionMap<u64> = PartitionMap::new();
-        let mut state = 7u64;
-        let mut draw = |n: u64| {
-            state = state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            (state >> 33) % n
-        };
+        let mut draws = crate::seeded::Draws::new(7);
+        let mut draw = |n: u64| draws.below(n);
         let (mut lookups, mut removed, mut emptied) = (0, 0, 0);
         for step in 0..4_000u64 {
             let name = names[draw(names.len() as u64) as usize];

@@ -372,13 +372,8 @@ mod tests {
     /// batches (so tables compare by what they hold, not by what they held).
     #[test]
     fn last_batches_keep_the_newest_five_as_a_deque_would() {
-        let mut state = 11u64;
-        let mut rand = move |below: u64| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (state >> 33) % below
-        };
+        let mut draws = crate::seeded::Draws::new(11);
+        let mut rand = move |below: u64| draws.below(below);
         let mut batches = LastBatches::default();
         let mut model: std::collections::VecDeque<BatchMeta> = std::collections::VecDeque::new();
         let mut full_pushes = 0;

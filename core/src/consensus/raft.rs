@@ -24,6 +24,8 @@ use super::{
     Term,
 };
 use crate::disk::Disk;
+// Election jitter from the caller's seed, without ambient randomness.
+use crate::seeded::splitmix64 as next_random;
 
 /// Pending `read_index` requests beyond this are failed at once.
 const PENDING_READS_MAX: usize = 65_536;
@@ -125,15 +127,6 @@ pub struct Raft {
     failed: Option<RaftError>,
     #[cfg(test)]
     pub(crate) mutant: Mutant,
-}
-
-/// splitmix64, seeded by the caller: election jitter without ambient randomness.
-fn next_random(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 fn validate(config: &RaftConfig) -> Result<(), RaftError> {

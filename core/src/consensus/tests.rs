@@ -14,20 +14,17 @@ use bytes::Bytes;
 use super::raft::Mutant;
 use super::*;
 use crate::disk::mem::{CrashMode, MemDisk};
+use crate::seeded::Draws;
 
-/// splitmix64: the harness's seeded RNG.
-struct Rng(u64);
+/// The harness's seeded draws.
+struct Rng(Draws);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.0.below(n)
     }
     fn chance(&mut self, percent: u64) -> bool {
         self.below(100) < percent
@@ -168,7 +165,7 @@ impl Cluster {
 
     /// `n` nodes of which the first `voters` start as the quorum.
     fn build(seed: u64, n: u64, voters: u64, mutant: Mutant) -> Cluster {
-        let mut rng = Rng(seed);
+        let mut rng = Rng(Draws::new(seed));
         let faults = Faults {
             drop_percent: rng.below(15),
             duplicate_percent: rng.below(8),

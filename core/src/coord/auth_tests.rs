@@ -168,13 +168,8 @@ impl Runtime for MemRt {
         f(&mut self.disk.borrow_mut())
     }
     fn random_u64(&self) -> u64 {
-        // splitmix64: distinct, well-mixed nonces per node.
-        let mut s = self.rng.borrow_mut();
-        *s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = *s;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        // Distinct, well-mixed nonces per node.
+        crate::seeded::splitmix64(&mut self.rng.borrow_mut())
     }
 }
 

@@ -10,6 +10,8 @@ use std::cell::Cell;
 use std::collections::BTreeMap;
 
 use super::{Disk, DiskError};
+// Crash outcomes are picked from the crash's seed.
+use crate::seeded::splitmix64 as next;
 
 mod chunks;
 use chunks::Chunks;
@@ -87,15 +89,6 @@ fn eof(path: &str, pos: u64, wanted: usize, len: u64) -> DiskError {
         wanted,
         len,
     }
-}
-
-/// splitmix64: a tiny deterministic generator, enough to pick crash outcomes from a seed.
-fn next(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 impl MemDisk {

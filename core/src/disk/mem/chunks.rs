@@ -127,13 +127,8 @@ mod tests {
     /// operations land across block boundaries, at the very ends, and past them.
     #[test]
     fn behaves_as_a_plain_vector_across_block_boundaries() {
-        let mut state = 7u64;
-        let mut rand = move |below: usize| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((state >> 33) as usize) % below.max(1)
-        };
+        let mut draws = crate::seeded::Draws::new(7);
+        let mut rand = move |below: usize| draws.below(below as u64) as usize;
         let mut chunks = Chunks::default();
         let mut model: Vec<u8> = Vec::new();
         let mut crossings = 0;
