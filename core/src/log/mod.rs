@@ -722,7 +722,7 @@ impl Log {
             let start = if keep { position } else { from };
             let tail_len = (seg.size - start) as usize;
             // Too short for a header (and not kept): nothing to walk, nothing to read.
-            let tail = if keep || rest >= record::HEADER_BYTES as u64 {
+            let mut tail = if keep || rest >= record::HEADER_BYTES as u64 {
                 disk.read_vec(&seg.log_path, start, tail_len)?
             } else {
                 Vec::new()
@@ -738,7 +738,6 @@ impl Log {
                 at = at.saturating_add(h.total_bytes());
             }
             if keep {
-                let mut tail = tail;
                 tail.truncate(len as usize);
                 bytes = Some(tail);
             }
