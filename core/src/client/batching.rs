@@ -577,7 +577,8 @@ fn drain_to<R: Runtime>(
             break;
         }
         let mut size = REQUEST_OVERHEAD_BYTES;
-        let mut batches: Vec<Batch> = Vec::new();
+        // At most one batch a key: room for them all at once (growing the list moved batches).
+        let mut batches: Vec<Batch> = Vec::with_capacity(keys.len());
         let mut rest = VecDeque::new();
         while let Some(key) = keys.pop_front() {
             let head_bytes = s
@@ -638,7 +639,11 @@ fn drain_to<R: Runtime>(
 fn produce_request(batches: &[Batch], acks: i16, request_timeout_ms: u64, names: &mut Option<Arc<str>>) -> Request {
     let mut topics: BTreeMap<&str, Vec<ProducePartition>> = BTreeMap::new();
     for b in batches {
-        topics.entry(b.key.0.as_str()).or_default().push(ProducePartition {
+        // Room for every batch in the first topic's list: nearly always there is one topic.
+        let partitions = topics
+            .entry(b.key.0.as_str())
+            .or_insert_with(|| Vec::with_capacity(batches.len()));
+        partitions.push(ProducePartition {
             index: b.key.1,
             records: b.stamp.as_ref().map(|s| s.bytes.clone()),
         });

@@ -33,6 +33,12 @@ pub struct Writer {
 }
 
 impl Writer {
+    /// A writer with room for `bytes` before its first growth.
+    pub fn with_capacity(bytes: usize) -> Self {
+        Writer {
+            buf: Vec::with_capacity(bytes),
+        }
+    }
     pub fn u8(&mut self, v: u8) {
         self.buf.push(v);
     }

@@ -106,6 +106,10 @@ struct Inner {
     /// A waiter with none (woken only by `poke_all`, as the replica fetcher's manager waits for
     /// new partition state) stays out of every poke's way.
     interested: usize,
+    /// The wakers a poke gathers, emptied and kept: a poke that wakes anyone (the follower
+    /// fetches waiting on a leader's append, the acks=all produce waiting on its high
+    /// watermark) gathered them in a new vector, an allocation each time.
+    woken: Vec<Waker>,
 }
 
 impl Inner {
@@ -235,20 +239,28 @@ impl PartitionWatch {
     /// Wakes the waiters not woken yet that `met` accepts, of those with a bit of `bits` (all
     /// of them when `bits` is `u64::MAX`, those without interests included).
     fn wake(&self, bits: u64, met: impl Fn(&[Interest]) -> bool) {
-        let mut wakers = Vec::new();
-        {
+        let mut wakers = {
             let mut inner = self.0.borrow_mut();
+            let mut wakers = std::mem::take(&mut inner.woken);
             for w in &mut inner.waiters {
                 if (bits == u64::MAX || w.partitions & bits != 0) && !w.woken && met(&w.interests) {
                     w.woken = true;
                     wakers.extend(w.waker.take());
                 }
             }
-        }
-        // Outside the borrow: a waker may run code that registers again.
-        for waker in wakers {
+            if wakers.is_empty() {
+                // Nobody to wake (most pokes): the vector goes back untouched.
+                inner.woken = wakers;
+                return;
+            }
+            wakers
+        };
+        // Outside the borrow: a waker may run code that registers (or pokes) again; a poke in
+        // there finds no kept vector and makes its own.
+        for waker in wakers.drain(..) {
             waker.wake();
         }
+        self.0.borrow_mut().woken = wakers;
     }
 }
 
@@ -323,6 +335,64 @@ mod tests {
         drop(other);
         assert_eq!(watch.waiting(), 0, "so does a dropped one");
         println!("checked {} pokes", checked.get());
+    }
+
+    std::thread_local! {
+        /// The watch a [`PokesAgain`] waker pokes when woken.
+        static POKED_FROM_WAKER: std::cell::RefCell<Option<PartitionWatch>> = const { std::cell::RefCell::new(None) };
+    }
+
+    /// Counts its wakes and, at each, pokes every waiter of the thread's watch: a waker that
+    /// runs code which pokes again (wakers are woken outside the registry's borrow for it).
+    #[derive(Default)]
+    struct PokesAgain(Count);
+
+    impl Wake for PokesAgain {
+        fn wake(self: Arc<Self>) {
+            self.0 .0.fetch_add(1, Ordering::Relaxed);
+            POKED_FROM_WAKER.with(|w| {
+                if let Some(watch) = w.borrow().as_ref() {
+                    watch.poke_all();
+                }
+            });
+        }
+    }
+
+    /// A poke from inside a waker (while the outer poke still wakes the others) wakes whom it
+    /// should, each once; the wakers' kept list serves the pokes after it.
+    #[test]
+    fn a_poke_from_a_waker_wakes_the_rest_once() {
+        let watch = PartitionWatch::default();
+        POKED_FROM_WAKER.with(|w| *w.borrow_mut() = Some(watch.clone()));
+        let again = Arc::new(PokesAgain::default());
+        let mut first = Box::pin(watch.wait(vec![interest(0, Some(5), None)], std::future::pending()));
+        let again_waker = Waker::from(again.clone());
+        assert!(first.as_mut().poll(&mut Context::from_waker(&again_waker)).is_pending());
+        let (_second, second_wakes) = waiter(&watch, vec![interest(0, Some(5), None)]);
+        let (_elsewhere, elsewhere_wakes) = waiter(&watch, vec![interest(1, Some(0), None)]);
+        let wakes = || {
+            (
+                again.0 .0.load(Ordering::Relaxed),
+                second_wakes.0.load(Ordering::Relaxed),
+                elsewhere_wakes.0.load(Ordering::Relaxed),
+            )
+        };
+        // Partition 0 moved: the first waker pokes everyone, which reaches the waiter on
+        // partition 1; the second is woken by the outer poke, once.
+        watch.poke_offsets("t", 0, 6, 0);
+        assert_eq!(wakes(), (1, 1, 1));
+        // The first waits again; the next poke goes through the list the outer poke kept.
+        assert!(first.as_mut().poll(&mut Context::from_waker(&again_waker)).is_ready());
+        let mut first = Box::pin(watch.wait(vec![interest(0, Some(6), None)], std::future::pending()));
+        assert!(first.as_mut().poll(&mut Context::from_waker(&again_waker)).is_pending());
+        watch.poke_offsets("t", 0, 7, 0);
+        assert_eq!(
+            wakes(),
+            (2, 1, 1),
+            "the others were woken already and have not waited again"
+        );
+        POKED_FROM_WAKER.with(|w| *w.borrow_mut() = None);
+        println!("wakes (first, second, elsewhere): {:?}", wakes());
     }
 
     /// A waiter without interests (the replica fetcher's manager) is woken by `poke_all` only,

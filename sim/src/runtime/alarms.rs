@@ -148,6 +148,9 @@ struct Queue {
     pending: BTreeSet<Instant>,
     /// The queue's driver task, woken to arm the next timer (see [`Fire`]).
     driver: Option<Waker>,
+    /// The wakers a firing gathers, emptied and kept: a new vector each firing was an
+    /// allocation (~2,200 a batched benchmark seed).
+    woken: Vec<Waker>,
 }
 
 /// The alarm queue of one node incarnation. Cheap to clone.
@@ -184,9 +187,9 @@ struct Fire {
 
 impl Wake for Fire {
     fn wake(self: Arc<Self>) {
-        let mut wake = Vec::new();
-        {
+        let mut wake = {
             let mut queue = lock(&self.queue);
+            let mut wake = std::mem::take(&mut queue.woken);
             while let Some(waker) = queue.waiting.pop_due(self.deadline) {
                 wake.push(waker);
             }
@@ -194,10 +197,12 @@ impl Wake for Fire {
             if needs_timer(&mut queue) {
                 wake.extend(queue.driver.clone());
             }
-        }
-        for waker in wake {
+            wake
+        };
+        for waker in wake.drain(..) {
             waker.wake();
         }
+        lock(&self.queue).woken = wake;
     }
 }
 
@@ -243,6 +248,7 @@ impl Alarms {
             waiting: Waiters::default(),
             pending: BTreeSet::new(),
             driver: None,
+            woken: Vec::new(),
         };
         let alarms = Alarms {
             inner: Rc::new(Inner {
