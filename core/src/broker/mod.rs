@@ -149,6 +149,9 @@ pub struct ProduceOk {
     pub end_offset: Offset,
     /// The leader epoch the append was made in.
     pub leader_epoch: LeaderEpoch,
+    /// The HW right after the append (moved by it when the ISR is this broker alone): an
+    /// acks=all answer waits only while it is below `end_offset`.
+    pub high_watermark: Offset,
 }
 
 /// A successful fetch from one partition: `slice` is a region of a segment file.
@@ -602,6 +605,7 @@ impl Broker {
                     log_start_offset: state.log.log_start_offset(),
                     end_offset: state.log.log_end_offset(),
                     leader_epoch: state.leader_epoch,
+                    high_watermark: state.high_watermark,
                 });
             }
             Some(headers)
@@ -638,6 +642,7 @@ impl Broker {
             log_start_offset: state.log.log_start_offset(),
             end_offset: info.last_offset.plus(1),
             leader_epoch: state.leader_epoch,
+            high_watermark: state.high_watermark,
         })
     }
 
