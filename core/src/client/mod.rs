@@ -23,6 +23,7 @@ pub mod producer;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::name_map::NameMap;
 use crate::protocol::api::create_topics::{CreatableTopic, CreateTopicsRequest, TopicConfig};
 use crate::protocol::api::metadata::{MetadataRequest, MetadataRequestTopic, MetadataTopic};
 use crate::protocol::{Request, Response, Uuid};
@@ -84,7 +85,9 @@ pub struct Cluster<R: Runtime> {
     /// Shared (`Arc<str>`): [`leader`](Self::leader) hands each request its leader's address
     /// without copying it (a `String` clone a request before).
     brokers: BTreeMap<i32, Arc<str>>,
-    topics: BTreeMap<String, TopicLayout>,
+    /// By name in a [`NameMap`]: every send looks its topic up here, and a `BTreeMap` compared
+    /// the names with a `memcmp` call (~20 instructions more a send).
+    topics: NameMap<TopicLayout>,
     /// The newest leader epoch seen per partition, with the topic id it was seen under. It
     /// survives [`Cluster::invalidate`], so that a Metadata answer from a broker that has not yet
     /// heard of a newer leader (one just back from a partition, still leading in its own view)
@@ -106,7 +109,7 @@ impl<R: Runtime> Cluster<R> {
             config,
             bootstrap,
             brokers: BTreeMap::new(),
-            topics: BTreeMap::new(),
+            topics: NameMap::new(),
             epochs: BTreeMap::new(),
             conns: Vec::new(),
             next_bootstrap: 0,
@@ -193,7 +196,7 @@ impl<R: Runtime> Cluster<R> {
             return Err(ClientError::Broker(code(t.error_code)));
         }
         let layout = layout_guarded(&mut self.epochs, topic, t);
-        self.topics.insert(topic.to_string(), layout);
+        self.topics.insert(topic, layout);
         Ok(self.topics.get(topic).expect("inserted above"))
     }
 
