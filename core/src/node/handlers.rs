@@ -13,7 +13,7 @@ pub mod users;
 use std::borrow::Cow;
 
 use crate::broker::{AckWait, ClusterView};
-use crate::broker::{Broker, ProduceOk, TopicId};
+use crate::broker::{Broker, TopicId};
 use crate::disk::Disk;
 use crate::error_code::ErrorCode;
 use crate::ids::{BrokerId, LeaderEpoch, Offset};
@@ -378,19 +378,6 @@ pub fn settle_acks(
     pending.is_empty()
 }
 
-/// A partition's answer to a produce that appended (or found the batch already written).
-fn written(index: i32, ok: &ProduceOk) -> ProducePartitionResponse {
-    ProducePartitionResponse {
-        index,
-        error_code: 0,
-        base_offset: ok.base_offset.0,
-        log_append_time_ms: -1,
-        log_start_offset: ok.log_start_offset.0,
-        record_errors: vec![],
-        error_message: None,
-    }
-}
-
 /// Produce, with the acks=all answers that must wait for the HW listed (see [`settle_acks`]).
 pub fn produce_parked<D: Disk>(
     broker: &mut Broker,
@@ -431,20 +418,26 @@ pub fn produce_parked<D: Disk>(
                     // ISR at least `min.insync.replicas` (checked before it, and unchanged by it),
                     // so `settle_acks` would find it pending or done, and is not asked here (a
                     // partition lookup an acks=all produce).
-                    if let (Ok(ok), -1) = (&result, req.acks) {
-                        if ok.high_watermark >= ok.end_offset {
-                            return written(p.index, ok);
-                        }
-                        pending.push(PendingAck {
+                    match &result {
+                        Ok(ok) if req.acks == -1 && ok.high_watermark < ok.end_offset => pending.push(PendingAck {
                             topic_index: ti,
                             partition_index: pi,
                             partition: p.index,
                             end_offset: ok.end_offset,
                             leader_epoch: ok.leader_epoch,
-                        });
+                        }),
+                        _ => {}
                     }
                     match result {
-                        Ok(ok) => written(p.index, &ok),
+                        Ok(ok) => ProducePartitionResponse {
+                            index: p.index,
+                            error_code: 0,
+                            base_offset: ok.base_offset.0,
+                            log_append_time_ms: -1,
+                            log_start_offset: ok.log_start_offset.0,
+                            record_errors: vec![],
+                            error_message: None,
+                        },
                         Err((code, message)) => ProducePartitionResponse {
                             index: p.index,
                             error_code: code.code(),
