@@ -337,62 +337,50 @@ mod tests {
         println!("checked {} pokes", checked.get());
     }
 
-    std::thread_local! {
-        /// The watch a [`PokesAgain`] waker pokes when woken.
-        static POKED_FROM_WAKER: std::cell::RefCell<Option<PartitionWatch>> = const { std::cell::RefCell::new(None) };
-    }
+    /// Logs its number when woken.
+    struct Logged(usize, Arc<std::sync::Mutex<Vec<usize>>>);
 
-    /// Counts its wakes and, at each, pokes every waiter of the thread's watch: a waker that
-    /// runs code which pokes again (wakers are woken outside the registry's borrow for it).
-    #[derive(Default)]
-    struct PokesAgain(Count);
-
-    impl Wake for PokesAgain {
+    impl Wake for Logged {
         fn wake(self: Arc<Self>) {
-            self.0 .0.fetch_add(1, Ordering::Relaxed);
-            POKED_FROM_WAKER.with(|w| {
-                if let Some(watch) = w.borrow().as_ref() {
-                    watch.poke_all();
-                }
-            });
+            self.1.lock().unwrap().push(self.0);
         }
     }
 
-    /// A poke from inside a waker (while the outer poke still wakes the others) wakes whom it
-    /// should, each once; the wakers' kept list serves the pokes after it.
+    /// The wakers a poke gathers go into a vector the watch keeps: each poke wakes its own
+    /// waiters, once each and in the order they came, and none of an earlier poke's again.
     #[test]
-    fn a_poke_from_a_waker_wakes_the_rest_once() {
+    fn each_poke_wakes_its_waiters_once_in_order_through_the_kept_list() {
         let watch = PartitionWatch::default();
-        POKED_FROM_WAKER.with(|w| *w.borrow_mut() = Some(watch.clone()));
-        let again = Arc::new(PokesAgain::default());
-        let mut first = Box::pin(watch.wait(vec![interest(0, Some(5), None)], std::future::pending()));
-        let again_waker = Waker::from(again.clone());
-        assert!(first.as_mut().poll(&mut Context::from_waker(&again_waker)).is_pending());
-        let (_second, second_wakes) = waiter(&watch, vec![interest(0, Some(5), None)]);
-        let (_elsewhere, elsewhere_wakes) = waiter(&watch, vec![interest(1, Some(0), None)]);
-        let wakes = || {
-            (
-                again.0 .0.load(Ordering::Relaxed),
-                second_wakes.0.load(Ordering::Relaxed),
-                elsewhere_wakes.0.load(Ordering::Relaxed),
-            )
-        };
-        // Partition 0 moved: the first waker pokes everyone, which reaches the waiter on
-        // partition 1; the second is woken by the outer poke, once.
-        watch.poke_offsets("t", 0, 6, 0);
-        assert_eq!(wakes(), (1, 1, 1));
-        // The first waits again; the next poke goes through the list the outer poke kept.
-        assert!(first.as_mut().poll(&mut Context::from_waker(&again_waker)).is_ready());
-        let mut first = Box::pin(watch.wait(vec![interest(0, Some(6), None)], std::future::pending()));
-        assert!(first.as_mut().poll(&mut Context::from_waker(&again_waker)).is_pending());
-        watch.poke_offsets("t", 0, 7, 0);
-        assert_eq!(
-            wakes(),
-            (2, 1, 1),
-            "the others were woken already and have not waited again"
-        );
-        POKED_FROM_WAKER.with(|w| *w.borrow_mut() = None);
-        println!("wakes (first, second, elsewhere): {:?}", wakes());
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut rounds = 0;
+        for round in 0..3 {
+            // Three waiters on partition 0, above a log end that rises each round.
+            let above = 10 * round;
+            let mut waits: Vec<_> = (0..3)
+                .map(|i| {
+                    let mut f = Box::pin(watch.wait(vec![interest(0, Some(above), None)], std::future::pending()));
+                    let waker = Waker::from(Arc::new(Logged(10 * round as usize + i, log.clone())));
+                    assert!(f.as_mut().poll(&mut Context::from_waker(&waker)).is_pending());
+                    f
+                })
+                .collect();
+            // A poke below their threshold wakes nobody (the kept vector goes back unused).
+            watch.poke_offsets("t", 0, above, 0);
+            assert!(
+                log.lock().unwrap().is_empty(),
+                "round {round}: woken below the threshold"
+            );
+            watch.poke_offsets("t", 0, above + 1, 0);
+            let woken = std::mem::take(&mut *log.lock().unwrap());
+            let expected: Vec<usize> = (0..3).map(|i| 10 * round as usize + i).collect();
+            assert_eq!(woken, expected, "round {round}");
+            for f in &mut waits {
+                assert!(done(f));
+            }
+            rounds += 1;
+        }
+        assert_eq!(watch.waiting(), 0);
+        println!("{rounds} rounds of three waiters, each woken once in order");
     }
 
     /// A waiter without interests (the replica fetcher's manager) is woken by `poke_all` only,
