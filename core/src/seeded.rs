@@ -32,6 +32,11 @@ impl Draws {
     pub fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n.max(1)
     }
+
+    /// True `percent` times in a hundred (always from 100 on).
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
 }
 
 #[cfg(test)]
@@ -52,5 +57,6 @@ mod tests {
         let mut draws = Draws::new(0);
         assert_eq!(draws.next_u64(), 0xE220_A839_7B1D_CDAF);
         assert!((0..1_000).all(|_| draws.below(7) < 7));
+        assert!((0..1_000).all(|_| !draws.chance(0) && draws.chance(100)));
     }
 }

@@ -16,21 +16,6 @@ use super::*;
 use crate::disk::mem::{CrashMode, MemDisk};
 use crate::seeded::Draws;
 
-/// The harness's seeded draws.
-struct Rng(Draws);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0.next_u64()
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.0.below(n)
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
-
 /// The app every node runs: the map of applied commands by index, which is also its snapshot.
 fn encode_state(state: &BTreeMap<u64, Bytes>) -> Bytes {
     let mut out = Vec::new();
@@ -115,7 +100,7 @@ struct Faults {
 }
 
 struct Cluster {
-    rng: Rng,
+    rng: Draws,
     nodes: Vec<Node>,
     /// Nodes `1..=voters` start as the voters; the others start outside, to join.
     voters: u64,
@@ -165,7 +150,7 @@ impl Cluster {
 
     /// `n` nodes of which the first `voters` start as the quorum.
     fn build(seed: u64, n: u64, voters: u64, mutant: Mutant) -> Cluster {
-        let mut rng = Rng(Draws::new(seed));
+        let mut rng = Draws::new(seed);
         let faults = Faults {
             drop_percent: rng.below(15),
             duplicate_percent: rng.below(8),
@@ -214,7 +199,7 @@ impl Cluster {
 
     fn start(&mut self, i: usize) {
         let n = self.voters;
-        let seed = self.rng.next();
+        let seed = self.rng.next_u64();
         let node = &mut self.nodes[i];
         let mut raft =
             Raft::open(&mut node.disk, config(node.id, n), self.now_ms, seed).expect("MemDisk does not fail");
@@ -230,7 +215,9 @@ impl Cluster {
         let mode = if self.rng.chance(50) {
             CrashMode::DropUnsynced
         } else {
-            CrashMode::Torn { seed: self.rng.next() }
+            CrashMode::Torn {
+                seed: self.rng.next_u64(),
+            }
         };
         let node = &mut self.nodes[i];
         if node.raft.take().is_none() {
