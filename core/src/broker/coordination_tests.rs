@@ -84,11 +84,11 @@ fn pump(c: &mut [Node], f: usize, l: usize) {
     let leader = &mut c[l];
     leader
         .broker
-        .record_follower_fetch(OFFSETS_TOPIC, 0, me, offset, 0)
+        .record_follower_fetch(OFFSETS_TOPIC, 0, -1, me, offset, 0)
         .expect("follower fetch");
     let ok = leader
         .broker
-        .replica_read(&leader.disk, OFFSETS_TOPIC, 0, me, offset, 1 << 20)
+        .replica_read(&leader.disk, OFFSETS_TOPIC, 0, -1, me, offset, 1 << 20)
         .expect("read");
     let bytes = Log::read_bytes(&leader.disk, ok.slice).expect("read bytes");
     let start = c[l].broker.offsets(OFFSETS_TOPIC, 0).expect("offsets").0;

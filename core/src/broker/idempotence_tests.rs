@@ -45,7 +45,7 @@ fn end(b: &Broker) -> Offset {
 
 /// Every value in the partition, in offset order.
 fn values(b: &Broker, disk: &MemDisk) -> Vec<String> {
-    let slice = b.fetch(disk, "t", 0, Offset(0), u64::MAX).expect("fetch").slice;
+    let slice = b.fetch(disk, "t", 0, -1, Offset(0), u64::MAX).expect("fetch").slice;
     let bytes = Log::read_bytes(disk, slice).expect("read");
     let mut out = Vec::new();
     let mut at = 0;

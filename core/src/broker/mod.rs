@@ -221,6 +221,18 @@ fn metadata_bytes(meta: &TopicMeta) -> Vec<u8> {
     out
 }
 
+/// KIP-320: a request that names the leader epoch it expects of a partition (`current`; -1
+/// names none) is refused when ours differs: FENCED_LEADER_EPOCH when it names an older one (the
+/// asker is behind), UNKNOWN_LEADER_EPOCH when a newer one (we are).
+pub fn check_epoch(current: i32, ours: LeaderEpoch) -> Result<(), ErrorCode> {
+    match current {
+        -1 => Ok(()),
+        c if c < ours.0 => Err(ErrorCode::FencedLeaderEpoch),
+        c if c > ours.0 => Err(ErrorCode::UnknownLeaderEpoch),
+        _ => Ok(()),
+    }
+}
+
 fn log_error_code(e: &LogError) -> ErrorCode {
     match e {
         LogError::Batch(BatchError::TooLarge { .. }) | LogError::LargerThanSegment { .. } => ErrorCode::MessageTooLarge,
@@ -559,6 +571,19 @@ impl Broker {
             .ok_or(ErrorCode::UnknownTopicOrPartition)
     }
 
+    /// The partition, if the request's `current_leader_epoch` allows (see [`check_epoch`]): one
+    /// lookup serves the check and what the request does next.
+    fn partition_in_epoch(
+        &self,
+        topic: &str,
+        partition: i32,
+        current_leader_epoch: i32,
+    ) -> Result<&PartitionState, ErrorCode> {
+        let part = self.partition(topic, partition)?;
+        check_epoch(current_leader_epoch, part.leader_epoch)?;
+        Ok(part)
+    }
+
     /// Appends a producer's record set (rewritten in place with offsets) to a partition this
     /// broker leads, honouring `acks` and `min.insync.replicas`, and syncs when the flush
     /// policy asks.
@@ -680,17 +705,19 @@ impl Broker {
         Ok(&self.partition(topic, partition)?.producers)
     }
 
-    /// Reads whole batches from `offset`, up to the high watermark.
+    /// Reads whole batches from `offset`, up to the high watermark, for a consumer that expects
+    /// the partition's leader epoch to be `current_leader_epoch` (-1: any, see [`check_epoch`]).
     pub fn fetch<D: Disk>(
         &self,
         disk: &D,
         topic: &str,
         partition: i32,
+        current_leader_epoch: i32,
         offset: Offset,
         max_bytes: u64,
     ) -> Result<FetchOk, ErrorCode> {
-        self.check_leader(topic, partition)?;
-        let state = self.partition(topic, partition)?;
+        let state = self.partition_in_epoch(topic, partition, current_leader_epoch)?;
+        Self::check_leads(state)?;
         // As Kafka: out of range only outside [log start, log end]; between the high watermark
         // and the log end (a new leader whose HW has not caught up yet) the answer is empty.
         // Resetting a consumer there would send it back to the start of the log.

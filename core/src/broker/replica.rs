@@ -29,8 +29,8 @@
 use std::collections::BTreeMap;
 
 use super::{
-    log_error_code, topic, Broker, BrokerError, PartitionState as Part, ProducerStateTable, RoleChange, RoleObserver,
-    TopicId, TopicMeta,
+    check_epoch, log_error_code, topic, Broker, BrokerError, PartitionState as Part, ProducerStateTable, RoleChange,
+    RoleObserver, TopicId, TopicMeta,
 };
 use crate::cluster::{next_elr, BrokerRegistration, LogEndReport, PartitionState, TopicRecord};
 use crate::disk::Disk;
@@ -507,7 +507,11 @@ impl Broker {
     /// Whether a produce/fetch/list-offsets may be served here: single-node partitions always,
     /// replicated ones only by their leader.
     pub(crate) fn check_leader(&self, topic: &str, partition: i32) -> Result<(), ErrorCode> {
-        let part = self.partition(topic, partition)?;
+        Self::check_leads(self.partition(topic, partition)?)
+    }
+
+    /// [`check_leader`](Self::check_leader) of a partition already looked up.
+    pub(super) fn check_leads(part: &Part) -> Result<(), ErrorCode> {
         match &part.repl {
             Some(r) if !r.is_leader() => Err(ErrorCode::NotLeaderOrFollower),
             _ => Ok(()),
@@ -544,10 +548,15 @@ impl Broker {
     /// it fetched from at least the leader's log end as of this fetch, or of its previous one),
     /// and moves the HW. Then [`Broker::replica_read`] reads. Returns whether the HW moved (the
     /// only offset a waiting request watches that a follower's fetch can change).
+    ///
+    /// `current_leader_epoch` is the epoch the follower's request names for the partition (-1:
+    /// none); another than ours refuses the fetch (see [`check_epoch`]) before anything is
+    /// recorded.
     pub fn record_follower_fetch(
         &mut self,
         topic: &str,
         partition: i32,
+        current_leader_epoch: i32,
         replica: BrokerId,
         offset: Offset,
         now_ms: i64,
@@ -556,6 +565,7 @@ impl Broker {
             .partitions
             .get_mut(topic, partition)
             .ok_or(ErrorCode::UnknownTopicOrPartition)?;
+        check_epoch(current_leader_epoch, part.leader_epoch)?;
         let leo = part.log.log_end_offset();
         let start = part.log.log_start_offset();
         let Some(Replication {
@@ -622,17 +632,20 @@ impl Broker {
     }
 
     /// A follower's Fetch, second half: whole batches from `offset` up to the log end (not the
-    /// HW), with the leader's HW and log start. Only the leader serves it, only to a replica.
+    /// HW), with the leader's HW and log start. Only the leader serves it, only to a replica,
+    /// and only in the leader epoch the request names (`current_leader_epoch`, -1: any).
+    #[allow(clippy::too_many_arguments)] // Kafka's fetch partition: who, which, where, how much
     pub fn replica_read<D: Disk>(
         &self,
         disk: &D,
         topic: &str,
         partition: i32,
+        current_leader_epoch: i32,
         replica: BrokerId,
         offset: Offset,
         max_bytes: u64,
     ) -> Result<super::FetchOk, ErrorCode> {
-        let part = self.partition(topic, partition)?;
+        let part = self.partition_in_epoch(topic, partition, current_leader_epoch)?;
         match &part.repl {
             Some(Replication {
                 role: Role::Leader { followers, .. },
@@ -663,14 +676,8 @@ impl Broker {
         current_leader_epoch: i32,
         epoch: LeaderEpoch,
     ) -> Result<(LeaderEpoch, Offset), ErrorCode> {
-        let part = self.partition(topic, partition)?;
-        match current_leader_epoch {
-            -1 => {}
-            c if c < part.leader_epoch.0 => return Err(ErrorCode::FencedLeaderEpoch),
-            c if c > part.leader_epoch.0 => return Err(ErrorCode::UnknownLeaderEpoch),
-            _ => {}
-        }
-        self.check_leader(topic, partition)?;
+        let part = self.partition_in_epoch(topic, partition, current_leader_epoch)?;
+        Self::check_leads(part)?;
         Ok(part
             .log
             .end_offset_for_epoch(epoch)

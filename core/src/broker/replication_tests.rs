@@ -110,29 +110,28 @@ fn pump(c: &mut [Node], f: usize, l: usize, now: i64) -> bool {
         return false;
     };
     let me = c[f].broker.config().broker_id;
-    let fence = |leader: &Broker| match leader.leader_epoch(T, 0) {
-        Ok(e) if e > task.leader_epoch => Err(ErrorCode::FencedLeaderEpoch),
-        Ok(e) if e < task.leader_epoch => Err(ErrorCode::UnknownLeaderEpoch),
-        Ok(_) => Ok(()),
-        Err(code) => Err(code),
-    };
+    // The follower names the epoch it follows in each request; the leader fences the others.
+    let asked = task.leader_epoch.0;
     match task.action {
         FollowerAction::Truncate { epoch } => {
-            let answer = fence(&c[l].broker)
-                .and_then(|()| c[l].broker.offset_for_leader_epoch(T, 0, task.leader_epoch.0, epoch));
+            let answer = c[l].broker.offset_for_leader_epoch(T, 0, asked, epoch);
             let n = &mut c[f];
             n.broker
                 .follower_truncate(&mut n.disk, T, 0, task.leader_epoch, epoch, answer)
                 .expect("truncate");
         }
         FollowerAction::Fetch { offset } => {
-            let answer = fence(&c[l].broker).and_then(|()| {
+            let answer = {
                 let leader = &mut c[l];
-                leader.broker.record_follower_fetch(T, 0, me, offset, now)?;
-                let ok = leader.broker.replica_read(&leader.disk, T, 0, me, offset, 1 << 20)?;
-                let bytes = Log::read_bytes(&leader.disk, ok.slice).expect("read");
-                Ok((bytes, ok.high_watermark))
-            });
+                let recorded = leader.broker.record_follower_fetch(T, 0, asked, me, offset, now);
+                recorded.and_then(|_| {
+                    let ok = leader
+                        .broker
+                        .replica_read(&leader.disk, T, 0, asked, me, offset, 1 << 20)?;
+                    let bytes = Log::read_bytes(&leader.disk, ok.slice).expect("read");
+                    Ok((bytes, ok.high_watermark))
+                })
+            };
             let leader_start = c[l].broker.offsets(T, 0).map_or(Offset(-1), |o| o.0);
             let n = &mut c[f];
             let result = answer.as_ref().map(|(b, hw)| (&b[..], *hw)).map_err(|e| *e);
@@ -204,7 +203,7 @@ fn leader_and_follower_high_watermarks() {
     assert_eq!(hw(&c[0]), Offset(2), "every ISR member has both records");
     let f = c[0]
         .broker
-        .fetch(&c[0].disk, T, 0, Offset(0), 1 << 20)
+        .fetch(&c[0].disk, T, 0, -1, Offset(0), 1 << 20)
         .expect("consumer fetch");
     assert_eq!(f.high_watermark, Offset(2));
     // Followers learn the HW from their next fetch: min(leader HW, own LEO).
@@ -565,7 +564,7 @@ fn fencing_codes_and_rejections_change_nothing() {
     assert_eq!(produce(&mut c[1], 9, 1, 0), Err(ErrorCode::NotLeaderOrFollower));
     assert_eq!(leo(&c[1]), follower, "the follower's log is unchanged");
     assert_eq!(
-        c[1].broker.fetch(&c[1].disk, T, 0, Offset(0), 100).map(|_| ()),
+        c[1].broker.fetch(&c[1].disk, T, 0, -1, Offset(0), 100).map(|_| ()),
         Err(ErrorCode::NotLeaderOrFollower)
     );
     assert_eq!(
@@ -611,9 +610,33 @@ fn fencing_codes_and_rejections_change_nothing() {
         Err(ErrorCode::UnknownTopicOrPartition)
     );
     assert_eq!(produce_to(&mut c[0], 7), Err(ErrorCode::UnknownTopicOrPartition));
-    // None of the fenced fetches counted as progress: the HW has not moved.
+    // None of the fenced fetches counted as progress: the HW has not moved, though both
+    // followers asked from the leader's log end (recorded, those would have moved it), and no
+    // refusal answered offsets.
+    for (replica, epoch, code) in [
+        (1, 2, ErrorCode::FencedLeaderEpoch),
+        (2, 4, ErrorCode::UnknownLeaderEpoch),
+    ] {
+        let at_end = FetchRequest::of_one(T, 0, replica, epoch, 1);
+        let n = &mut c[0];
+        let (resp, _) = handlers::fetch_recording(&mut n.broker, &n.disk, &at_end, 12, 0);
+        let p = &resp.topics[0].partitions[0];
+        assert_eq!(
+            (p.error_code, p.high_watermark, p.log_start_offset),
+            (code.code(), -1, -1)
+        );
+    }
     assert_eq!(hw(&c[0]), Offset(0));
     assert_eq!(fetch_code(&mut c[0], &fetch_req(1, 3)), 0, "the right epoch is served");
+    // The same fetches in the right epoch move it.
+    for replica in [1, 2] {
+        assert_eq!(fetch_code(&mut c[0], &FetchRequest::of_one(T, 0, replica, 3, 1)), 0);
+    }
+    assert_eq!(
+        hw(&c[0]),
+        Offset(1),
+        "the followers' fetches at the log end move the HW"
+    );
     // An older epoch than held is ignored; the same state again is a no-op.
     apply(&mut c, &[0], &rec, &zk(1, 2, &[1]), 9, 0);
     assert!(c[0].broker.replica_state(T, 0).expect("replicated").2, "still leader");
@@ -644,7 +667,7 @@ fn kip101(policy: TruncationPolicy) -> (bool, bool, usize) {
     let ok = produce(&mut c[0], 1, -1, 0).expect("m1");
     pump(&mut c, 1, 0, 1);
     c[0].broker
-        .record_follower_fetch(T, 0, BrokerId(1), Offset(1), 2)
+        .record_follower_fetch(T, 0, -1, BrokerId(1), Offset(1), 2)
         .expect("B reports");
     assert_eq!(
         c[0].broker.acks_all_status(T, 0, ok.end_offset, ok.leader_epoch),
@@ -869,7 +892,7 @@ fn a_reassignment_adds_a_follower_that_catches_up_joins_the_isr_and_the_removed_
     let (replicas, isr, leader, _) = c[0].broker.replica_state(T, 0).expect("hosted");
     assert_eq!((replicas, isr, leader), (ids(&[0, 1, 3]), ids(&[0, 1, 3]), true));
     assert_eq!(
-        c[0].broker.record_follower_fetch(T, 0, BrokerId(2), Offset(3), 11),
+        c[0].broker.record_follower_fetch(T, 0, -1, BrokerId(2), Offset(3), 11),
         Err(ErrorCode::NotLeaderOrFollower),
         "a removed replica is no follower any more"
     );

@@ -37,20 +37,20 @@ fn produce_fetch_and_list_offsets() {
         .produce(&mut disk, "orders", 1, &mut batch(2, 200), -1, 5)
         .expect("produce");
     assert_eq!(ok.base_offset, Offset(3));
-    let f = b.fetch(&disk, "orders", 1, Offset(4), 1 << 20).expect("fetch");
+    let f = b.fetch(&disk, "orders", 1, -1, Offset(4), 1 << 20).expect("fetch");
     assert_eq!(
         (f.high_watermark, f.slice.first_offset, f.slice.next_offset),
         (Offset(5), Offset(3), Offset(5))
     );
     assert_eq!(
-        b.fetch(&disk, "orders", 1, Offset(5), 100)
+        b.fetch(&disk, "orders", 1, -1, Offset(5), 100)
             .expect("fetch at end")
             .slice
             .len,
         0
     );
     assert_eq!(
-        b.fetch(&disk, "orders", 1, Offset(6), 100),
+        b.fetch(&disk, "orders", 1, -1, Offset(6), 100),
         Err(ErrorCode::OffsetOutOfRange)
     );
     assert_eq!(b.list_offset(&disk, "orders", 1, LATEST_TIMESTAMP), Ok((Offset(5), -1)));

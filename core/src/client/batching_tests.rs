@@ -260,7 +260,7 @@ fn log(rt: &Timed, p: i32) -> Vec<String> {
         let slice = e
             .world
             .broker
-            .fetch(&e.world.disk, "t", p, at, 1 << 20)
+            .fetch(&e.world.disk, "t", p, -1, at, 1 << 20)
             .expect("fetch")
             .slice;
         let mut bytes = vec![0; usize::try_from(slice.len).expect("small")];

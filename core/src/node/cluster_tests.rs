@@ -41,7 +41,7 @@ fn leader_with_two_expansions() -> SharedBroker {
             .apply_partition_state(&mut disk, T, &record, p, &state, 0, 0)
             .expect("apply");
         broker
-            .record_follower_fetch(T, p, BrokerId(1), crate::ids::Offset(0), 10)
+            .record_follower_fetch(T, p, -1, BrokerId(1), crate::ids::Offset(0), 10)
             .expect("follower 1 fetches at the log end");
     }
     Rc::new(RefCell::new(broker))

@@ -558,10 +558,6 @@ pub fn fetch_with<D: Disk>(
                             resp.error_code = ErrorCode::UnknownTopicId.code();
                             return resp;
                         };
-                        if let Err(code) = check_leader_epoch(broker, name, p.partition, p.current_leader_epoch) {
-                            resp.error_code = code.code();
-                            return resp;
-                        }
                         let max = u64::try_from(p.partition_max_bytes.max(0)).unwrap_or(0).min(remaining);
                         let mut limit = if first { max.max(1) } else { max };
                         let throttled = req.replica_id >= 0
@@ -575,15 +571,22 @@ pub fn fetch_with<D: Disk>(
                             }
                         }
                         if limit == 0 {
+                            if let Err(code) = check_leader_epoch(broker, name, p.partition, p.current_leader_epoch) {
+                                resp.error_code = code.code();
+                                return resp;
+                            }
                             if let Ok((start, hw, _)) = broker.offsets(name, p.partition) {
                                 (resp.high_watermark, resp.last_stable_offset, resp.log_start_offset) = (hw.0, hw.0, start.0);
                             }
                             return resp;
                         }
+                        // The reads check the request's leader epoch in the lookup they make
+                        // anyway (a refusal below answers no offsets, as one before the read did).
+                        let (epoch, offset) = (p.current_leader_epoch, Offset(p.fetch_offset));
                         let read = if req.replica_id >= 0 {
-                            broker.replica_read(disk, name, p.partition, BrokerId(req.replica_id), Offset(p.fetch_offset), limit)
+                            broker.replica_read(disk, name, p.partition, epoch, BrokerId(req.replica_id), offset, limit)
                         } else {
-                            broker.fetch(disk, name, p.partition, Offset(p.fetch_offset), limit)
+                            broker.fetch(disk, name, p.partition, epoch, offset, limit)
                         };
                         match read {
                             Ok(ok) => {
@@ -626,7 +629,9 @@ pub fn fetch_with<D: Disk>(
                             }
                             Err(code) => {
                                 resp.error_code = code.code();
-                                if let Ok((start, hw, _)) = broker.offsets(name, p.partition) {
+                                if let Some(Ok((start, hw, _))) =
+                                    (!is_epoch_refusal(code)).then(|| broker.offsets(name, p.partition))
+                                {
                                     (resp.high_watermark, resp.last_stable_offset, resp.log_start_offset) = (hw.0, hw.0, start.0);
                                 }
                             }
@@ -692,15 +697,14 @@ pub fn record_follower_fetches<'r>(
             };
             for p in &t.partitions {
                 // A refusal shows again, as the partition's error, when it is read.
-                let advanced = check_leader_epoch(broker, &name, p.partition, p.current_leader_epoch).and_then(|()| {
-                    broker.record_follower_fetch(
-                        &name,
-                        p.partition,
-                        BrokerId(req.replica_id),
-                        Offset(p.fetch_offset),
-                        now_ms,
-                    )
-                });
+                let advanced = broker.record_follower_fetch(
+                    &name,
+                    p.partition,
+                    p.current_leader_epoch,
+                    BrokerId(req.replica_id),
+                    Offset(p.fetch_offset),
+                    now_ms,
+                );
                 if advanced != Ok(false) {
                     moved.push((name.clone(), p.partition));
                 }
@@ -754,13 +758,12 @@ pub fn offset_for_leader_epoch(broker: &Broker, req: &OffsetForLeaderEpochReques
 /// retry); one that knows an older epoch must refresh metadata (FENCED_LEADER_EPOCH). `-1`
 /// skips the check.
 fn check_leader_epoch(broker: &Broker, topic: &str, partition: i32, current: i32) -> Result<(), ErrorCode> {
-    let ours = broker.leader_epoch(topic, partition)?.0;
-    match current {
-        -1 => Ok(()),
-        c if c < ours => Err(ErrorCode::FencedLeaderEpoch),
-        c if c > ours => Err(ErrorCode::UnknownLeaderEpoch),
-        _ => Ok(()),
-    }
+    crate::broker::check_epoch(current, broker.leader_epoch(topic, partition)?)
+}
+
+/// Whether a partition's error is [`crate::broker::check_epoch`]'s refusal.
+fn is_epoch_refusal(code: ErrorCode) -> bool {
+    matches!(code, ErrorCode::FencedLeaderEpoch | ErrorCode::UnknownLeaderEpoch)
 }
 
 pub fn list_offsets<D: Disk>(broker: &Broker, disk: &D, req: &ListOffsetsRequest) -> ListOffsetsResponse {
