@@ -497,4 +497,34 @@ mod tests {
         let mut timed = Box::pin(watch.wait(vec![interest(0, Some(100), None)], std::future::ready(())));
         assert!(done(&mut timed), "the recheck sleep ended");
     }
+    /// A poke of a partition no waiter names wakes nobody; one of a partition the broker no
+    /// longer has wakes everyone, even waiters that name other partitions (the simulator's
+    /// traces depend on that order of wakes).
+    #[test]
+    fn a_poke_nobody_names_wakes_nobody_unless_the_partition_is_gone() {
+        let mut disk = crate::disk::mem::MemDisk::new();
+        let mut broker = Broker::open(&mut disk, crate::broker::BrokerConfig::default(), 0).expect("open");
+        let id = crate::broker::TopicId::from_random(1, 2);
+        broker
+            .create_topic(&mut disk, "t", 2, 1, &[], id, false)
+            .expect("create");
+        let watch = PartitionWatch::default();
+        let (_a, a_wakes) = waiter(&watch, vec![interest(0, Some(5), None)]);
+        let wakes = |c: &Arc<Count>| c.0.load(Ordering::Relaxed);
+        watch.poke(&broker, "t", 1);
+        assert_eq!(wakes(&a_wakes), 0, "a poke of t-1 woke the waiter on t-0");
+        // A topic the broker lacks, whose partition 0 has another bit than t's.
+        let t0 = partition_bit(TopicKey::of("t"), 0);
+        let gone = ["gone", "gone2", "gone3"]
+            .into_iter()
+            .find(|g| partition_bit(TopicKey::of(g), 0) != t0)
+            .expect("a name with another bit");
+        watch.poke(&broker, gone, 0);
+        assert_eq!(
+            wakes(&a_wakes),
+            1,
+            "a poke of a partition the broker lacks wakes everyone"
+        );
+        println!("a poke of t-1 woke nobody, one of {gone}-0 (not on the broker) the waiter on t-0");
+    }
 }
