@@ -49,7 +49,9 @@ use producer_ids::ProducerIdAllocator;
 pub use producer_state::ProducerStateTable;
 use producer_state::Verdict;
 use replica::Replication;
-pub use replica::{AckWait, ClusterView, FollowerAction, FollowerTask, IsrProposal, IsrUpdateResult, TruncationPolicy};
+pub use replica::{
+    AckWait, ClusterView, FollowerAction, FollowerHosted, FollowerTask, IsrProposal, IsrUpdateResult, TruncationPolicy,
+};
 pub use topic::TopicId;
 
 /// Producer ids each broker hands out (its range starts at `broker.id` times this): 2^40,

@@ -104,6 +104,13 @@ pub struct FollowerTask {
     pub action: FollowerAction,
 }
 
+/// Whether the broker has the partition a follower's answer was for, as
+/// [`Broker::follower_fetched`] and [`Broker::follower_truncate`] found it when they looked it up
+/// (whatever they did with the answer): the replica fetcher pokes the node's waiters for it
+/// without asking again (a poke of a partition no longer here wakes everyone).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FollowerHosted(pub bool);
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FollowerAction {
     /// Send OffsetForLeaderEpoch for `epoch` (our latest), then [`Broker::follower_truncate`].
@@ -985,21 +992,18 @@ impl Broker {
         out.truncate(n);
     }
 
-    fn follower_part(&mut self, topic: &str, partition: i32, epoch: LeaderEpoch) -> Option<(&mut Part, Phase)> {
+    /// The partition (`None`: the broker does not have it), with its phase when it follows in
+    /// `epoch` (`None` when it leads, or follows in another epoch).
+    fn follower_part(&mut self, topic: &str, partition: i32, epoch: LeaderEpoch) -> Option<(&mut Part, Option<Phase>)> {
         let part = self.partitions.get_mut(topic, partition)?;
-        if part.leader_epoch != epoch {
-            return None;
-        }
-        match &part.repl {
+        let phase = match &part.repl {
             Some(Replication {
                 role: Role::Follower { phase, .. },
                 ..
-            }) => {
-                let phase = *phase;
-                Some((part, phase))
-            }
+            }) if part.leader_epoch == epoch => Some(*phase),
             _ => None,
-        }
+        };
+        Some((part, phase))
     }
 
     fn set_phase(part: &mut Part, new: Phase) {
@@ -1027,7 +1031,8 @@ impl Broker {
     /// The leader's OffsetForLeaderEpoch answer for the epoch in [`FollowerAction::Truncate`]:
     /// cuts the log to the leader's end offset of that epoch (or of the largest epoch the
     /// leader has below it, bounded by our own end of that epoch), then starts fetching. A
-    /// stale answer (the epoch moved on) is ignored.
+    /// stale answer (the epoch moved on) is ignored. Whether this broker has the partition (see
+    /// [`FollowerHosted`]).
     pub fn follower_truncate<D: Disk>(
         &mut self,
         disk: &mut D,
@@ -1036,14 +1041,30 @@ impl Broker {
         leader_epoch: LeaderEpoch,
         asked: LeaderEpoch,
         answer: Result<(LeaderEpoch, Offset), ErrorCode>,
-    ) -> Result<(), LogError> {
-        let Some((part, Phase::Truncating)) = self.follower_part(topic, partition, leader_epoch) else {
-            return Ok(());
+    ) -> Result<FollowerHosted, LogError> {
+        let Some((part, phase)) = self.follower_part(topic, partition, leader_epoch) else {
+            return Ok(FollowerHosted(false));
         };
+        if phase == Some(Phase::Truncating) && Self::truncate_to_answer(part, disk, (topic, partition), asked, answer)?
+        {
+            self.hw_checkpoint_dirty = true;
+        }
+        Ok(FollowerHosted(true))
+    }
+
+    /// [`follower_truncate`](Self::follower_truncate) of a partition truncating in the answer's
+    /// epoch; whether its HW checkpoint must be written again.
+    fn truncate_to_answer<D: Disk>(
+        part: &mut Part,
+        disk: &mut D,
+        (topic, partition): (&str, i32),
+        asked: LeaderEpoch,
+        answer: Result<(LeaderEpoch, Offset), ErrorCode>,
+    ) -> Result<bool, LogError> {
         let (epoch, end) = match answer {
             Err(code) => {
                 Self::follower_error(part, code);
-                return Ok(());
+                return Ok(false);
             }
             Ok(a) => a,
         };
@@ -1065,14 +1086,14 @@ impl Broker {
         }
         part.high_watermark = part.high_watermark.min(part.log.log_end_offset());
         Self::set_phase(part, Phase::Fetching);
-        self.hw_checkpoint_dirty = true;
-        Ok(())
+        Ok(true)
     }
 
     /// The leader's Fetch answer for [`FollowerAction::Fetch`]: appends the batches as the
     /// leader wrote them and sets HW = min(leader HW, own log end). Stale answers are ignored.
     /// `leader_log_start` is the answer's log start offset (-1 if absent): a follower that
     /// fell below it (OFFSET_OUT_OF_RANGE) empties its log and starts there, as Kafka does.
+    /// Whether this broker has the partition (see [`FollowerHosted`]).
     #[allow(clippy::too_many_arguments)]
     pub fn follower_fetched<D: Disk>(
         &mut self,
@@ -1084,26 +1105,43 @@ impl Broker {
         result: Result<(&[u8], Offset), ErrorCode>,
         leader_log_start: Offset,
         now_ms: i64,
-    ) -> Result<(), LogError> {
-        let Some((part, Phase::Fetching)) = self.follower_part(topic, partition, leader_epoch) else {
-            return Ok(());
+    ) -> Result<FollowerHosted, LogError> {
+        let Some((part, phase)) = self.follower_part(topic, partition, leader_epoch) else {
+            return Ok(FollowerHosted(false));
         };
+        if phase == Some(Phase::Fetching)
+            && Self::append_answer(part, disk, fetched_from, result, leader_log_start, now_ms)?
+        {
+            self.hw_checkpoint_dirty = true;
+        }
+        Ok(FollowerHosted(true))
+    }
+
+    /// [`follower_fetched`](Self::follower_fetched) of a partition fetching in the answer's
+    /// epoch; whether its HW checkpoint must be written again.
+    fn append_answer<D: Disk>(
+        part: &mut Part,
+        disk: &mut D,
+        fetched_from: Offset,
+        result: Result<(&[u8], Offset), ErrorCode>,
+        leader_log_start: Offset,
+        now_ms: i64,
+    ) -> Result<bool, LogError> {
         if result == Err(ErrorCode::OffsetOutOfRange) && fetched_from < leader_log_start {
             part.log.truncate_fully_and_start_at(disk, leader_log_start)?;
             part.producers = ProducerStateTable::default();
             part.high_watermark = leader_log_start;
-            self.hw_checkpoint_dirty = true;
-            return Ok(());
+            return Ok(true);
         }
         let (records, leader_hw) = match result {
             Err(code) => {
                 Self::follower_error(part, code);
-                return Ok(());
+                return Ok(false);
             }
             Ok(r) => r,
         };
         if fetched_from != part.log.log_end_offset() {
-            return Ok(());
+            return Ok(false);
         }
         if !records.is_empty() {
             let info = part.log.append_replicated(disk, records, now_ms)?;
@@ -1119,11 +1157,11 @@ impl Broker {
             }
         }
         let hw = leader_hw.min(part.log.log_end_offset());
-        if hw > part.high_watermark {
+        let moved = hw > part.high_watermark;
+        if moved {
             part.high_watermark = hw;
-            self.hw_checkpoint_dirty = true;
         }
-        Ok(())
+        Ok(moved)
     }
 
     /// Writes every replicated partition's HW to the checkpoint file (synced, atomic).

@@ -116,9 +116,11 @@ fn pump(c: &mut [Node], f: usize, l: usize, now: i64) -> bool {
         FollowerAction::Truncate { epoch } => {
             let answer = c[l].broker.offset_for_leader_epoch(T, 0, asked, epoch);
             let n = &mut c[f];
-            n.broker
+            let hosted = n
+                .broker
                 .follower_truncate(&mut n.disk, T, 0, task.leader_epoch, epoch, answer)
                 .expect("truncate");
+            assert_eq!(hosted, FollowerHosted(true));
         }
         FollowerAction::Fetch { offset } => {
             let answer = {
@@ -135,9 +137,11 @@ fn pump(c: &mut [Node], f: usize, l: usize, now: i64) -> bool {
             let leader_start = c[l].broker.offsets(T, 0).map_or(Offset(-1), |o| o.0);
             let n = &mut c[f];
             let result = answer.as_ref().map(|(b, hw)| (&b[..], *hw)).map_err(|e| *e);
-            n.broker
+            let hosted = n
+                .broker
                 .follower_fetched(&mut n.disk, T, 0, task.leader_epoch, offset, result, leader_start, now)
                 .expect("append");
+            assert_eq!(hosted, FollowerHosted(true));
         }
     }
     true
@@ -641,6 +645,46 @@ fn fencing_codes_and_rejections_change_nothing() {
     apply(&mut c, &[0], &rec, &zk(1, 2, &[1]), 9, 0);
     assert!(c[0].broker.replica_state(T, 0).expect("replicated").2, "still leader");
     assert_eq!(c[0].broker.leader_epoch(T, 0), Ok(LeaderEpoch(3)));
+}
+
+/// A follower's answer says whether the broker has the partition, whatever it did with the
+/// answer: the replica fetcher's poke trusts it.
+#[test]
+fn a_followers_answer_says_whether_the_partition_is_here() {
+    let (mut c, _) = three_in_sync();
+    let n = &mut c[1];
+    let answer = Ok((&[][..], Offset(0)));
+    for (partition, epoch, hosted) in [(0, 1, true), (0, 9, true), (5, 1, false)] {
+        let fetched = n.broker.follower_fetched(
+            &mut n.disk,
+            T,
+            partition,
+            LeaderEpoch(epoch),
+            Offset(0),
+            answer,
+            Offset(0),
+            0,
+        );
+        let truncated = n.broker.follower_truncate(
+            &mut n.disk,
+            T,
+            partition,
+            LeaderEpoch(epoch),
+            LeaderEpoch(epoch),
+            Err(ErrorCode::NotLeaderOrFollower),
+        );
+        assert_eq!(
+            (fetched, truncated),
+            (Ok(FollowerHosted(hosted)), Ok(FollowerHosted(hosted))),
+            "partition {partition} epoch {epoch}"
+        );
+    }
+    // On the leader, where the partition leads (no follower phase): hosted still.
+    let n = &mut c[0];
+    let fetched = n
+        .broker
+        .follower_fetched(&mut n.disk, T, 0, LeaderEpoch(1), Offset(0), answer, Offset(0), 0);
+    assert_eq!(fetched, Ok(FollowerHosted(true)));
 }
 
 fn produce_to(n: &mut Node, partition: i32) -> Result<ProduceOk, ErrorCode> {

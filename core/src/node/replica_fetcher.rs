@@ -27,10 +27,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::broker::partition_key::PartitionKey;
-use crate::broker::{FollowerAction, FollowerTask};
+use crate::broker::{FollowerAction, FollowerHosted, FollowerTask};
 use crate::client::conn::KafkaConn;
 use crate::client::{code, ClientError};
 use crate::ids::{BrokerId, LeaderEpoch, Offset};
+use crate::log::LogError;
 use crate::protocol::api::fetch::{FetchPartition, FetchRequest, FetchTopic};
 use crate::protocol::api::offset_for_leader_epoch::{
     OffsetForLeaderEpochRequest, OffsetForLeaderPartition, OffsetForLeaderTopic,
@@ -141,6 +142,22 @@ struct LeaderFetcher<R: Runtime> {
     throttled_turn: usize,
     /// The topic name the last request carried, shared by the next (see [`shared_name`]).
     topic_name: Option<Arc<str>>,
+}
+
+/// Pokes the node's waiters for `task`'s partition after the broker applied the leader's answer
+/// to it: a follower's log end or high watermark may have moved. The broker said whether it has
+/// the partition (a failed apply was of one it has), so the poke asks it nothing when nobody
+/// waits on the partition.
+fn poke(
+    config: &ReplicaFetcherConfig,
+    broker: &SharedBroker,
+    task: &FollowerTask,
+    applied: &Result<FollowerHosted, LogError>,
+) {
+    let hosted = applied.as_ref().map_or(true, |h| h.0);
+    config
+        .watch
+        .poke_hosted(&broker.borrow(), &task.topic, task.partition, hosted);
 }
 
 /// Follows every partition this broker follows under `leader`, until it follows none there.
@@ -324,7 +341,7 @@ impl<R: Runtime> LeaderFetcher<R> {
                     answer,
                 )
             });
-            config.watch.poke(&broker.borrow(), &task.topic, task.partition);
+            poke(config, broker, task, &applied);
             if let Err(e) = applied {
                 self.delay(rt, config, task, &format!("applying the leader's answer: {e}"));
             } else if let Err(code) = answer {
@@ -472,7 +489,7 @@ impl<R: Runtime> LeaderFetcher<R> {
                     now,
                 )
             });
-            config.watch.poke(&broker.borrow(), &task.topic, task.partition);
+            poke(config, broker, task, &applied);
             if let Err(e) = applied {
                 self.delay(rt, config, task, &format!("applying the leader's answer: {e}"));
             } else if p.error_code != 0 {

@@ -102,10 +102,12 @@ struct Inner {
     waiters: Vec<Waiter>,
     /// Interest lists of finished waits, emptied, for the next waits to fill without allocating.
     spare: Vec<Vec<Interest>>,
-    /// How many waiters have interests: [`PartitionWatch::poke`] has nothing to do without one.
-    /// A waiter with none (woken only by `poke_all`, as the replica fetcher's manager waits for
-    /// new partition state) stays out of every poke's way.
-    interested: usize,
+    /// The partitions the waiters' interests name, as [`partition_bit`]s (set at each wait,
+    /// made again from those left when one ends): a poke has nothing to do when none is set,
+    /// and [`PartitionWatch::poke_hosted`] nothing when its partition's is clear. A waiter
+    /// without interests (woken only by `poke_all`, as the replica fetcher's manager waits for
+    /// new partition state) sets none, and stays out of every poke's way.
+    bits: u64,
     /// The wakers a poke gathers, emptied and kept: a poke that wakes anyone (the follower
     /// fetches waiting on a leader's append, the acks=all produce waiting on its high
     /// watermark) gathered them in a new vector, an allocation each time.
@@ -136,8 +138,8 @@ impl Drop for Registration<'_> {
             return;
         };
         let mut w = inner.waiters.remove(i);
-        if !w.interests.is_empty() {
-            inner.interested -= 1;
+        if w.partitions != 0 {
+            inner.bits = inner.waiters.iter().fold(0, |m, w| m | w.partitions);
         }
         if w.interests.capacity() > 0 && inner.spare.len() < SPARE_LISTS_MAX {
             w.interests.clear();
@@ -158,7 +160,7 @@ impl PartitionWatch {
             let mut inner = self.0.borrow_mut();
             inner.next_id += 1;
             let id = inner.next_id;
-            inner.interested += usize::from(!list.is_empty());
+            inner.bits |= partitions;
             inner.waiters.push(Waiter {
                 id,
                 partitions,
@@ -203,6 +205,17 @@ impl PartitionWatch {
         }
     }
 
+    /// [`poke`](Self::poke) of a partition the broker was just seen to have (`hosted`, as the
+    /// caller's own lookup of it found): when no waiter names it, returns without asking the
+    /// broker again. A follower's appends are poked so on a broker where, most of the time,
+    /// only the partitions it leads are waited on. Not hosted: as `poke`.
+    pub fn poke_hosted(&self, broker: &Broker, topic: &str, partition: i32, hosted: bool) {
+        if hosted && self.0.borrow().bits & partition_bit(TopicKey::of(topic), partition) == 0 {
+            return;
+        }
+        self.poke(broker, topic, partition);
+    }
+
     /// Wakes the waiters whose interest in `topic`/`partition` these offsets meet.
     pub fn poke_offsets(&self, topic: &str, partition: i32, log_end: i64, high_watermark: i64) {
         self.poke_key(TopicKey::of(topic), partition, log_end, high_watermark);
@@ -228,7 +241,7 @@ impl PartitionWatch {
 
     /// Whether a waiter has interests a [`poke`](Self::poke) could meet.
     pub fn has_interests(&self) -> bool {
-        self.0.borrow().interested > 0
+        self.0.borrow().bits != 0
     }
 
     /// How many requests wait now.
@@ -526,5 +539,63 @@ mod tests {
             "a poke of a partition the broker lacks wakes everyone"
         );
         println!("a poke of t-1 woke nobody, one of {gone}-0 (not on the broker) the waiter on t-0");
+    }
+
+    /// A broker with partitions 0 and 1 of `t`, each with one record (log end 1).
+    fn broker_with_t() -> Broker {
+        let mut disk = crate::disk::mem::MemDisk::new();
+        let mut broker = Broker::open(&mut disk, crate::broker::BrokerConfig::default(), 0).expect("open");
+        let id = crate::broker::TopicId::from_random(1, 2);
+        broker
+            .create_topic(&mut disk, "t", 2, 1, &[], id, false)
+            .expect("create");
+        for p in 0..2 {
+            let record = crate::record::NewRecord {
+                timestamp: 0,
+                key: None,
+                value: Some(vec![1]),
+            };
+            let mut batch = crate::record::build_batch(&[record], crate::record::ProducerFields::none());
+            broker.produce(&mut disk, "t", p, &mut batch, 1, 0).expect("produce");
+        }
+        broker
+    }
+
+    /// `poke_hosted` trusts the caller that the broker has the partition: when no waiter names
+    /// it, it returns without asking (a partition the broker lacks would have woken everyone).
+    /// Not hosted, it pokes as `poke` does. And when one waiter leaves, the others' partitions
+    /// still count: a hosted poke of theirs wakes them.
+    #[test]
+    fn a_hosted_poke_nobody_names_asks_nothing_and_a_leaving_waiter_keeps_the_others() {
+        let broker = broker_with_t();
+        let watch = PartitionWatch::default();
+        let wakes = |c: &Arc<Count>| c.0.load(Ordering::Relaxed);
+        let t0 = partition_bit(TopicKey::of("t"), 0);
+        let gone = ["gone", "gone2", "gone3"]
+            .into_iter()
+            .find(|g| partition_bit(TopicKey::of(g), 0) != t0)
+            .expect("a name with another bit");
+        let (_a, a_wakes) = waiter(&watch, vec![interest(0, Some(5), None)]);
+        watch.poke_hosted(&broker, gone, 0, true);
+        assert_eq!(wakes(&a_wakes), 0, "a hosted poke nobody names asked the broker");
+        watch.poke_hosted(&broker, gone, 0, false);
+        assert_eq!(
+            wakes(&a_wakes),
+            1,
+            "not hosted, a partition the broker lacks wakes everyone"
+        );
+
+        let (first, first_wakes) = waiter(&watch, vec![interest(0, Some(0), None)]);
+        let (_second, second_wakes) = waiter(&watch, vec![interest(1, Some(0), None)]);
+        drop(first);
+        watch.poke_hosted(&broker, "t", 1, true);
+        assert_eq!(
+            (wakes(&first_wakes), wakes(&second_wakes)),
+            (0, 1),
+            "the waiter on t-1 (log end 1, above 0) was not woken after t-0's left"
+        );
+        println!(
+            "hosted poke of {gone}-0 woke nobody, not hosted woke the t-0 waiter; t-1's waiter woken after t-0's left"
+        );
     }
 }
