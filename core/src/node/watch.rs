@@ -510,28 +510,29 @@ mod tests {
         let mut timed = Box::pin(watch.wait(vec![interest(0, Some(100), None)], std::future::ready(())));
         assert!(done(&mut timed), "the recheck sleep ended");
     }
+
+    /// A topic the broker of [`broker_with_t`] lacks, whose partition 0 has another bit than
+    /// t's (a poke of it meets no interest in t-0 by sharing its bit).
+    fn gone_topic() -> &'static str {
+        let t0 = partition_bit(TopicKey::of("t"), 0);
+        ["gone", "gone2", "gone3"]
+            .into_iter()
+            .find(|g| partition_bit(TopicKey::of(g), 0) != t0)
+            .expect("a name with another bit")
+    }
+
     /// A poke of a partition no waiter names wakes nobody; one of a partition the broker no
     /// longer has wakes everyone, even waiters that name other partitions (the simulator's
     /// traces depend on that order of wakes).
     #[test]
     fn a_poke_nobody_names_wakes_nobody_unless_the_partition_is_gone() {
-        let mut disk = crate::disk::mem::MemDisk::new();
-        let mut broker = Broker::open(&mut disk, crate::broker::BrokerConfig::default(), 0).expect("open");
-        let id = crate::broker::TopicId::from_random(1, 2);
-        broker
-            .create_topic(&mut disk, "t", 2, 1, &[], id, false)
-            .expect("create");
+        let broker = broker_with_t();
         let watch = PartitionWatch::default();
         let (_a, a_wakes) = waiter(&watch, vec![interest(0, Some(5), None)]);
         let wakes = |c: &Arc<Count>| c.0.load(Ordering::Relaxed);
         watch.poke(&broker, "t", 1);
         assert_eq!(wakes(&a_wakes), 0, "a poke of t-1 woke the waiter on t-0");
-        // A topic the broker lacks, whose partition 0 has another bit than t's.
-        let t0 = partition_bit(TopicKey::of("t"), 0);
-        let gone = ["gone", "gone2", "gone3"]
-            .into_iter()
-            .find(|g| partition_bit(TopicKey::of(g), 0) != t0)
-            .expect("a name with another bit");
+        let gone = gone_topic();
         watch.poke(&broker, gone, 0);
         assert_eq!(
             wakes(&a_wakes),
@@ -570,11 +571,7 @@ mod tests {
         let broker = broker_with_t();
         let watch = PartitionWatch::default();
         let wakes = |c: &Arc<Count>| c.0.load(Ordering::Relaxed);
-        let t0 = partition_bit(TopicKey::of("t"), 0);
-        let gone = ["gone", "gone2", "gone3"]
-            .into_iter()
-            .find(|g| partition_bit(TopicKey::of(g), 0) != t0)
-            .expect("a name with another bit");
+        let gone = gone_topic();
         let (_a, a_wakes) = waiter(&watch, vec![interest(0, Some(5), None)]);
         watch.poke_hosted(&broker, gone, 0, true);
         assert_eq!(wakes(&a_wakes), 0, "a hosted poke nobody names asked the broker");
