@@ -27,6 +27,7 @@
 
 pub mod clean_shutdown;
 pub mod coordination;
+mod followers;
 pub(crate) mod partition_key;
 pub mod producer_ids;
 pub mod producer_state;

@@ -28,6 +28,7 @@
 
 use std::collections::BTreeMap;
 
+use super::followers::Followers;
 use super::{
     check_epoch, log_error_code, topic, Broker, BrokerError, PartitionState as Part, ProducerStateTable, RoleChange,
     RoleObserver, TopicId, TopicMeta,
@@ -142,7 +143,7 @@ pub(crate) enum Role {
     Leader {
         /// The log end when this epoch began.
         epoch_start: Offset,
-        followers: BTreeMap<BrokerId, Progress>,
+        followers: Followers<Progress>,
         /// An ISR change proposed to the coordinator whose outcome is not known yet.
         in_flight: Option<Box<InFlight>>,
     },
@@ -392,7 +393,7 @@ impl Broker {
                 // the ISR (they join once caught up), removed ones stop counting.
                 followers.retain(|r, _| replicas.contains(r));
                 for r in replicas.iter().filter(|r| **r != me) {
-                    followers.entry(*r).or_insert(Progress {
+                    followers.get_or_insert_with(*r, || Progress {
                         leo: Offset(-1),
                         last_caught_up_ms: if state.isr.contains(r) { now_ms } else { 0 },
                         last_fetch_ms: now_ms,
