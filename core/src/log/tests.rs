@@ -146,6 +146,48 @@ fn segments_roll_by_size_and_by_age() {
     );
 }
 
+/// Truncation into an older segment drops every segment after it, whatever their number, and
+/// leaves a log that reads, appends and reopens as one that never held the cut records.
+#[test]
+fn truncation_into_an_older_segment_drops_all_the_later_ones() {
+    let one = batch(1, 0, 100).len() as u64;
+    let config = LogConfig {
+        segment_bytes: one * 2,
+        ..LogConfig::default()
+    };
+    for target in [1, 2, 3, 5] {
+        let mut disk = MemDisk::new();
+        let mut log = open(&mut disk, config.clone());
+        for _ in 0..7 {
+            log.append_as_leader(&mut disk, &mut batch(1, 0, 100), LeaderEpoch(0), 10)
+                .expect("append");
+        }
+        assert_eq!(log.segment_bases().len(), 4, "segments at 0, 2, 4, 6");
+        assert_eq!(log.truncate_to(&mut disk, Offset(target)), Ok(Offset(target)));
+        assert_eq!(log.log_end_offset(), Offset(target), "truncated to {target}");
+        let kept: Vec<Offset> = log.segment_bases().into_iter().filter(|b| b.0 >= target).collect();
+        assert!(kept.len() <= 1, "to {target}: segments kept at or past it {kept:?}");
+        for at in 0..target {
+            let slice = log.read(&disk, Offset(at), u64::MAX, None).expect("read");
+            assert_eq!(slice.first_offset, Offset(at), "to {target}, read at {at}");
+        }
+        let past = log
+            .read(&disk, Offset(target), u64::MAX, None)
+            .expect("read at the end");
+        assert_eq!(past.len, 0, "to {target}: records past the end");
+        log.append_as_leader(&mut disk, &mut batch(1, 0, 100), LeaderEpoch(0), 10)
+            .expect("append after");
+        assert_eq!(log.log_end_offset(), Offset(target + 1));
+        let bases = log.segment_bases();
+        drop(log);
+        let reopened = open(&mut disk, config.clone());
+        assert_eq!(
+            (reopened.segment_bases(), reopened.log_end_offset()),
+            (bases, Offset(target + 1))
+        );
+    }
+}
+
 #[test]
 fn flush_policy_by_messages_and_by_time() {
     let mut disk = MemDisk::new();
