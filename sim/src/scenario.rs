@@ -55,7 +55,7 @@
 //! rate_per_s = 100         # per producer
 //! partitioner = "round-robin"  # the workload picks partitions in turn (Kafka's RoundRobinPartitioner),
 //!                          # or "sticky": keyless records, the producer's built-in partitioner
-//!                          # (KIP-480 sticky) picks, so records batch (async only)
+//!                          # (KIP-794 sticky) picks, so records batch (async only)
 //!
 //! [consumer]
 //! count = 2
@@ -469,7 +469,9 @@ pub enum PartitionerChoice {
     #[default]
     RoundRobin,
     /// The producer: records carry no key and no partition, so Kafka's built-in partitioner
-    /// keeps them on one partition until its batch is done (KIP-480). Async producers only.
+    /// keeps them on one partition until `batch.size` bytes went there (twice that when batches
+    /// leave by `linger.ms` before they fill), then draws another (KIP-794). Async producers
+    /// only.
     Sticky,
 }
 

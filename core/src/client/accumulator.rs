@@ -150,6 +150,17 @@ pub struct PartitionState {
     pub records_hint: usize,
 }
 
+/// What [`Accumulator::append`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Appended {
+    /// A batch was started (its linger timer begins) or became full: the sender should look.
+    pub sender_should_look: bool,
+    /// The batch the record joined is full: none of the partition's batches is open to appends.
+    pub batch_full: bool,
+    /// The record's bytes, as counted against `batch.size`.
+    pub bytes: usize,
+}
+
 /// Counters for benchmarks and tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ProducerStats {
@@ -215,19 +226,16 @@ impl Accumulator {
         self.buffered_bytes.saturating_add(bytes) <= self.config.buffer_bytes_max
     }
 
-    /// Whether appending `bytes` to `key` would start a new batch (the sticky partitioner then
-    /// moves on) while the partition already has one.
-    pub fn would_start_new_batch(&self, topic: &str, partition: i32, bytes: usize) -> bool {
-        self.partitions
-            .get(&(topic, partition) as &dyn KeyRef)
-            .and_then(|p| p.queue.back())
-            .is_some_and(|b| !b.fits(bytes, self.config.batch_bytes_max))
-    }
-
-    /// Appends a record (the caller checked its size and the buffer's room). Returns whether the
-    /// sender should look now: a batch was started (its linger timer begins) or became full.
+    /// Appends a record (the caller checked its size and the buffer's room).
     /// The topic's name is copied only for a new batch or partition, not per record.
-    pub fn append(&mut self, topic: &str, partition: i32, record: NewRecord, done: Completion, now_ms: u64) -> bool {
+    pub fn append(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        record: NewRecord,
+        done: Completion,
+        now_ms: u64,
+    ) -> Appended {
         let bytes = record_bytes(&record);
         self.buffered_bytes += bytes;
         let batch_bytes_max = self.config.batch_bytes_max;
@@ -275,7 +283,11 @@ impl Accumulator {
         if batch.bytes >= batch_bytes_max {
             batch.closed = true;
         }
-        !fits || batch.closed
+        Appended {
+            sender_should_look: !fits || batch.closed,
+            batch_full: batch.closed,
+            bytes,
+        }
     }
 
     /// Partitions whose head batch may be drained now, and the earliest later time one may
@@ -581,25 +593,41 @@ mod tests {
     fn a_batch_is_ready_after_linger_or_when_full() {
         let mut a = acc(5, 1_000);
         assert!(
-            a.append("t", 0, rec(10), Completion::Handle(Slot::default()), 100),
+            a.append("t", 0, rec(10), Completion::Handle(Slot::default()), 100)
+                .sender_should_look,
             "a new batch: its linger starts"
         );
-        assert!(!a.append("t", 0, rec(10), Completion::Handle(Slot::default()), 101));
+        assert!(
+            !a.append("t", 0, rec(10), Completion::Handle(Slot::default()), 101)
+                .sender_should_look
+        );
         assert_eq!(a.ready(101), (vec![], Some(105)), "lingers");
         assert_eq!(a.ready(105).0, vec![key(0)], "linger.ms passed");
         // Full: a third record of 136 bytes would take the batch (61 + 2 x 136) past batch.size,
         // so it starts the next batch and the first is ready before linger.ms.
         let mut a = acc(5, 400);
-        assert!(a.append("t", 0, rec(100), Completion::Handle(Slot::default()), 0));
-        assert!(!a.append("t", 0, rec(100), Completion::Handle(Slot::default()), 0));
+        let first = a.append("t", 0, rec(100), Completion::Handle(Slot::default()), 0);
+        assert!(first.sender_should_look && !first.batch_full, "{first:?}");
+        let second = a.append("t", 0, rec(100), Completion::Handle(Slot::default()), 0);
+        assert!(!second.sender_should_look && !second.batch_full, "{second:?}");
         assert!(
-            a.append("t", 0, rec(100), Completion::Handle(Slot::default()), 0),
+            a.append("t", 0, rec(100), Completion::Handle(Slot::default()), 0)
+                .sender_should_look,
             "full: the next batch starts"
         );
         assert_eq!(a.ready(0).0, vec![key(0)]);
         let b = a.drain_head(&key(0)).expect("a batch");
         assert_eq!(b.records.len(), 2);
         assert!(b.bytes <= 400);
+        // A record that takes a batch to batch.size fills it: the partitioner may move on.
+        let mut a = acc(5, 61 + 136);
+        let full = a.append("t", 0, rec(100), Completion::Handle(Slot::default()), 0);
+        let expected = Appended {
+            sender_should_look: true,
+            batch_full: true,
+            bytes: 136,
+        };
+        assert_eq!(full, expected);
     }
 
     #[test]

@@ -213,9 +213,10 @@ impl<R: Runtime> BatchingProducer<R> {
     /// larger than `max.request.size`, fails alone through its handle.
     pub async fn send(&self, topic: &str, partition: Option<i32>, record: NewRecord) -> SendHandle {
         let slot = Slot::default();
+        let sticky = partition.is_none() && record.key.is_none();
         let partition = match self.admit(topic, partition, &record).await {
             Ok((p, now)) => {
-                self.append(topic, p, record, Completion::Handle(slot.clone()), now);
+                self.append(topic, p, sticky, record, Completion::Handle(slot.clone()), now);
                 Some(p)
             }
             Err((p, e)) => {
@@ -239,10 +240,11 @@ impl<R: Runtime> BatchingProducer<R> {
         record: NewRecord,
         callback: impl FnOnce(Option<i32>, Delivery) + 'static,
     ) -> Option<i32> {
+        let sticky = partition.is_none() && record.key.is_none();
         match self.admit(topic, partition, &record).await {
             Ok((p, now)) => {
                 let done = Completion::Callback(Box::new(move |result| callback(Some(p), result)));
-                self.append(topic, p, record, done, now);
+                self.append(topic, p, sticky, record, done, now);
                 Some(p)
             }
             Err((p, e)) => {
@@ -253,10 +255,24 @@ impl<R: Runtime> BatchingProducer<R> {
     }
 
     /// Puts a record [`admit`](Self::admit) let in at `now_ms` in the accumulator, with no wait
-    /// between the two (nothing can change in between).
-    fn append(&self, topic: &str, partition: i32, record: NewRecord, done: Completion, now_ms: u64) {
+    /// between the two (nothing can change in between). `sticky`: the partitioner chose the
+    /// partition for a keyless record, and counts its bytes (KIP-794).
+    fn append(&self, topic: &str, partition: i32, sticky: bool, record: NewRecord, done: Completion, now_ms: u64) {
         let mut s = self.state.borrow_mut();
-        if s.acc.append(topic, partition, record, done, now_ms) {
+        let s = &mut *s;
+        let appended = s.acc.append(topic, partition, record, done, now_ms);
+        if sticky {
+            let batch_size = s.acc.config.batch_bytes_max;
+            s.partitioner.appended(
+                topic,
+                partition,
+                appended.bytes,
+                batch_size,
+                appended.batch_full,
+                || self.rt.random_u64(),
+            );
+        }
+        if appended.sender_should_look {
             // A new batch (its linger timer starts) or a full one: the sender looks.
             s.changed();
         }
@@ -308,12 +324,11 @@ impl<R: Runtime> BatchingProducer<R> {
         }
         let chosen = match partition {
             Some(p) => Ok(p),
-            None => match self.try_choose_partition(topic, record.key.as_deref(), bytes) {
+            None => match self.try_choose_partition(topic, record.key.as_deref()) {
                 Some(chosen) => chosen,
                 None => {
                     waited = true;
-                    self.choose_partition(topic, record.key.as_deref(), bytes, deadline)
-                        .await
+                    self.choose_partition(topic, record.key.as_deref(), deadline).await
                 }
             },
         };
@@ -347,33 +362,22 @@ impl<R: Runtime> BatchingProducer<R> {
 
     /// The partition for a record of `topic`, chosen now if the topic's partition count is
     /// known (`None` if not: the caller waits for metadata).
-    fn try_choose_partition(&self, topic: &str, key: Option<&[u8]>, bytes: usize) -> Option<Result<i32, SendError>> {
+    fn try_choose_partition(&self, topic: &str, key: Option<&[u8]>) -> Option<Result<i32, SendError>> {
         let mut s = self.state.borrow_mut();
         let &count = s.partition_counts.get(topic)?;
         let s = &mut *s;
         let chosen = s.partitioner.partition(topic, key, count, || self.rt.random_u64());
-        let Some(mut p) = chosen else {
+        let Some(p) = chosen else {
             return Some(Err(SendError::Failed(format!("topic {topic} has no partitions"))));
         };
-        if key.is_none() && s.acc.would_start_new_batch(topic, p, bytes) {
-            // KIP-480: the sticky partition's batch is done; move on.
-            s.partitioner.on_new_batch(topic, count, self.rt.random_u64());
-            p = s.partitioner.partition(topic, key, count, || 0).unwrap_or(p);
-        }
         Some(Ok(p))
     }
 
     /// [`try_choose_partition`](Self::try_choose_partition), waiting for the topic's metadata
     /// until `deadline`.
-    async fn choose_partition(
-        &self,
-        topic: &str,
-        key: Option<&[u8]>,
-        bytes: usize,
-        deadline: u64,
-    ) -> Result<i32, SendError> {
+    async fn choose_partition(&self, topic: &str, key: Option<&[u8]>, deadline: u64) -> Result<i32, SendError> {
         loop {
-            if let Some(chosen) = self.try_choose_partition(topic, key, bytes) {
+            if let Some(chosen) = self.try_choose_partition(topic, key) {
                 return chosen;
             }
             let seen = {

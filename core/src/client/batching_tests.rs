@@ -48,6 +48,8 @@ struct Exec {
     spawned: Vec<Task>,
     timers: BTreeMap<(u64, u64), Waker>,
     next_timer: u64,
+    /// Draws of `random_u64` so far: the draws are 4, 5, 6, ...
+    draws: u64,
 }
 
 #[derive(Clone)]
@@ -110,6 +112,7 @@ impl Timed {
             spawned: Vec::new(),
             timers: BTreeMap::new(),
             next_timer: 0,
+            draws: 0,
         })))
     }
 
@@ -213,7 +216,9 @@ impl Runtime for Timed {
         f(&mut self.0.borrow_mut().world.disk)
     }
     fn random_u64(&self) -> u64 {
-        4
+        let mut e = self.0.borrow_mut();
+        e.draws += 1;
+        3 + e.draws
     }
 }
 
@@ -653,5 +658,40 @@ fn keys_go_to_kafkas_murmur2_partition_and_null_keys_stick() {
     let sticky = keyless.iter().position(|&n| n > 0).and_then(|p| i32::try_from(p).ok());
     for (told, _) in &outcomes[keys.len()..] {
         assert_eq!(*told, sticky, "a keyless record's handle names the sticky partition");
+    }
+}
+
+/// KIP-794: keyless records stay on one partition until `batch.size` bytes went there with its
+/// batch full, or twice `batch.size` when batches leave by `linger.ms` before they fill; then
+/// they move to a partition drawn at random. Before, a partition only moved on when a batch
+/// filled, so a producer whose batches never fill wrote every keyless record to one partition.
+#[test]
+fn keyless_records_move_on_after_batch_size_bytes() {
+    let rt = Timed::new(4);
+    // Records of 136 bytes (a 100-byte value), batch.size 300: twice batch.size is five records.
+    let p = producer(&rt, idempotent(5, 300));
+    let value = "v".repeat(98);
+    let told = rt.run(
+        async {
+            let mut told = Vec::new();
+            // Each send waits for the last one's answer: every batch leaves by linger.ms, open.
+            for i in 0..12 {
+                let h = p.send("t", None, rec(&format!("{i:02}{value}"))).await;
+                let partition = h.partition();
+                assert!(h.await.is_ok());
+                told.push(partition.expect("chosen"));
+            }
+            told
+        },
+        10_000,
+    );
+    let per_partition: Vec<usize> = (0..4).map(|q| log(&rt, q).len()).collect();
+    println!("partitions told {told:?}; records per partition {per_partition:?}");
+    assert_eq!(per_partition.iter().sum::<usize>(), 12, "every record written once");
+    // Draws 4, 5, 6 over 4 partitions: 0, then 1 after five records, then 2 after five more.
+    assert_eq!(told, [0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 2, 2], "moved after each 600 bytes");
+    for (i, q) in told.iter().enumerate() {
+        let mine = format!("{i:02}{value}");
+        assert!(log(&rt, *q).contains(&mine), "record {i} is where its handle says");
     }
 }

@@ -1,8 +1,16 @@
 //! The producer's default partitioner, as Kafka's: a record with a key goes to
 //! `toPositive(murmur2(key)) % partitions` (the same partition a Java, librdkafka
 //! `murmur2_random` or kafka-python producer picks), and records without a key stick to one
-//! partition until its batch is done, then move to another at random (KIP-480 sticky
-//! partitioning).
+//! partition until `batch.size` bytes went there, then move to one drawn at random (KIP-794's
+//! built-in partitioner, Kafka's default since 3.3; its adaptive weighting by queue sizes and
+//! `partitioner.availability.timeout.ms` are not here: every partition is drawn alike).
+//!
+//! Why KIP-794 and not KIP-480 (Kafka 2.4-3.2, which moved on at each new batch): it is what
+//! Kafka's clients do now, and it keeps batches whole where KIP-480 sent more records to slower
+//! brokers (KAFKA-10888). The rule, as Kafka's `BuiltInPartitioner.updatePartitionInfo`: after
+//! a keyless record is appended to the sticky partition, move on once at least `batch.size`
+//! bytes went there and its last batch is full (no batch is left half filled), or at least
+//! twice `batch.size` in any case (batches that leave by `linger.ms` never fill).
 //!
 //! Pure: the caller brings randomness (the runtime's seeded `random_u64`), so the simulator stays
 //! a function of its seed. No input can make it panic: zero partitions is an error value.
@@ -55,7 +63,17 @@ pub fn key_partition(key: &[u8], partitions: i32) -> Option<i32> {
 /// a [`NameMap`] (every keyless record looks its topic up).
 #[derive(Clone, Debug, Default)]
 pub struct Partitioner {
-    sticky: NameMap<i32>,
+    sticky: NameMap<Sticky>,
+}
+
+/// A topic's sticky partition (Kafka's `StickyPartitionInfo`).
+#[derive(Clone, Copy, Debug)]
+struct Sticky {
+    partition: i32,
+    /// Bytes of keyless records appended to it since it was chosen.
+    produced: usize,
+    /// The topic's partition count when a record last asked: the draw when it moves on.
+    partitions: i32,
 }
 
 impl Partitioner {
@@ -78,36 +96,60 @@ impl Partitioner {
         let pick = |random: u64| (random % partitions as u64) as i32;
         // Looked up by the borrowed name: a record only allocates the topic's entry once.
         match self.sticky.get_mut(topic) {
-            Some(sticky) if *sticky < partitions => Some(*sticky),
+            Some(sticky) if sticky.partition < partitions => {
+                sticky.partitions = partitions;
+                Some(sticky.partition)
+            }
             Some(sticky) => {
-                *sticky = pick(random());
-                Some(*sticky)
+                *sticky = Sticky::new(pick(random()), partitions);
+                Some(sticky.partition)
             }
             None => {
                 let chosen = pick(random());
-                self.sticky.insert(topic, chosen);
+                self.sticky.insert(topic, Sticky::new(chosen, partitions));
                 Some(chosen)
             }
         }
     }
 
-    /// A batch to the sticky partition was completed: keyless records move to another
-    /// partition (a different one when there are several), as Kafka's `onNewBatch`.
-    pub fn on_new_batch(&mut self, topic: &str, partitions: i32, random: u64) {
-        if partitions <= 0 {
-            self.sticky.remove(topic);
+    /// A keyless record of `bytes` (as counted against `batch.size`) was appended to
+    /// `partition` of `topic`; `batch_full`: the batch it joined is full (none of the partition's
+    /// batches is open to appends). Moves the topic's sticky partition on, drawing with `random`,
+    /// once `batch_size` bytes went to it and `batch_full`, or twice `batch_size` in any case
+    /// (KIP-794). A record whose partition is no longer the sticky one (it was chosen before a
+    /// wait for buffer room, and others moved the topic on meanwhile) counts nothing: Kafka
+    /// chooses such a record's partition again instead, which a buffered record here cannot.
+    pub fn appended(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        bytes: usize,
+        batch_size: usize,
+        batch_full: bool,
+        random: impl FnOnce() -> u64,
+    ) {
+        let Some(sticky) = self.sticky.get_mut(topic) else {
+            return;
+        };
+        if sticky.partition != partition {
             return;
         }
-        let old = self.sticky.get(topic).copied();
-        let next = match old {
-            Some(old) if partitions > 1 && (0..partitions).contains(&old) => {
-                // Uniform over the other partitions.
-                let step = 1 + (random % (partitions as u64 - 1)) as i32;
-                (old + step) % partitions
-            }
-            _ => (random % partitions as u64) as i32,
-        };
-        self.sticky.insert(topic, next);
+        sticky.produced = sticky.produced.saturating_add(bytes);
+        let enough = sticky.produced >= batch_size && batch_full;
+        if (enough || sticky.produced >= batch_size.saturating_mul(2)) && sticky.partitions > 0 {
+            let partitions = sticky.partitions;
+            *sticky = Sticky::new((random() % partitions as u64) as i32, partitions);
+        }
+    }
+}
+
+impl Sticky {
+    fn new(partition: i32, partitions: i32) -> Self {
+        Sticky {
+            partition,
+            produced: 0,
+            partitions,
+        }
     }
 }
 
@@ -147,7 +189,7 @@ mod tests {
     }
 
     #[test]
-    fn keyless_records_stick_until_a_batch_completes_then_move() {
+    fn keyless_records_stick_until_batch_size_bytes_then_move() {
         let mut p = Partitioner::default();
         let draws = std::cell::Cell::new(0);
         let draw = |r: u64| {
@@ -160,24 +202,55 @@ mod tests {
         let first = p.partition("t", None, 5, draw(12)).expect("partitions");
         assert_eq!((first, draws.get()), (2, 1), "the first record picks: 12 % 5");
         for r in 0..10 {
-            assert_eq!(p.partition("t", None, 5, draw(r)), Some(first), "sticky within a batch");
+            assert_eq!(p.partition("t", None, 5, draw(r)), Some(first), "sticky");
         }
         assert_eq!(draws.get(), 1, "records joining the sticky partition draw nothing");
-        for r in 0..20 {
-            let before = p.partition("t", None, 5, draw(0)).expect("partitions");
-            p.on_new_batch("t", 5, r);
-            let after = p.partition("t", None, 5, draw(0)).expect("partitions");
-            assert_ne!(before, after, "a new batch moves to another partition");
-            assert!((0..5).contains(&after));
-        }
-        assert_eq!(draws.get(), 1, "on_new_batch brings its own draw");
+        // batch.size 100: 99 bytes with the batch full, and 199 with it open, stay.
+        p.appended("t", first, 99, 100, true, draw(0));
+        p.appended("t", first, 100, 100, false, draw(0));
+        assert_eq!(
+            p.partition("t", None, 5, draw(0)),
+            Some(first),
+            "199 bytes, the batch open: stays"
+        );
+        assert_eq!(draws.get(), 1);
+        // Another partition's record (chosen before a wait) counts nothing.
+        p.appended("t", 4, 1_000, 100, true, draw(0));
+        assert_eq!(p.partition("t", None, 5, draw(0)), Some(first));
+        // The 200th byte: twice batch.size, full or not.
+        p.appended("t", first, 1, 100, false, draw(8));
+        assert_eq!(
+            (p.partition("t", None, 5, draw(0)), draws.get()),
+            (Some(3), 2),
+            "moved: 8 % 5"
+        );
+        // Counting starts again: batch.size bytes with the batch full move it on.
+        p.appended("t", 3, 60, 100, true, draw(0));
+        assert_eq!(p.partition("t", None, 5, draw(0)), Some(3), "60 bytes: stays");
+        p.appended("t", 3, 40, 100, true, draw(14));
+        assert_eq!(
+            (p.partition("t", None, 5, draw(0)), draws.get()),
+            (Some(4), 3),
+            "100 bytes, full: 14 % 5"
+        );
+        // The draw may land on the same partition (uniform over all, as Kafka's nextPartition).
+        p.appended("t", 4, 100, 100, true, draw(9));
+        assert_eq!(p.partition("t", None, 5, draw(0)), Some(4), "9 % 5");
         assert_eq!(
             p.partition("t", None, 2, draw(7)),
             Some(1),
             "the topic shrank: picks again"
         );
-        assert_eq!(draws.get(), 2);
-        p.on_new_batch("one", 1, 7);
+        assert_eq!(draws.get(), 5);
+        // The draw is over the count the last record saw.
+        p.appended("t", 1, 200, 100, false, draw(5));
+        assert_eq!(p.partition("t", None, 2, draw(0)), Some(1), "5 % 2");
+        p.appended("nobody-asked", 0, 1_000, 100, true, draw(0));
+        assert_eq!(
+            draws.get(),
+            6,
+            "a topic never asked for has no sticky partition to move"
+        );
         assert_eq!(p.partition("one", None, 1, draw(3)), Some(0));
     }
 }
