@@ -24,13 +24,13 @@
 //!   `batch.size` closes batches, `max.request.size` bounds a request (one batch per partition).
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::rc::Rc;
 use std::task::Waker;
 
 use bytes::Bytes;
 
-use crate::broker::partition_key::PartitionKey as KeyRef;
+use super::partition_list::PartitionList;
 use crate::broker::producer_state::{last_sequence, next_sequence};
 use crate::ids::{ProducerEpoch, ProducerId};
 use crate::record::{build_batch, record_bytes, NewRecord, ProducerFields, HEADER_BYTES};
@@ -175,7 +175,10 @@ pub struct ProducerStats {
 pub struct Accumulator {
     pub config: ProducerConfig,
     pub retry_backoff_ms: u64,
-    pub partitions: BTreeMap<PartitionKey, PartitionState>,
+    /// Every partition appended to, kept when its batches are done, as Kafka keeps its deques:
+    /// dropping an idle entry (after nearly every batch with the sticky partitioner) and making
+    /// it again at the next batch copied the topic's name and grew its queue anew.
+    pub partitions: PartitionList<PartitionState>,
     pub buffered_bytes: usize,
     next_batch_id: u64,
     /// Batches appended to and not yet completed.
@@ -186,7 +189,7 @@ pub struct Accumulator {
     pub closing: bool,
     pub identity: Option<(ProducerId, ProducerEpoch)>,
     pub generation: u64,
-    next_sequences: BTreeMap<PartitionKey, i32>,
+    next_sequences: PartitionList<i32>,
     /// Topics whose cached metadata the sender should forget (NOT_LEADER and the like).
     pub invalidate: BTreeSet<String>,
     pub stats: ProducerStats,
@@ -197,7 +200,7 @@ impl Accumulator {
         Accumulator {
             config,
             retry_backoff_ms,
-            partitions: BTreeMap::new(),
+            partitions: PartitionList::new(),
             buffered_bytes: 0,
             next_batch_id: 0,
             outstanding: BTreeSet::new(),
@@ -206,7 +209,7 @@ impl Accumulator {
             closing: false,
             identity: None,
             generation: 0,
-            next_sequences: BTreeMap::new(),
+            next_sequences: PartitionList::new(),
             invalidate: BTreeSet::new(),
             stats: ProducerStats::default(),
         }
@@ -240,15 +243,13 @@ impl Accumulator {
         self.buffered_bytes += bytes;
         let batch_bytes_max = self.config.batch_bytes_max;
         let deadline_ms = now_ms.saturating_add(self.config.delivery_timeout_ms);
-        let lookup = (topic, partition);
-        // One search when the partition is known (every record but its first).
-        let partition = match self.partitions.get_mut(&lookup as &dyn KeyRef) {
-            Some(state) => state,
-            None => self.partitions.entry((topic.to_string(), partition)).or_default(),
-        };
+        let number = partition;
+        let partition = self
+            .partitions
+            .get_or_insert_with(topic, number, PartitionState::default);
         let fits = partition.queue.back().is_some_and(|b| b.fits(bytes, batch_bytes_max));
         if !fits {
-            let key = (topic.to_string(), lookup.1);
+            let key = (topic.to_string(), number);
             if let Some(last) = partition.queue.back_mut() {
                 last.closed = true;
             }
@@ -297,7 +298,7 @@ impl Accumulator {
         let mut next: Option<u64> = None;
         let mut later = |t: u64| next = Some(next.map_or(t, |n| n.min(t)));
         let hurry = self.flushes > 0 || self.closing || self.blocked_sends > 0;
-        for (key, p) in &self.partitions {
+        for (key, p) in self.partitions.iter() {
             let Some(head) = p.queue.front() else { continue };
             if head.attempts > 0 && !p.in_flight.is_empty() {
                 // A retry waits for its partition's in-flight batches: it must not be overtaken.
@@ -323,7 +324,7 @@ impl Accumulator {
 
     /// Postpones draining `key` (its leader is unknown for now).
     pub fn back_off(&mut self, key: &PartitionKey, now_ms: u64) {
-        if let Some(p) = self.partitions.get_mut(key) {
+        if let Some(p) = self.partitions.get_mut(&key.0, key.1) {
             p.backoff_until_ms = now_ms.saturating_add(self.retry_backoff_ms);
         }
     }
@@ -340,7 +341,7 @@ impl Accumulator {
 
     pub fn set_identity(&mut self, identity: (ProducerId, ProducerEpoch)) {
         self.identity = Some(identity);
-        self.next_sequences.clear();
+        self.next_sequences = PartitionList::new();
     }
 
     /// Fails every unstamped batch (no producer id could be had).
@@ -363,15 +364,15 @@ impl Accumulator {
         let identity = self.identity;
         let generation = self.generation;
         let idempotent = self.idempotent();
-        let p = self.partitions.get_mut(key)?;
+        let p = self.partitions.get_mut(&key.0, key.1)?;
         let head = p.queue.front()?;
         if head.stamp.is_none() {
             let fields = if idempotent {
                 let (id, epoch) = identity?;
-                let base_sequence = self.next_sequences.get(key).copied().unwrap_or(0);
+                let base_sequence = self.next_sequences.get(&key.0, key.1).copied().unwrap_or(0);
                 let last_delta = i32::try_from(head.records.len() - 1).expect("a batch holds far fewer records");
-                self.next_sequences
-                    .insert(key.clone(), next_sequence(last_sequence(base_sequence, last_delta)));
+                let next = next_sequence(last_sequence(base_sequence, last_delta));
+                self.next_sequences.insert(&key.0, key.1, next);
                 ProducerFields {
                     producer_id: id.0,
                     producer_epoch: epoch.0,
@@ -404,7 +405,7 @@ impl Accumulator {
     }
 
     fn leave_flight(&mut self, batch: &Batch) {
-        if let Some(p) = self.partitions.get_mut(&batch.key) {
+        if let Some(p) = self.partitions.get_mut(&batch.key.0, batch.key.1) {
             p.in_flight.retain(|&(id, _)| id != batch.id);
         }
     }
@@ -457,13 +458,15 @@ impl Accumulator {
         }
         tracing::debug!(topic = batch.key.0, partition = batch.key.1, attempts = batch.attempts, %error, "produce retry");
         batch.retry_at_ms = now_ms.saturating_add(self.retry_backoff_ms);
-        let p = self.partitions.entry(batch.key.clone()).or_default();
+        let p = self
+            .partitions
+            .get_or_insert_with(&batch.key.0, batch.key.1, PartitionState::default);
         let at = p.queue.iter().position(|b| b.id > batch.id).unwrap_or(p.queue.len());
         p.queue.insert(at, batch);
     }
 
     fn earlier_unacknowledged(&self, batch: &Batch) -> bool {
-        let Some(p) = self.partitions.get(&batch.key) else {
+        let Some(p) = self.partitions.get(&batch.key.0, batch.key.1) else {
             return false;
         };
         p.in_flight.iter().any(|&(id, g)| id < batch.id && g == self.generation)
@@ -489,7 +492,7 @@ impl Accumulator {
     pub fn reset_identity(&mut self) {
         self.identity = None;
         self.generation += 1;
-        self.next_sequences.clear();
+        self.next_sequences = PartitionList::new();
         let mut failed = Vec::new();
         for p in self.partitions.values_mut() {
             let (stale, keep): (VecDeque<Batch>, VecDeque<Batch>) = p.queue.drain(..).partition(|b| b.stamp.is_some());
@@ -523,11 +526,14 @@ impl Accumulator {
         }
     }
 
-    /// The earliest deadline of a queued batch (the sender wakes then to expire it).
+    /// The earliest deadline of a queued batch (the sender wakes then to expire it). A queue is
+    /// in batch id order (a retry goes back in its place), ids are given in creation order and
+    /// a deadline is the creation time plus `delivery.timeout.ms`: each queue's head has its
+    /// earliest deadline, so only heads are read.
     pub fn next_deadline(&self) -> Option<u64> {
         self.partitions
             .values()
-            .flat_map(|p| p.queue.iter().map(|b| b.deadline_ms))
+            .filter_map(|p| p.queue.front().map(|b| b.deadline_ms))
             .min()
     }
 
@@ -545,9 +551,11 @@ impl Accumulator {
         let records: usize = batch.records.iter().map(record_bytes).sum();
         self.buffered_bytes = self.buffered_bytes.saturating_sub(records);
         self.outstanding.remove(&batch.id);
-        if let Some(p) = self.partitions.get(&batch.key) {
+        if let Some(p) = self.partitions.get_mut(&batch.key.0, batch.key.1) {
             if p.queue.is_empty() && p.in_flight.is_empty() {
-                self.partitions.remove(&batch.key);
+                // Idle: as a new entry would be (the entry stays, with its queue's room and its
+                // records hint).
+                p.backoff_until_ms = 0;
             }
         }
     }
@@ -647,5 +655,34 @@ mod tests {
         assert_eq!(a.ready(200).0, vec![key(0)]);
         assert_eq!(a.drain_head(&key(0)).map(|b| b.id), Some(0), "the retry first");
         assert_eq!(a.drain_head(&key(0)).map(|b| b.id), Some(2));
+    }
+
+    /// A partition whose batches are all done stays (no name copied, no queue grown again at
+    /// its next batch) and acts as a new one: a back-off it had is over, and the next batch
+    /// starts with room for as many records as the last drained one held.
+    #[test]
+    fn an_idle_partition_stays_and_starts_afresh() {
+        let mut a = acc(0, 1_000);
+        for _ in 0..3 {
+            a.append("t", 0, rec(10), Completion::Handle(Slot::default()), 0);
+        }
+        let b = a.drain_head(&key(0)).expect("a batch");
+        a.acknowledge(b, Some(0));
+        assert!(a.is_empty());
+        // Backed off (its leader unknown), then its only batch expires.
+        a.append("t", 0, rec(10), Completion::Handle(Slot::default()), 1_000);
+        let expired_at = 1_000 + a.config.delivery_timeout_ms;
+        a.back_off(&key(0), expired_at - 50);
+        assert_eq!(a.ready(expired_at - 1), (vec![], Some(expired_at + 50)), "backed off");
+        a.expire(expired_at);
+        assert!(a.is_empty(), "expired");
+        let p = a.partitions.get("t", 0).expect("the idle partition stays");
+        assert_eq!((p.backoff_until_ms, p.records_hint), (0, 3));
+        // A record now is ready at once, as for a partition never seen.
+        a.append("t", 0, rec(10), Completion::Handle(Slot::default()), expired_at);
+        assert_eq!(a.ready(expired_at).0, vec![key(0)], "no back-off left over");
+        let b = a.drain_head(&key(0)).expect("the new batch");
+        assert!(b.records.capacity() >= 3, "room for the last drained batch's records");
+        assert_eq!(a.partitions.len(), 1);
     }
 }

@@ -588,7 +588,7 @@ fn drain_to<R: Runtime>(
             let head_bytes = s
                 .acc
                 .partitions
-                .get(&key)
+                .get(&key.0, key.1)
                 .and_then(|p| p.queue.front())
                 .map(|b| b.bytes + PARTITION_OVERHEAD_BYTES);
             let Some(head_bytes) = head_bytes else { continue };

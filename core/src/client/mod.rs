@@ -17,6 +17,7 @@ pub mod batching;
 pub mod conn;
 pub mod consumer;
 pub mod group;
+pub mod partition_list;
 pub mod partitioner;
 pub mod producer;
 
