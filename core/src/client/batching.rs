@@ -716,7 +716,10 @@ async fn connection_task<R: Runtime>(rt: R, state: State, addr: String, config: 
                     let s = state.borrow();
                     if s.acc.closing && s.acc.is_empty() {
                         drop(s);
-                        state.borrow_mut().conns.remove(&addr);
+                        let mut s = state.borrow_mut();
+                        s.conns.remove(&addr);
+                        // The sender ends when the last connection has: it waits for a change.
+                        s.changed();
                         return;
                     }
                     s.changes

@@ -50,6 +50,8 @@ struct Exec {
     next_timer: u64,
     /// Draws of `random_u64` so far: the draws are 4, 5, 6, ...
     draws: u64,
+    /// Tasks spawned and not yet finished.
+    live: usize,
 }
 
 #[derive(Clone)]
@@ -113,6 +115,7 @@ impl Timed {
             timers: BTreeMap::new(),
             next_timer: 0,
             draws: 0,
+            live: 0,
         })))
     }
 
@@ -163,6 +166,7 @@ impl Timed {
                     let waker = Waker::from(tasks[i].1.clone());
                     if tasks[i].0.as_mut().poll(&mut Context::from_waker(&waker)).is_ready() {
                         drop(tasks.swap_remove(i));
+                        self.0.borrow_mut().live -= 1;
                         continue;
                     }
                 }
@@ -201,7 +205,9 @@ impl Runtime for Timed {
         self.sleep_until(self.now() + u64::try_from(duration.as_millis()).expect("short"))
     }
     fn spawn(&self, task: impl Future<Output = ()> + 'static) {
-        self.0.borrow_mut().spawned.push(Box::pin(task));
+        let mut e = self.0.borrow_mut();
+        e.live += 1;
+        e.spawned.push(Box::pin(task));
     }
     fn connect(&self, _addr: &str) -> impl Future<Output = Result<Conn, NetError>> {
         std::future::ready(Ok(Conn {
@@ -694,4 +700,29 @@ fn keyless_records_move_on_after_batch_size_bytes() {
         let mine = format!("{i:02}{value}");
         assert!(log(&rt, *q).contains(&mine), "record {i} is where its handle says");
     }
+}
+
+/// close() ends every task of the producer: the sender and each connection, also one with
+/// nothing to send (it waits for a request of its own, not for every change of the producer's
+/// state, so the close itself must wake it).
+#[test]
+fn close_ends_every_task_of_the_producer_idle_connections_too() {
+    let rt = Timed::new(4);
+    let p = producer(&rt, idempotent(5, 16_384));
+    let (before, after) = rt.run(
+        async {
+            for q in 0..4 {
+                assert!(p.send("t", Some(q), rec("x")).await.await.is_ok());
+            }
+            // Every record answered: the connection is idle.
+            let before = rt.0.borrow().live;
+            p.close().await;
+            rt.sleep(Duration::from_millis(50)).await;
+            (before, rt.0.borrow().live)
+        },
+        10_000,
+    );
+    println!("tasks of the producer before close {before}, 50 ms after {after}");
+    assert!(before >= 2, "a sender and a connection ran: {before}");
+    assert_eq!(after, 0, "every task ended");
 }
