@@ -87,6 +87,8 @@ struct ConnState {
     outbox: VecDeque<InFlight>,
     /// Requests in the outbox or sent and unanswered.
     in_flight: usize,
+    /// The connection's task while it has nothing to send or await ([`request_or_close`]).
+    idle: Option<Waker>,
 }
 
 struct InFlight {
@@ -116,6 +118,14 @@ impl Shared {
         for w in self.wakers.drain(..) {
             w.wake();
         }
+        if self.acc.closing {
+            // An idle connection ends once the producer closed and nothing is left.
+            for (_, c) in self.conns.iter_mut() {
+                if let Some(w) = c.idle.take() {
+                    w.wake();
+                }
+            }
+        }
     }
 }
 
@@ -130,6 +140,29 @@ async fn changed_since(state: &State, seen: u64) {
         }
         if !s.wakers.iter().any(|w| w.will_wake(cx.waker())) {
             s.wakers.push(cx.waker().clone());
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// Completes when `addr`'s outbox has a request, or the producer closed with nothing left: what
+/// a connection with nothing to send or await waits for. Only a request for it and a change
+/// while closing wake it: woken by every change of the producer's state (each batch started,
+/// each answer), the connections to the leaders not written to polled for nothing (with the
+/// sticky partitioner, all but one nearly always).
+async fn request_or_close(state: &State, addr: &str) {
+    std::future::poll_fn(|cx| {
+        let mut s = state.borrow_mut();
+        let closed = s.acc.closing && s.acc.is_empty();
+        let Some(c) = s.conns.get_mut(addr) else {
+            return Poll::Ready(());
+        };
+        if closed || !c.outbox.is_empty() {
+            return Poll::Ready(());
+        }
+        if !c.idle.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            c.idle = Some(cx.waker().clone());
         }
         Poll::Pending
     })
@@ -623,6 +656,7 @@ fn drain_to<R: Runtime>(
                 ConnState {
                     outbox: VecDeque::new(),
                     in_flight: 0,
+                    idle: None,
                 },
             );
             rt.spawn(connection_task(
@@ -635,6 +669,9 @@ fn drain_to<R: Runtime>(
         let conn = s.conns.get_mut(addr).expect("inserted above");
         conn.in_flight += 1;
         conn.outbox.push_back(InFlight { request, batches });
+        if let Some(w) = conn.idle.take() {
+            w.wake();
+        }
         built = true;
     }
     built
@@ -712,19 +749,18 @@ async fn connection_task<R: Runtime>(rt: R, state: State, addr: String, config: 
                 }
             }
             let Some(&(correlation_id, sent_ms, _)) = awaiting.front() else {
-                let seen = {
+                let closed = {
                     let s = state.borrow();
-                    if s.acc.closing && s.acc.is_empty() {
-                        drop(s);
-                        let mut s = state.borrow_mut();
-                        s.conns.remove(&addr);
-                        // The sender ends when the last connection has: it waits for a change.
-                        s.changed();
-                        return;
-                    }
-                    s.changes
+                    s.acc.closing && s.acc.is_empty()
                 };
-                changed_since(&state, seen).await;
+                if closed {
+                    let mut s = state.borrow_mut();
+                    s.conns.remove(&addr);
+                    // The sender ends when the last connection has: it waits for a change.
+                    s.changed();
+                    return;
+                }
+                request_or_close(&state, &addr).await;
                 continue;
             };
             let left_ms = (sent_ms + request_timeout_ms).saturating_sub(rt.monotonic_ms()).max(1);
