@@ -139,6 +139,13 @@ impl BatchHeader {
 /// fits in `b`, header consistency and CRC32C. `b` may hold further batches after this one.
 pub fn validate_batch(b: &[u8]) -> Result<BatchHeader, BatchError> {
     let header = BatchHeader::parse(b)?;
+    validate_parsed(&header, b)?;
+    Ok(header)
+}
+
+/// [`validate_batch`] for a batch whose header the caller parsed already (`header` is
+/// `BatchHeader::parse(b)`'s): the same checks, without reading the header again.
+pub fn validate_parsed(header: &BatchHeader, b: &[u8]) -> Result<(), BatchError> {
     if header.magic != MAGIC_V2 {
         return Err(BatchError::BadMagic(header.magic));
     }
@@ -164,7 +171,7 @@ pub fn validate_batch(b: &[u8]) -> Result<BatchHeader, BatchError> {
             computed,
         });
     }
-    Ok(header)
+    Ok(())
 }
 
 /// Validates a whole record set (one or more batches back to back, nothing else) as a producer
@@ -217,6 +224,8 @@ fn unzigzag(raw: u64) -> i64 {
     ((raw >> 1) as i64) ^ -((raw & 1) as i64)
 }
 
+// Inlined where records are read (a call each cost more than the one-byte case it usually is).
+#[inline(always)]
 fn read_varlong(b: &[u8], at: &mut usize) -> Option<i64> {
     // One byte below 0x80 is the whole varint (small deltas and lengths).
     if let Some(&byte) = b.get(*at) {
@@ -237,6 +246,7 @@ fn read_varlong(b: &[u8], at: &mut usize) -> Option<i64> {
     None
 }
 
+#[inline(always)]
 fn read_bytes<'a>(b: &'a [u8], at: &mut usize) -> Option<Option<&'a [u8]>> {
     let len = read_varlong(b, at)?;
     if len < 0 {
@@ -256,15 +266,26 @@ pub const MIN_RECORD_BYTES: usize = 7;
 /// record bytes are malformed (the CRC matched, so the producer wrote them that way).
 pub fn records(batch: &[u8]) -> Option<Vec<RecordView<'_>>> {
     let header = BatchHeader::parse(batch).ok()?;
+    // Sized by the header's count, bounded by what the body can hold (a record takes at least
+    // MIN_RECORD_BYTES): the count and the header's length are the sender's word, the bytes
+    // at hand are not.
+    let count = usize::try_from(header.record_count).unwrap_or(0);
+    let body_bytes = header.total_bytes().min(batch.len()).saturating_sub(HEADER_BYTES);
+    let mut out = Vec::with_capacity(count.min(body_bytes / MIN_RECORD_BYTES));
+    for_each_record(&header, batch, |r| out.push(r))?;
+    Some(out)
+}
+
+/// Hands each record of a validated, uncompressed batch whose header is `header` to `f`, in
+/// order, without collecting them (a consumer builds its own records from the views). `None`
+/// for a compressed batch or when the record bytes are malformed, after `f` has seen the
+/// records before the malformed one: a caller that must not keep part of a batch undoes them.
+pub fn for_each_record<'a>(header: &BatchHeader, batch: &'a [u8], mut f: impl FnMut(RecordView<'a>)) -> Option<()> {
     if header.compression() != 0 {
         return None;
     }
     let body = batch.get(HEADER_BYTES..header.total_bytes())?;
     let mut at = 0;
-    // Sized by the header's count, bounded by what the body can hold (a record takes at least
-    // MIN_RECORD_BYTES): the count is the sender's word, the body's length is not.
-    let count = usize::try_from(header.record_count).unwrap_or(0);
-    let mut out = Vec::with_capacity(count.min(body.len() / MIN_RECORD_BYTES));
     for _ in 0..header.record_count {
         let length = read_varlong(body, &mut at)?;
         let end = at.checked_add(usize::try_from(length).ok()?)?;
@@ -276,7 +297,7 @@ pub fn records(batch: &[u8]) -> Option<Vec<RecordView<'_>>> {
         let offset_delta = read_varlong(rec, &mut r)?;
         let key = read_bytes(rec, &mut r)?;
         let value = read_bytes(rec, &mut r)?;
-        out.push(RecordView {
+        f(RecordView {
             offset: header.base_offset.plus(offset_delta),
             timestamp: header.base_timestamp.wrapping_add(timestamp_delta),
             key,
@@ -284,7 +305,7 @@ pub fn records(batch: &[u8]) -> Option<Vec<RecordView<'_>>> {
         });
         at = end;
     }
-    Some(out)
+    Some(())
 }
 
 /// `v` as a zigzag varlong, as [`write_varlong`] writes it: the bytes, and how many of them

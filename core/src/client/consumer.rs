@@ -234,36 +234,55 @@ impl<R: Runtime> Consumer<R> {
             // growing by doubling copied them again and again.
             polled.records.reserve(record_count(&bytes));
             let mut next = position;
-            let mut corrupt = None;
+            let mut failed = None;
             for (at, end, h) in whole_batches(&bytes) {
+                let batch = &bytes[at..end];
                 // `check.crcs` (Kafka's default): a batch damaged on its way is never handed to
                 // the application; the position stays before it and the next poll fetches it anew.
-                if let Err(e) = record::validate_batch(&bytes[at..end]) {
-                    corrupt = Some(e);
+                if let Err(e) = record::validate_parsed(&h, batch) {
+                    let e = format!(
+                        "corrupt record batch in {}-{partition} at offset {next}: {e}",
+                        self.topic
+                    );
+                    failed = Some((e, true));
                     break;
                 }
-                let recs = record::records(&bytes[at..end]).ok_or_else(|| {
-                    ClientError::Protocol("compressed or malformed batch: not supported by this client yet".into())
-                })?;
-                for r in recs.into_iter().filter(|r| r.offset.0 >= position) {
-                    next = r.offset.0 + 1;
-                    polled.records.push(ConsumerRecord {
-                        partition,
-                        offset: r.offset.0,
-                        timestamp: r.timestamp,
-                        key: r.key.map(|k| bytes.slice_ref(k)),
-                        value: r.value.map(|v| bytes.slice_ref(v)),
-                    });
+                // Each record built from the batch's bytes as it is read (no list of views first).
+                // A batch this client cannot read is handed over not at all: its records are
+                // taken back, and the position stays before it, as for a damaged one. Records
+                // of the batches before it are the caller's, and the position passes them.
+                let before = polled.records.len();
+                let mut batch_next = next;
+                let read = record::for_each_record(&h, batch, |r| {
+                    if r.offset.0 >= position {
+                        batch_next = r.offset.0 + 1;
+                        polled.records.push(ConsumerRecord {
+                            partition,
+                            offset: r.offset.0,
+                            timestamp: r.timestamp,
+                            key: r.key.map(|k| bytes.slice_ref(k)),
+                            value: r.value.map(|v| bytes.slice_ref(v)),
+                        });
+                    }
+                });
+                if read.is_none() {
+                    polled.records.truncate(before);
+                    let e = format!(
+                        "compressed or malformed batch in {}-{partition} at offset {next}: not supported by this client yet",
+                        self.topic
+                    );
+                    failed = Some((e, false));
+                    break;
                 }
-                next = next.max(h.next_offset().0);
+                next = batch_next.max(h.next_offset().0);
             }
             self.positions.insert(partition, Some(next));
-            if let Some(e) = corrupt {
-                self.cluster.drop_conn(&addr);
-                return Err(ClientError::Protocol(format!(
-                    "corrupt record batch in {}-{partition} at offset {next}: {e}",
-                    self.topic
-                )));
+            // A damaged batch may be the connection's doing: the next poll reads it on a new one.
+            if let Some((e, damaged)) = failed {
+                if damaged {
+                    self.cluster.drop_conn(&addr);
+                }
+                return Err(ClientError::Protocol(e));
             }
         }
         Ok(())

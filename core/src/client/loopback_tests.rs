@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use super::conn::ClientError;
 use super::consumer::{Consumer, ConsumerConfig};
 use super::producer::{Producer, ProducerConfig, SendError};
 use super::{ClientConfig, Cluster};
@@ -42,6 +43,10 @@ pub(super) struct World {
     /// Flip one bit in the last byte of each fetched partition's records (inside the last
     /// batch's checksummed bytes), as a frame damaged on its way would.
     pub(super) corrupt_fetched_tail: bool,
+    /// Mark the last batch of each fetched partition's records compressed (gzip), its checksum
+    /// made again: a batch as a Kafka producer with `compression.type` writes it, whose records
+    /// this client cannot read.
+    pub(super) compress_fetched_tail: bool,
 }
 
 impl World {
@@ -61,6 +66,7 @@ impl World {
             produce_errors: VecDeque::new(),
             produce_log: Vec::new(),
             corrupt_fetched_tail: false,
+            compress_fetched_tail: false,
         }
     }
 
@@ -123,6 +129,13 @@ impl World {
                         }
                     }
                 }
+                if self.compress_fetched_tail {
+                    for p in resp.topics.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
+                        if let Some(records) = &p.records {
+                            p.records = Some(Bytes::from(compress_last_batch(records)));
+                        }
+                    }
+                }
                 resp.encode(v)
             }
             other => panic!("the client sent {other:?}"),
@@ -133,6 +146,24 @@ impl World {
             Ok(encode_response(&header, &body))
         }
     }
+}
+
+/// `records` with its last whole batch marked gzip-compressed and its CRC made to match.
+fn compress_last_batch(records: &[u8]) -> Vec<u8> {
+    let mut out = records.to_vec();
+    let mut at = 0;
+    let mut last = None;
+    while let Ok(h) = crate::record::BatchHeader::parse(&out[at..]) {
+        last = Some((at, h.total_bytes()));
+        at += h.total_bytes();
+    }
+    if let Some((start, len)) = last {
+        let batch = &mut out[start..start + len];
+        batch[22] |= 1; // attributes (big-endian i16 at 21..23): compression 1, gzip
+        let crc = crate::crc::crc32c(&batch[21..]);
+        batch[17..21].copy_from_slice(&crc.to_be_bytes());
+    }
+    out
 }
 
 /// A Produce answer with `code` for every partition (nothing written).
@@ -343,6 +374,48 @@ fn idempotence_needs_acks_all() {
     let result = block_on(p.send("t", 0, &recs(&["a"])));
     assert!(matches!(result, Err(SendError::Failed(_))), "{result:?}");
     assert_eq!(rt.0.borrow().produce_requests, 0);
+}
+
+#[test]
+fn records_before_a_batch_the_consumer_cannot_read_are_handed_over_once() {
+    // A compressed batch (a Kafka producer's `compression.type`) behind a plain one: the plain
+    // one's records reach the caller and the position passes them; the compressed one is
+    // refused whole, the position stays before it. Before, the position stayed where the poll
+    // began while the records were handed over, and every poll handed them over again.
+    let (rt, mut p) = setup(false);
+    assert_eq!(block_on(p.send("t", 0, &recs(&["a"]))), Ok(Some(0)));
+    assert_eq!(block_on(p.send("t", 0, &recs(&["b", "c"]))), Ok(Some(1)));
+    rt.0.borrow_mut().compress_fetched_tail = true;
+    let cluster = Cluster::new(rt.clone(), vec!["loopback:9092".into()], ClientConfig::default());
+    let mut c = Consumer::new(cluster, ConsumerConfig::default(), "t");
+    c.assign(0, Some(0));
+    let offsets = |polled: &super::consumer::Polled| polled.records.iter().map(|r| r.offset).collect::<Vec<i64>>();
+    let first = block_on(c.poll()).expect("the readable batch is handed over");
+    println!(
+        "first poll: offsets {:?}, position {:?}",
+        offsets(&first),
+        c.position(0)
+    );
+    assert_eq!(offsets(&first), vec![0], "none of the compressed batch's records");
+    assert_eq!(
+        c.position(0),
+        Some(1),
+        "past the readable batch, before the compressed one"
+    );
+    let again = block_on(c.poll());
+    println!(
+        "second poll: {:?}, position {:?}",
+        again.as_ref().map(offsets),
+        c.position(0)
+    );
+    match again {
+        Err(ClientError::Protocol(e)) => assert!(e.contains("compressed or malformed batch in t-0 at offset 1"), "{e}"),
+        other => panic!("only the compressed batch is left: the poll fails, got {other:?}"),
+    }
+    assert_eq!(c.position(0), Some(1));
+    rt.0.borrow_mut().compress_fetched_tail = false;
+    let later = block_on(c.poll()).expect("plain again");
+    assert_eq!(offsets(&later), vec![1, 2], "every record once, in order");
 }
 
 #[test]
