@@ -311,18 +311,28 @@ pub fn check(h: &History) -> Report {
     let value_slots = Layout::covering(h.sends.iter().map(|s| s.value));
     // One plain loop per source rather than one chain of iterators over all three: the chain
     // tested which of its parts it was in at every step, and cost about as much as the lookups.
+    // Each loop also fills the tables later checks read from the same records: the value the
+    // final read holds at each position (of two at one offset, the last) and the values polled.
     let mut at_position = Conflicts::new(&position_slots);
     let mut positions_of = Conflicts::new(&value_slots);
+    let mut final_at: Table<(Partition, i64), Value> = Table::new(&position_slots);
     for (&p, r) in &h.final_reads {
         for &(o, v) in &r.records {
             at_position.see((p, o), v);
             positions_of.see(v, (p, o));
+            final_at.insert((p, o), v);
         }
     }
+    let mut polled: Table<Value, ()> = Table::new(&value_slots);
     for poll in &h.polls {
         let position = (poll.partition, poll.offset);
-        at_position.see(position, poll.value);
-        positions_of.see(poll.value, position);
+        // A poll of the value first seen at its position (nearly every poll: the final read's)
+        // repeats a pair both maps have: it adds nothing to `positions_of` either, which has
+        // been shown every pair `at_position` has so far (acknowledgements come after).
+        if at_position.see_new(position, poll.value) {
+            positions_of.see(poll.value, position);
+        }
+        polled.first(poll.value, ());
     }
     for s in &h.sends {
         if let SendOutcome::Acked { offset } = s.outcome {
@@ -342,16 +352,8 @@ pub fn check(h: &History) -> Report {
         );
     }
 
-    let mut final_at: Table<(Partition, i64), Value> = Table::new(&position_slots);
-    for (p, o, v) in finals() {
-        final_at.insert((p, o), v);
-    }
     // The final read's records as `final_at` keeps them (of two at one offset, the last).
     let final_kept = || finals().filter(|&(p, o, v)| final_at.get((p, o)) == Some(v));
-    let mut polled: Table<Value, ()> = Table::new(&value_slots);
-    for poll in &h.polls {
-        polled.first(poll.value, ());
-    }
     // Where the final read holds each value: a write is lost when the log no longer has it,
     // whatever a consumer saw before a crash. Built at its first use: a run whose acknowledged
     // writes all sit where they were acknowledged, and that has no acks=0 send, never asks.
@@ -363,11 +365,18 @@ pub fn check(h: &History) -> Report {
             set
         })
     };
+    // Each partition's final read, looked for at its number's place first (partitions are
+    // numbered from 0, so that is where it is), else in the map: once an acknowledged send.
+    let reads: Vec<(Partition, &crate::history::FinalRead)> = h.final_reads.iter().map(|(&p, r)| (p, r)).collect();
+    let final_read = |p: Partition| match usize::try_from(p).ok().and_then(|i| reads.get(i)) {
+        Some(&(q, read)) if q == p => Some(read),
+        _ => h.final_reads.get(&p),
+    };
     for s in &h.sends {
         let SendOutcome::Acked { offset } = s.outcome else {
             continue;
         };
-        let Some(read) = h.final_reads.get(&s.partition) else {
+        let Some(read) = final_read(s.partition) else {
             continue;
         };
         report.compared.acked_checked += 1;
@@ -636,6 +645,20 @@ where
         match self.first.first(k, v) {
             Some(had) if had != v => self.conflict(k, had, v),
             _ => {}
+        }
+    }
+
+    /// [`see`](Self::see), and whether the pair may be new: `false` when `v` is the value first
+    /// seen at `k` (the pair was seen then, and seeing it again changes nothing).
+    #[inline]
+    fn see_new(&mut self, k: K, v: V) -> bool {
+        match self.first.first(k, v) {
+            Some(had) if had == v => false,
+            Some(had) => {
+                self.conflict(k, had, v);
+                true
+            }
+            None => true,
         }
     }
 

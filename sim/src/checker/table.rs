@@ -144,6 +144,7 @@ impl<'a, K: Dense, V: Copy> Table<'a, K, V> {
     }
 
     /// Sets `key`'s value to `value`, as `HashMap::insert` does.
+    #[inline]
     pub(super) fn insert(&mut self, key: K, value: V) {
         match self.layout.slot(key) {
             Some(i) => self.slots[i] = Some(value),
@@ -153,6 +154,7 @@ impl<'a, K: Dense, V: Copy> Table<'a, K, V> {
         }
     }
 
+    #[inline]
     pub(super) fn get(&self, key: K) -> Option<V> {
         match self.layout.slot(key) {
             Some(i) => self.slots[i],
@@ -160,6 +162,7 @@ impl<'a, K: Dense, V: Copy> Table<'a, K, V> {
         }
     }
 
+    #[inline]
     pub(super) fn contains(&self, key: K) -> bool {
         self.get(key).is_some()
     }

@@ -339,3 +339,87 @@ fn an_acl_run_without_revocation_windows_or_judged_records_compared_nothing() {
         "no window, no record: nothing about revocations was compared"
     );
 }
+
+/// `inconsistent-offsets` and `duplicate` against a model that keeps every (position, value)
+/// pair it is shown (the final read's, the polls', the acknowledgements'; values' positions
+/// from the first two), over random histories in which most polls repeat the final read's pair
+/// and some do not: the checker skips a poll's second lookup when its pair was seen first at
+/// that position, which must change no finding.
+#[test]
+fn conflicts_match_a_model_of_every_pair_seen() {
+    use madsim::rand::Rng;
+    use rand_chacha::rand_core::SeedableRng;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+    let (mut findings, mut histories) = (0, 0);
+    for _ in 0..300 {
+        let mut h = clean();
+        h.polls.clear();
+        h.sends.clear();
+        let mut records: Vec<(i64, Value)> = Vec::new();
+        for o in 0..rng.gen_range(0..12) {
+            // Mostly each value once; sometimes one already used (a duplicate).
+            let seq = if rng.gen_range(0..8) == 0 {
+                rng.gen_range(0..4)
+            } else {
+                100 + o as u32
+            };
+            records.push((o, v(1, seq)));
+            // Two at one offset, now and then.
+            if rng.gen_range(0..12) == 0 {
+                records.push((o, v(2, rng.gen_range(0..3))));
+            }
+        }
+        for _ in 0..rng.gen_range(0..20) {
+            let (o, value) = match (rng.gen_range(0..4), records.is_empty()) {
+                (0, _) | (_, true) => (rng.gen_range(0..14), v(rng.gen_range(1..3), rng.gen_range(0..4))),
+                _ => records[rng.gen_range(0..records.len())],
+            };
+            h.polls.push(poll(1, 0, o, value));
+            if rng.gen_range(0..3) == 0 {
+                h.sends.push(acked(value.producer(), value.seq(), 0, o));
+            }
+        }
+        h.final_reads.get_mut(&0).expect("partition 0").records = records.clone();
+        // The model: every pair, in ordered maps.
+        let mut at: BTreeMap<(Partition, i64), BTreeSet<Value>> = BTreeMap::new();
+        let mut of: BTreeMap<Value, BTreeSet<(Partition, i64)>> = BTreeMap::new();
+        let shown = records
+            .iter()
+            .copied()
+            .chain(h.polls.iter().map(|p| (p.offset, p.value)));
+        for (o, value) in shown {
+            at.entry((0, o)).or_default().insert(value);
+            of.entry(value).or_default().insert((0, o));
+        }
+        for s in &h.sends {
+            if let SendOutcome::Acked { offset } = s.outcome {
+                at.entry((0, offset)).or_default().insert(s.value);
+            }
+        }
+        let mut expected: Vec<String> = at
+            .iter()
+            .filter(|(_, values)| values.len() > 1)
+            .map(|((p, o), values)| format!("partition {p} offset {o} holds {values:?}"))
+            .collect();
+        expected.extend(
+            of.iter()
+                .filter(|(_, positions)| positions.len() > 1)
+                .map(|(value, positions)| format!("value {}/{} at {positions:?}", value.producer(), value.seq())),
+        );
+        let report = check(&h);
+        let got: Vec<&str> = report
+            .findings
+            .iter()
+            .filter(|f| matches!(f.kind, AnomalyKind::InconsistentOffsets | AnomalyKind::Duplicate))
+            .map(|f| f.detail.as_str())
+            .collect();
+        assert_eq!(got, expected, "polls {:?}, final {records:?}", h.polls);
+        findings += expected.len();
+        histories += 1;
+    }
+    println!("{histories} histories, {findings} findings compared with the model");
+    assert!(
+        findings > 100,
+        "the histories must hold conflicts to compare: {findings}"
+    );
+}
