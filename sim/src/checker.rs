@@ -503,10 +503,10 @@ pub fn check(h: &History) -> Report {
                         poll.consumer, poll.session, poll.partition, poll.offset
                     ),
                 );
-            } else if let Some(missed) = existing
-                .get(&poll.partition)
-                // Only a jump past the next offset can skip a record: no search for the rest.
-                .filter(|_| poll.offset > prev + 1)
+            } else if let Some(missed) = (poll.offset > prev + 1)
+                // Only a jump past the next offset can skip a record: no lookup for the rest.
+                .then(|| existing.get(&poll.partition))
+                .flatten()
                 .and_then(|offsets| {
                     let first_after = offsets.partition_point(|&o| o <= prev);
                     offsets.get(first_after).copied().filter(|&o| o < poll.offset)
