@@ -374,21 +374,29 @@ async fn consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions: Arc<A
     for p in 0..w.scenario.topic.get_ref().partitions {
         consumer.assign(p as i32, None);
     }
+    // Each poll's records as (partition, offset, value), read from the fetched bytes as the poll
+    // goes (no `ConsumerRecord` built, no reference count taken), stamped when it returns.
+    let mut read: Vec<(i32, i64, Value)> = Vec::new();
     while rt.monotonic_ms() < w.consume_until_ms {
-        match consumer.poll().await {
-            Ok(polled) => {
+        read.clear();
+        let polled = consumer
+            .poll_with(|partition, r| {
+                if let Some(value) = r.value.and_then(Value::from_bytes) {
+                    read.push((partition, r.offset.0, value));
+                }
+            })
+            .await;
+        match polled {
+            Ok(_) => {
                 let at_ms = rt.monotonic_ms();
                 books(|b| {
                     let h = &mut b.history;
-                    for r in polled.records {
-                        let Some(value) = r.value.as_deref().and_then(Value::from_bytes) else {
-                            continue;
-                        };
+                    for &(partition, offset, value) in &read {
                         h.polls.push(Poll {
                             consumer: c,
                             session,
-                            partition: r.partition,
-                            offset: r.offset,
+                            partition,
+                            offset,
                             value,
                             at_ms,
                         });
@@ -638,17 +646,26 @@ async fn read_partition(rt: &SimRuntime, w: &Workload, p: i32) -> Result<FinalRe
     let mut quiet_polls = 0;
     // Bounded: a partition of N records takes about N / (records per fetch) polls.
     for _ in 0..100_000 {
-        let polled = consumer.poll().await.map_err(|e| e.to_string())?;
+        // The offset of the poll's first record, and the records straight into the read (the
+        // value of each, read from the fetched bytes: no `ConsumerRecord` built).
+        let mut first = None;
+        let records = &mut read.records;
+        let polled = consumer
+            .poll_with(|_, r| {
+                first.get_or_insert(r.offset.0);
+                if let Some(v) = r.value.and_then(Value::from_bytes) {
+                    records.push((r.offset.0, v));
+                }
+            })
+            .await
+            .map_err(|e| e.to_string())?;
         if read.log_start_offset < 0 {
-            read.log_start_offset = polled
-                .records
-                .first()
-                .map_or(consumer.position(p).unwrap_or(0), |r| r.offset);
+            read.log_start_offset = first.unwrap_or(consumer.position(p).unwrap_or(0));
         }
         if !polled.resets.is_empty() {
             return Err("the log start moved during the final read".into());
         }
-        if polled.records.is_empty() {
+        if polled.records == 0 {
             quiet_polls += 1;
             if quiet_polls >= 3 {
                 read.high_watermark = consumer.position(p).unwrap_or(0);
@@ -657,11 +674,6 @@ async fn read_partition(rt: &SimRuntime, w: &Workload, p: i32) -> Result<FinalRe
             continue;
         }
         quiet_polls = 0;
-        for r in polled.records {
-            if let Some(v) = r.value.as_deref().and_then(Value::from_bytes) {
-                read.records.push((r.offset, v));
-            }
-        }
     }
     Err("the final read did not finish".into())
 }

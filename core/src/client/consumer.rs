@@ -86,6 +86,47 @@ pub struct Polled {
     pub resets: Vec<(i32, i64, i64)>,
 }
 
+/// What [`Consumer::poll_with`] read, beside the records it handed over.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PollSummary {
+    /// Records handed over.
+    pub records: usize,
+    /// Partitions whose position was reset: (partition, from, to).
+    pub resets: Vec<(i32, i64, i64)>,
+}
+
+/// Where a poll puts each record it reads: the fetched bytes they lie in, the partition, the
+/// record. `reserve` says how many may follow.
+trait Sink {
+    fn reserve(&mut self, _additional: usize) {}
+    fn record(&mut self, bytes: &Bytes, partition: i32, r: &record::RecordView<'_>);
+}
+
+impl Sink for Vec<ConsumerRecord> {
+    fn reserve(&mut self, additional: usize) {
+        Vec::reserve(self, additional);
+    }
+
+    fn record(&mut self, bytes: &Bytes, partition: i32, r: &record::RecordView<'_>) {
+        self.push(ConsumerRecord {
+            partition,
+            offset: r.offset.0,
+            timestamp: r.timestamp,
+            key: r.key.map(|k| bytes.slice_ref(k)),
+            value: r.value.map(|v| bytes.slice_ref(v)),
+        });
+    }
+}
+
+/// [`Consumer::poll_with`]'s closure as a [`Sink`].
+struct Each<F>(F);
+
+impl<F: FnMut(i32, &record::RecordView<'_>)> Sink for Each<F> {
+    fn record(&mut self, _bytes: &Bytes, partition: i32, r: &record::RecordView<'_>) {
+        (self.0)(partition, r)
+    }
+}
+
 pub struct Consumer<R: Runtime> {
     pub cluster: Cluster<R>,
     pub config: ConsumerConfig,
@@ -127,13 +168,34 @@ impl<R: Runtime> Consumer<R> {
     /// others their records (their positions have moved past them): the poll returns what it
     /// read, and fails only when every partition failed and nothing was read.
     pub async fn poll(&mut self) -> Result<Polled, ClientError> {
-        let mut polled = Polled::default();
+        let mut records = Vec::new();
+        let summary = self.poll_into(&mut records).await?;
+        Ok(Polled {
+            records,
+            resets: summary.resets,
+        })
+    }
+
+    /// [`poll`](Self::poll), handing each record to `each` (its partition, the record as it lies
+    /// in the fetched bytes) instead of building a [`ConsumerRecord`] of it: no reference count
+    /// taken per key and value, no list of records. The same records in the same order, each
+    /// once: a batch this client cannot read is handed over not at all. A record's slices live
+    /// only for the call.
+    pub async fn poll_with(
+        &mut self,
+        each: impl FnMut(i32, &record::RecordView<'_>),
+    ) -> Result<PollSummary, ClientError> {
+        self.poll_into(&mut Each(each)).await
+    }
+
+    async fn poll_into(&mut self, sink: &mut impl Sink) -> Result<PollSummary, ClientError> {
+        let mut summary = PollSummary::default();
         let mut first_error = None;
         let partitions: Vec<i32> = self.positions.keys().copied().collect();
         let count = partitions.len();
         let mut failed = 0;
         for partition in partitions {
-            if let Err(e) = self.poll_partition(partition, &mut polled).await {
+            if let Err(e) = self.poll_partition(partition, sink, &mut summary).await {
                 failed += 1;
                 first_error.get_or_insert(e);
             }
@@ -143,12 +205,17 @@ impl<R: Runtime> Consumer<R> {
             // in one response): those records and the positions past them must reach the caller,
             // or they are skipped for good. A campaign seed lost offset 121 this way when all
             // three partitions failed in the same poll.
-            Some(e) if failed == count && polled.records.is_empty() && polled.resets.is_empty() => Err(e),
-            _ => Ok(polled),
+            Some(e) if failed == count && summary.records == 0 && summary.resets.is_empty() => Err(e),
+            _ => Ok(summary),
         }
     }
 
-    async fn poll_partition(&mut self, partition: i32, polled: &mut Polled) -> Result<(), ClientError> {
+    async fn poll_partition(
+        &mut self,
+        partition: i32,
+        sink: &mut impl Sink,
+        summary: &mut PollSummary,
+    ) -> Result<(), ClientError> {
         {
             let position = match self.position(partition) {
                 Some(p) => p,
@@ -218,7 +285,7 @@ impl<R: Runtime> Consumer<R> {
                 ErrorCode::OffsetOutOfRange => {
                     let to = self.reset(partition).await?;
                     tracing::info!(topic = %self.topic, partition, from = position, to, "position out of range; reset");
-                    polled.resets.push((partition, position, to));
+                    summary.resets.push((partition, position, to));
                     self.positions.insert(partition, Some(to));
                     return Ok(());
                 }
@@ -232,9 +299,14 @@ impl<R: Runtime> Consumer<R> {
             let bytes = p.records.clone().unwrap_or_default();
             // Room for every record of the answer at once (a catching-up read brings thousands):
             // growing by doubling copied them again and again.
-            polled.records.reserve(record_count(&bytes));
+            sink.reserve(record_count(&bytes));
             let mut next = position;
             let mut failed = None;
+            // A batch's records, read whole before any is handed over: a batch this client
+            // cannot read is handed over not at all, and the position stays before it, as for a
+            // damaged one. Records of the batches before it are the caller's, and the position
+            // passes them. One list for the answer's batches.
+            let mut views = Vec::new();
             for (at, end, h) in whole_batches(&bytes) {
                 let batch = &bytes[at..end];
                 // `check.crcs` (Kafka's default): a batch damaged on its way is never handed to
@@ -247,26 +319,8 @@ impl<R: Runtime> Consumer<R> {
                     failed = Some((e, true));
                     break;
                 }
-                // Each record built from the batch's bytes as it is read (no list of views first).
-                // A batch this client cannot read is handed over not at all: its records are
-                // taken back, and the position stays before it, as for a damaged one. Records
-                // of the batches before it are the caller's, and the position passes them.
-                let before = polled.records.len();
-                let mut batch_next = next;
-                let read = record::for_each_record(&h, batch, |r| {
-                    if r.offset.0 >= position {
-                        batch_next = r.offset.0 + 1;
-                        polled.records.push(ConsumerRecord {
-                            partition,
-                            offset: r.offset.0,
-                            timestamp: r.timestamp,
-                            key: r.key.map(|k| bytes.slice_ref(k)),
-                            value: r.value.map(|v| bytes.slice_ref(v)),
-                        });
-                    }
-                });
-                if read.is_none() {
-                    polled.records.truncate(before);
+                views.clear();
+                if record::for_each_record(&h, batch, |r| views.push(r)).is_none() {
                     let e = format!(
                         "compressed or malformed batch in {}-{partition} at offset {next}: not supported by this client yet",
                         self.topic
@@ -274,7 +328,12 @@ impl<R: Runtime> Consumer<R> {
                     failed = Some((e, false));
                     break;
                 }
-                next = batch_next.max(h.next_offset().0);
+                for r in views.iter().filter(|r| r.offset.0 >= position) {
+                    next = r.offset.0 + 1;
+                    sink.record(&bytes, partition, r);
+                    summary.records += 1;
+                }
+                next = next.max(h.next_offset().0);
             }
             self.positions.insert(partition, Some(next));
             // A damaged batch may be the connection's doing: the next poll reads it on a new one.

@@ -418,6 +418,71 @@ fn records_before_a_batch_the_consumer_cannot_read_are_handed_over_once() {
     assert_eq!(offsets(&later), vec![1, 2], "every record once, in order");
 }
 
+/// `poll_with` hands over what `poll` returns, record for record, and nothing of a batch the
+/// client cannot read; both move the position alike.
+#[test]
+fn poll_with_hands_over_the_records_poll_returns() {
+    let rt = Loopback(Rc::new(RefCell::new(World::new(2))));
+    let cluster = Cluster::new(rt.clone(), vec!["loopback:9092".into()], ClientConfig::default());
+    let mut p = Producer::new(cluster, ProducerConfig::default());
+    for (partition, values) in [
+        (0, vec!["a", "b"]),
+        (1, vec!["c"]),
+        (0, vec!["d", "e", "f"]),
+        (1, vec!["g"]),
+    ] {
+        assert!(block_on(p.send("t", partition, &recs(&values))).is_ok());
+    }
+    let consumer = || {
+        let cluster = Cluster::new(rt.clone(), vec!["loopback:9092".into()], ClientConfig::default());
+        let mut c = Consumer::new(cluster, ConsumerConfig::default(), "t");
+        c.assign(0, Some(1));
+        c.assign(1, Some(0));
+        c
+    };
+    let (mut returned, mut handed) = (consumer(), consumer());
+    // Each partition's last batch marked compressed in the first two polls: the first hands
+    // over what lies before it, the second has nothing it can read (every partition fails),
+    // the third reads the rest.
+    for (round, compress) in [true, true, false].into_iter().enumerate() {
+        rt.0.borrow_mut().compress_fetched_tail = compress;
+        let polled = block_on(returned.poll()).map(|p| {
+            let records: Vec<(i32, i64, Vec<u8>)> = p
+                .records
+                .iter()
+                .map(|r| (r.partition, r.offset, r.value.as_deref().unwrap_or_default().to_vec()))
+                .collect();
+            (records, p.resets)
+        });
+        let mut records = Vec::new();
+        let summary = block_on(handed.poll_with(|partition, r| {
+            records.push((partition, r.offset.0, r.value.unwrap_or_default().to_vec()));
+        }));
+        let with = summary.map(|s| {
+            assert_eq!(s.records, records.len(), "the summary counts what was handed over");
+            (records, s.resets)
+        });
+        println!("compressed tail {compress}: poll {polled:?}, poll_with {with:?}");
+        match (&polled, &with) {
+            (Ok(a), Ok(b)) => assert_eq!(a, b),
+            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+            _ => panic!("one failed and the other did not"),
+        }
+        assert_eq!(
+            (returned.position(0), returned.position(1)),
+            (handed.position(0), handed.position(1))
+        );
+        if round == 0 {
+            let first: Vec<(i32, i64)> = with
+                .iter()
+                .flat_map(|(r, _)| r.iter().map(|(p, o, _)| (*p, *o)))
+                .collect();
+            assert_eq!(first, vec![(0, 1), (1, 0)], "what lies before each compressed batch");
+        }
+    }
+    assert_eq!(handed.position(0), Some(5), "every record read once in the end");
+}
+
 #[test]
 fn records_read_before_a_corrupt_batch_reach_the_caller_when_every_partition_failed() {
     // A campaign seed (bridge + swizzle + corrupted frames, 1551565026088346315): one response
