@@ -295,6 +295,21 @@ fn recs(values: &[&str]) -> Vec<NewRecord> {
         .collect()
 }
 
+/// A consumer of topic `t` on the loopback broker, with these partitions and positions.
+fn consumer_of(rt: &Loopback, assignments: &[(i32, Option<i64>)]) -> Consumer<Loopback> {
+    let cluster = Cluster::new(rt.clone(), vec!["loopback:9092".into()], ClientConfig::default());
+    let mut c = Consumer::new(cluster, ConsumerConfig::default(), "t");
+    for &(partition, position) in assignments {
+        c.assign(partition, position);
+    }
+    c
+}
+
+/// The offsets of a poll's records, in order.
+fn offsets(polled: &super::consumer::Polled) -> Vec<i64> {
+    polled.records.iter().map(|r| r.offset).collect()
+}
+
 fn log_end(rt: &Loopback) -> Offset {
     rt.0.borrow().broker.offsets("t", 0).expect("partition").2
 }
@@ -386,10 +401,7 @@ fn records_before_a_batch_the_consumer_cannot_read_are_handed_over_once() {
     assert_eq!(block_on(p.send("t", 0, &recs(&["a"]))), Ok(Some(0)));
     assert_eq!(block_on(p.send("t", 0, &recs(&["b", "c"]))), Ok(Some(1)));
     rt.0.borrow_mut().compress_fetched_tail = true;
-    let cluster = Cluster::new(rt.clone(), vec!["loopback:9092".into()], ClientConfig::default());
-    let mut c = Consumer::new(cluster, ConsumerConfig::default(), "t");
-    c.assign(0, Some(0));
-    let offsets = |polled: &super::consumer::Polled| polled.records.iter().map(|r| r.offset).collect::<Vec<i64>>();
+    let mut c = consumer_of(&rt, &[(0, Some(0))]);
     let first = block_on(c.poll()).expect("the readable batch is handed over");
     println!(
         "first poll: offsets {:?}, position {:?}",
@@ -433,13 +445,7 @@ fn poll_with_hands_over_the_records_poll_returns() {
     ] {
         assert!(block_on(p.send("t", partition, &recs(&values))).is_ok());
     }
-    let consumer = || {
-        let cluster = Cluster::new(rt.clone(), vec!["loopback:9092".into()], ClientConfig::default());
-        let mut c = Consumer::new(cluster, ConsumerConfig::default(), "t");
-        c.assign(0, Some(1));
-        c.assign(1, Some(0));
-        c
-    };
+    let consumer = || consumer_of(&rt, &[(0, Some(1)), (1, Some(0))]);
     let (mut returned, mut handed) = (consumer(), consumer());
     // Each partition's last batch marked compressed in the first two polls: the first hands
     // over what lies before it, the second has nothing it can read (every partition fails),
@@ -492,10 +498,7 @@ fn records_read_before_a_corrupt_batch_reach_the_caller_when_every_partition_fai
     assert_eq!(block_on(p.send("t", 0, &recs(&["a"]))), Ok(Some(0)));
     assert_eq!(block_on(p.send("t", 0, &recs(&["b"]))), Ok(Some(1)));
     rt.0.borrow_mut().corrupt_fetched_tail = true;
-    let cluster = Cluster::new(rt.clone(), vec!["loopback:9092".into()], ClientConfig::default());
-    let mut c = Consumer::new(cluster, ConsumerConfig::default(), "t");
-    c.assign(0, Some(0));
-    let offsets = |polled: &super::consumer::Polled| polled.records.iter().map(|r| r.offset).collect::<Vec<i64>>();
+    let mut c = consumer_of(&rt, &[(0, Some(0))]);
     let first = block_on(c.poll()).expect("the good batch is handed over with the poll, not lost with the error");
     println!(
         "first poll: offsets {:?}, position {:?}",
