@@ -96,15 +96,18 @@ pub struct PollSummary {
 }
 
 /// Where a poll puts each record it reads: the fetched bytes they lie in, the partition, the
-/// record. `reserve` says how many may follow.
+/// record. `make_room` is told each answer's record set before its records come.
 trait Sink {
-    fn reserve(&mut self, _additional: usize) {}
+    fn make_room(&mut self, _records: &[u8]) {}
     fn record(&mut self, bytes: &Bytes, partition: i32, r: &record::RecordView<'_>);
 }
 
 impl Sink for Vec<ConsumerRecord> {
-    fn reserve(&mut self, additional: usize) {
-        Vec::reserve(self, additional);
+    /// Room for every record of the answer at once (a catching-up read brings thousands):
+    /// growing by doubling copied them again and again. Counted here, so that a sink that keeps
+    /// no list does not read the batch headers for it.
+    fn make_room(&mut self, records: &[u8]) {
+        self.reserve(record_count(records));
     }
 
     fn record(&mut self, bytes: &Bytes, partition: i32, r: &record::RecordView<'_>) {
@@ -297,9 +300,7 @@ impl<R: Runtime> Consumer<R> {
                 }
             }
             let bytes = p.records.clone().unwrap_or_default();
-            // Room for every record of the answer at once (a catching-up read brings thousands):
-            // growing by doubling copied them again and again.
-            sink.reserve(record_count(&bytes));
+            sink.make_room(&bytes);
             let mut next = position;
             let mut failed = None;
             // A batch's records, read whole before any is handed over: a batch this client
