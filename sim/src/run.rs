@@ -480,8 +480,18 @@ async fn group_consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions:
 
     let mut session = sessions.fetch_add(1, Ordering::Relaxed);
     let mut generation_seen = None;
+    // Each poll's records as (partition, offset, value), read from the fetched bytes as the poll
+    // goes (no `GroupRecord` built, no copy of the topic's name per record).
+    let mut records: Vec<(i32, i64, Value)> = Vec::new();
     while rt.monotonic_ms() < w.consume_until_ms {
-        let polled = consumer.poll().await;
+        records.clear();
+        let polled = consumer
+            .poll_with(|_, partition, r| {
+                if let Some(value) = r.value.and_then(Value::from_bytes) {
+                    records.push((partition, r.offset.0, value));
+                }
+            })
+            .await;
         let at_ms = rt.monotonic_ms();
         let (member, generation) = consumer.generation();
         if generation >= 0 && generation_seen != Some(generation) {
@@ -499,21 +509,11 @@ async fn group_consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions:
             books(|b| b.history.assignments.push(assignment));
         }
         record_commits(c, &group_id, &mut consumer);
-        let records: Vec<(i32, i64, Value)> = match polled {
-            Ok(polled) => polled
-                .records
-                .iter()
-                .filter_map(|r| {
-                    let value = r.record.value.as_deref().and_then(Value::from_bytes)?;
-                    Some((r.record.partition, r.record.offset, value))
-                })
-                .collect(),
-            Err(e) => {
-                tracing::debug!(target: "workload", consumer = c, error = %e, "group poll failed");
-                rt.sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
+        if let Err(e) = polled {
+            tracing::debug!(target: "workload", consumer = c, error = %e, "group poll failed");
+            rt.sleep(Duration::from_millis(100)).await;
+            continue;
+        }
         books(|b| {
             for &(partition, offset, value) in &records {
                 b.history.polls.push(Poll {

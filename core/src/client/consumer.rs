@@ -158,6 +158,11 @@ impl<R: Runtime> Consumer<R> {
         self.positions.remove(&partition);
     }
 
+    /// Whether any partition is assigned (without listing them).
+    pub fn has_assignment(&self) -> bool {
+        !self.positions.is_empty()
+    }
+
     /// The assigned partitions.
     pub fn assigned(&self) -> Vec<i32> {
         self.positions.keys().copied().collect()

@@ -47,6 +47,7 @@ use crate::protocol::api::offset_commit::{OffsetCommitPartition, OffsetCommitReq
 use crate::protocol::api::offset_fetch::{OffsetFetchGroup, OffsetFetchRequest, OffsetFetchTopic};
 use crate::protocol::api::sync_group::{SyncGroupAssignment, SyncGroupRequest};
 use crate::protocol::{Request, Response};
+use crate::record::RecordView;
 use crate::runtime::Runtime;
 use crate::ErrorCode;
 
@@ -121,12 +122,28 @@ pub struct GroupRecord {
     pub record: ConsumerRecord,
 }
 
+/// What [`GroupConsumer::poll_with`] read, beside the records it handed over.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GroupPollSummary {
+    /// Records handed over.
+    pub records: usize,
+    /// Positions reset per `auto.offset.reset`: (partition, from, to).
+    pub resets: Vec<(TopicPartition, i64, i64)>,
+}
+
 /// What a poll returned.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GroupPolled {
     pub records: Vec<GroupRecord>,
     /// Positions reset per `auto.offset.reset`: (partition, from, to).
     pub resets: Vec<(TopicPartition, i64, i64)>,
+}
+
+/// A topic's fetcher's position resets, (partition, from, to), named by topic and partition.
+fn under_topic(topic: &str, resets: Vec<(i32, i64, i64)>) -> impl Iterator<Item = (TopicPartition, i64, i64)> + '_ {
+    resets
+        .into_iter()
+        .map(move |(partition, from, to)| (TopicPartition::new(topic, partition), from, to))
 }
 
 pub struct GroupConsumer<R: Runtime> {
@@ -217,6 +234,72 @@ impl<R: Runtime> GroupConsumer<R> {
     /// Joins if needed, heartbeats, auto-commits, then fetches once from every assigned
     /// partition.
     pub async fn poll(&mut self) -> Result<GroupPolled, ClientError> {
+        let mut polled = GroupPolled::default();
+        if !self.before_fetch().await? {
+            return Ok(polled);
+        }
+        let mut first_error = None;
+        for (topic, fetcher) in self.fetchers.iter_mut() {
+            if !fetcher.has_assignment() {
+                continue;
+            }
+            match fetcher.poll().await {
+                Ok(p) => {
+                    polled.records.extend(p.records.into_iter().map(|record| GroupRecord {
+                        topic: topic.clone(),
+                        record,
+                    }));
+                    polled.resets.extend(under_topic(topic, p.resets));
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e) if polled.records.is_empty() => Err(e),
+            _ => Ok(polled),
+        }
+    }
+
+    /// [`poll`](Self::poll), handing each record to `each` (its topic, its partition, the record
+    /// as it lies in the fetched bytes) as [`Consumer::poll_with`] does: no [`GroupRecord`]
+    /// built, so no copy of the topic's name and no reference count per record. The same records
+    /// in the same order, and the same outcome: an error only when a topic failed and no record
+    /// was handed over.
+    pub async fn poll_with(
+        &mut self,
+        mut each: impl FnMut(&str, i32, &RecordView<'_>),
+    ) -> Result<GroupPollSummary, ClientError> {
+        let mut summary = GroupPollSummary::default();
+        if !self.before_fetch().await? {
+            return Ok(summary);
+        }
+        let mut first_error = None;
+        for (topic, fetcher) in self.fetchers.iter_mut() {
+            if !fetcher.has_assignment() {
+                continue;
+            }
+            match fetcher.poll_with(|partition, r| each(topic, partition, r)).await {
+                Ok(s) => {
+                    summary.records += s.records;
+                    summary.resets.extend(under_topic(topic, s.resets));
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e) if summary.records == 0 => Err(e),
+            _ => Ok(summary),
+        }
+    }
+
+    /// What a poll does before it fetches: heartbeat news, an auto-commit when due, a join or a
+    /// coordinator lookup when needed. `false`: nothing is assigned, and it waited as a fetch
+    /// would (so a poll loop does not spin); there is nothing to fetch.
+    async fn before_fetch(&mut self) -> Result<bool, ClientError> {
         let now = self.rt.monotonic_ms();
         self.take_heartbeat_news();
         self.hb.borrow_mut().last_poll_ms = now;
@@ -243,39 +326,12 @@ impl<R: Runtime> GroupConsumer<R> {
             }
             self.share_identity();
         }
-        let mut polled = GroupPolled::default();
         if self.assignment.is_empty() {
-            // Nothing to fetch: wait as a fetch would, so a poll loop does not spin.
             let wait = u64::try_from(self.config.consumer.fetch_max_wait_ms.max(1)).unwrap_or(1);
             self.rt.sleep(Duration::from_millis(wait)).await;
-            return Ok(polled);
+            return Ok(false);
         }
-        let mut first_error = None;
-        for (topic, fetcher) in self.fetchers.iter_mut() {
-            if fetcher.assigned().is_empty() {
-                continue;
-            }
-            match fetcher.poll().await {
-                Ok(p) => {
-                    polled.records.extend(p.records.into_iter().map(|record| GroupRecord {
-                        topic: topic.clone(),
-                        record,
-                    }));
-                    polled.resets.extend(
-                        p.resets
-                            .into_iter()
-                            .map(|(part, from, to)| (TopicPartition::new(topic, part), from, to)),
-                    );
-                }
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        match first_error {
-            Some(e) if polled.records.is_empty() => Err(e),
-            _ => Ok(polled),
-        }
+        Ok(true)
     }
 
     /// Commits `offsets` (the next offset to read, per partition) and waits for the answer.

@@ -450,3 +450,79 @@ fn one_poll(c: &mut GroupConsumer<Rt>) -> Task<'_> {
         let _ = c.poll().await;
     })
 }
+
+/// `poll_with` hands over the records `poll` returns, in the same order, with the same position
+/// resets: two members of two groups read the same log, one with each.
+#[test]
+fn poll_with_hands_over_the_records_poll_returns() {
+    let rt = setup();
+    // Three records in partition 2 beside setup's five in partition 0: two partitions to read.
+    for i in 10..13u8 {
+        let records = [NewRecord {
+            timestamp: 1,
+            key: None,
+            value: Some(vec![i]),
+        }];
+        let fields = ProducerFields {
+            producer_id: -1,
+            producer_epoch: -1,
+            base_sequence: -1,
+        };
+        let mut batch = build_batch(&records, fields);
+        let mut disk = rt.0.disk.borrow_mut();
+        rt.0.broker
+            .borrow_mut()
+            .produce(&mut *disk, "t", 2, &mut batch, -1, 0)
+            .expect("append");
+    }
+    let mut a = member(&rt, "a", Assignor::Range);
+    let mut b = member(&rt, "b", Assignor::Range);
+    b.config.group_id = "h".into();
+    type Read = Vec<(String, i32, i64, Option<Vec<u8>>)>;
+    let (by_poll, by_with) = (RefCell::new(Read::new()), RefCell::new(Read::new()));
+    let (resets_poll, resets_with) = (RefCell::new(Vec::new()), RefCell::new(Vec::new()));
+    let deadline = rt.monotonic_ms() + 60_000;
+    run(
+        &rt,
+        vec![
+            Box::pin(async {
+                while rt.monotonic_ms() < deadline && by_poll.borrow().len() < 8 {
+                    if let Ok(p) = a.poll().await {
+                        let records = p.records.iter().map(|r| {
+                            let value = r.record.value.as_deref().map(<[u8]>::to_vec);
+                            (r.topic.clone(), r.record.partition, r.record.offset, value)
+                        });
+                        by_poll.borrow_mut().extend(records);
+                        resets_poll.borrow_mut().extend(p.resets);
+                    }
+                }
+            }),
+            Box::pin(async {
+                while rt.monotonic_ms() < deadline && by_with.borrow().len() < 8 {
+                    let polled = b
+                        .poll_with(|topic, partition, r| {
+                            let value = r.value.map(<[u8]>::to_vec);
+                            by_with
+                                .borrow_mut()
+                                .push((topic.to_string(), partition, r.offset.0, value));
+                        })
+                        .await;
+                    if let Ok(s) = polled {
+                        resets_with.borrow_mut().extend(s.resets);
+                    }
+                }
+            }),
+        ],
+    );
+    let by_poll = by_poll.into_inner();
+    let by_with = by_with.into_inner();
+    let offsets: Vec<(i32, i64)> = by_poll.iter().map(|r| (r.1, r.2)).collect();
+    let mut expected: Vec<(i32, i64)> = (0..5).map(|o| (0, o)).chain((0..3).map(|o| (2, o))).collect();
+    let mut sorted = offsets.clone();
+    sorted.sort_unstable();
+    expected.sort_unstable();
+    assert_eq!(sorted, expected, "poll read both partitions in full, each record once");
+    assert_eq!(by_poll[0].3, Some(vec![0]), "with its value");
+    assert_eq!(by_with, by_poll, "poll_with handed over what poll returned");
+    assert_eq!(resets_with.into_inner(), resets_poll.into_inner());
+}
