@@ -40,6 +40,8 @@ pub(super) struct World {
     pub(super) produce_errors: VecDeque<ErrorCode>,
     /// Every Produce request handled: (time, partitions, record batch bytes).
     pub(super) produce_log: Vec<(u64, usize, usize)>,
+    /// Every Fetch request handled: the partitions it asked for.
+    pub(super) fetch_log: Vec<Vec<i32>>,
     /// Flip one bit in the last byte of each fetched partition's records (inside the last
     /// batch's checksummed bytes), as a frame damaged on its way would.
     pub(super) corrupt_fetched_tail: bool,
@@ -65,6 +67,7 @@ impl World {
             init_errors: VecDeque::new(),
             produce_errors: VecDeque::new(),
             produce_log: Vec::new(),
+            fetch_log: Vec::new(),
             corrupt_fetched_tail: false,
             compress_fetched_tail: false,
         }
@@ -117,6 +120,8 @@ impl World {
                 None => handlers::init_producer_id(&mut self.broker, &mut self.disk, r).encode(v),
             },
             Request::Fetch(r) => {
+                let asked = r.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.partition));
+                self.fetch_log.push(asked.collect());
                 let (mut resp, _) = handlers::fetch(&self.broker, &self.disk, r, v);
                 if self.corrupt_fetched_tail {
                     for p in resp.topics.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
@@ -516,4 +521,31 @@ fn records_read_before_a_corrupt_batch_reach_the_caller_when_every_partition_fai
     rt.0.borrow_mut().corrupt_fetched_tail = false;
     let second = block_on(c.poll()).expect("undamaged");
     assert_eq!(offsets(&second), vec![1], "every record once, in order");
+}
+
+/// As Kafka's consumer, one Fetch per leader for all the partitions it leads: a partition with
+/// nothing new does not hold up the others for a fetch.max.wait.ms of its own.
+#[test]
+fn one_fetch_asks_the_leader_for_every_partition_it_leads() {
+    let rt = Loopback(Rc::new(RefCell::new(World::new(4))));
+    let cluster = Cluster::new(rt.clone(), vec!["loopback:9092".into()], ClientConfig::default());
+    let mut p = Producer::new(cluster, ProducerConfig::default());
+    for (partition, value) in [(1, "a"), (3, "b"), (3, "c")] {
+        assert!(block_on(p.send("t", partition, &recs(&[value]))).is_ok());
+    }
+    let mut c = consumer_of(&rt, &[(0, Some(0)), (1, Some(0)), (2, Some(0)), (3, Some(0))]);
+    let polled = block_on(c.poll()).expect("poll");
+    let read: Vec<(i32, i64)> = polled.records.iter().map(|r| (r.partition, r.offset)).collect();
+    let fetches = rt.0.borrow().fetch_log.clone();
+    println!("fetches {fetches:?}, read {read:?}");
+    assert_eq!(fetches, vec![vec![0, 1, 2, 3]], "one request for the four partitions");
+    assert_eq!(
+        read,
+        vec![(1, 0), (3, 0), (3, 1)],
+        "every partition's records, in partition order"
+    );
+    assert_eq!(
+        (c.position(0), c.position(1), c.position(3)),
+        (Some(0), Some(1), Some(2))
+    );
 }

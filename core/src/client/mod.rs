@@ -22,7 +22,10 @@ pub mod partitioner;
 pub mod producer;
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 
 use crate::name_map::NameMap;
 use crate::protocol::api::create_topics::{CreatableTopic, CreateTopicsRequest, TopicConfig};
@@ -133,6 +136,18 @@ impl<R: Runtime> Cluster<R> {
             }
         };
         Ok(&mut self.conns[at].1)
+    }
+
+    /// The open connections to `addrs`, each at its address's index (`None` where none is open):
+    /// several borrowed at once, for requests in flight together.
+    pub fn conns_mut(&mut self, addrs: &[Arc<str>]) -> Vec<Option<&mut KafkaConn<R>>> {
+        let mut out: Vec<Option<&mut KafkaConn<R>>> = addrs.iter().map(|_| None).collect();
+        for (addr, conn) in self.conns.iter_mut() {
+            if let Some(at) = addrs.iter().position(|a| short_eq::same(a, addr)) {
+                out[at] = Some(conn);
+            }
+        }
+        out
     }
 
     /// Forgets a connection after an error (a late reply must not answer the next request).
@@ -362,3 +377,97 @@ mod metadata_guard_tests {
 mod batching_tests;
 #[cfg(test)]
 mod loopback_tests;
+
+/// Runs `futures` together on the caller's task until every one is done; their outputs in the
+/// same order. Each is polled in order whenever the task wakes (core has no `futures` crate), so
+/// the order of their steps is a function of the wake-ups alone: runs stay deterministic.
+pub(crate) async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
+            if output.is_none() {
+                match future.as_mut().poll(cx) {
+                    Poll::Ready(value) => *output = Some(value),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
+}
+
+#[cfg(test)]
+mod join_all_tests {
+    use std::cell::Cell;
+    use std::future::Future;
+    use std::pin::{pin, Pin};
+    use std::task::{Context, Poll, Waker};
+
+    use super::join_all;
+
+    /// Ready with `value` at its `polls`-th poll, logging each poll; wakes itself until then.
+    struct After<'a> {
+        polls: u32,
+        value: char,
+        log: &'a Cell<u32>,
+    }
+
+    impl Future for After<'_> {
+        type Output = char;
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<char> {
+            self.log.set(self.log.get() + 1);
+            self.polls -= 1;
+            if self.polls == 0 {
+                Poll::Ready(self.value)
+            } else {
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+        }
+    }
+
+    /// Outputs in the futures' order whichever finishes first, each polled until it is done
+    /// and never after.
+    #[test]
+    fn every_output_in_order_each_future_polled_until_done() {
+        let log = [Cell::new(0), Cell::new(0), Cell::new(0)];
+        let futures = vec![
+            After {
+                polls: 3,
+                value: 'a',
+                log: &log[0],
+            },
+            After {
+                polls: 1,
+                value: 'b',
+                log: &log[1],
+            },
+            After {
+                polls: 2,
+                value: 'c',
+                log: &log[2],
+            },
+        ];
+        let mut joined = pin!(join_all(futures));
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut rounds = 1;
+        let out = loop {
+            match joined.as_mut().poll(&mut cx) {
+                Poll::Ready(out) => break out,
+                Poll::Pending => rounds += 1,
+            }
+        };
+        let polls: Vec<u32> = log.iter().map(Cell::get).collect();
+        assert_eq!(out, vec!['a', 'b', 'c']);
+        assert_eq!(rounds, 3, "done when the slowest is");
+        assert_eq!(polls, vec![3, 1, 2], "none polled after it finished");
+    }
+}
