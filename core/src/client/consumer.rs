@@ -256,8 +256,7 @@ impl<R: Runtime> Consumer<R> {
         for (partition, position, at) in wanted {
             let result = match &answered[at] {
                 Ok(resp) => {
-                    let addr = leaders[at].clone();
-                    self.take_answer(partition, position, &addr, resp, sink, &mut summary)
+                    self.take_answer(partition, position, &leaders[at], resp, sink, &mut summary)
                         .await
                 }
                 Err(e) => Err(e.clone()),
