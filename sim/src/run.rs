@@ -918,6 +918,71 @@ fn monotonic_ms() -> u64 {
 mod tests {
     use super::*;
 
+    /// `scenarios/replication/consumer_reads_on_while_one_leader_is_cut_off.toml`: while
+    /// consumer-0 cannot reach broker-1, it keeps reading the partitions the other two brokers
+    /// lead. The longest time without a poll that brought records, over the cut, stays under a
+    /// second (records arrive every few ms). Awaiting every leader's answer in each poll made it
+    /// 5 s and more: the cut-off leader's Fetch, then its connect, each waited out
+    /// request.timeout.ms.
+    #[test]
+    fn a_consumer_cut_off_from_one_leader_reads_the_others() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../scenarios/replication/consumer_reads_on_while_one_leader_is_cut_off.toml");
+        let scenario = Scenario::load(&path).expect("the scenario loads");
+        for seed in 0..2 {
+            let result = run_scenario(
+                &scenario,
+                &RunOptions {
+                    seed,
+                    print_trace: false,
+                    trace_filter: None,
+                },
+            );
+            assert!(result.error.is_none(), "seed {seed}: {:?}", result.error);
+            let at = |what: &str| {
+                let event = result.faults.iter().find(|f| f.what == what);
+                event
+                    .unwrap_or_else(|| panic!("seed {seed}: no {what} in {:?}", result.faults))
+                    .at_ms
+            };
+            let (cut, mended) = (at("partition-halves"), at("repair-halves"));
+            let mut polled: Vec<u64> = result.history.polls.iter().map(|p| p.at_ms).collect();
+            polled.retain(|&t| cut <= t && t <= mended);
+            polled.dedup();
+            let mut partitions: BTreeMap<i32, (u64, u64, usize)> = BTreeMap::new();
+            for p in result
+                .history
+                .polls
+                .iter()
+                .filter(|p| cut <= p.at_ms && p.at_ms <= mended)
+            {
+                let e = partitions.entry(p.partition).or_insert((p.at_ms, p.at_ms, 0));
+                e.1 = p.at_ms;
+                e.2 += 1;
+            }
+            let mut gaps: Vec<u64> = polled.windows(2).map(|w| w[1] - w[0]).collect();
+            gaps.push(polled.first().map_or(mended - cut, |first| first - cut));
+            gaps.push(polled.last().map_or(mended - cut, |last| mended - last));
+            let longest = gaps.iter().copied().max().unwrap_or(0);
+            println!(
+                "seed {seed}: cut {cut}..{mended} ms, {} polls with records over it, of partitions \
+                 {partitions:?}, longest without one {longest} ms",
+                polled.len()
+            );
+            assert!(polled.len() >= 10, "seed {seed}: the consumer read during the cut");
+            let read_late = partitions.values().filter(|&&(_, last, _)| last > cut + 1_000).count();
+            assert!(
+                (1..6).contains(&read_late),
+                "seed {seed}: {read_late} partitions read past the cut's first second: the \
+                 cut-off leader's must not be"
+            );
+            assert!(
+                longest < 1_000,
+                "seed {seed}: {longest} ms without records during the cut"
+            );
+        }
+    }
+
     /// The sleeps of `sends` sends: one entry per send, `None` for a send not followed by one.
     fn sleeps(interval_ms: u64, sends: usize) -> Vec<Option<u64>> {
         let mut pacer = Pacer::new(Duration::from_millis(interval_ms));

@@ -18,7 +18,8 @@ use crate::record::{self, BatchHeader};
 use crate::runtime::Runtime;
 use crate::{short_eq, ErrorCode};
 
-use super::{code, join_all, ClientError, Cluster, FETCH_VERSION, LIST_OFFSETS_VERSION};
+use super::conn::KafkaConn;
+use super::{code, first_ready, ClientError, Cluster, Pending, FETCH_VERSION, LIST_OFFSETS_VERSION};
 
 #[derive(Clone, Debug)]
 pub struct ConsumerConfig {
@@ -130,12 +131,32 @@ impl<F: FnMut(i32, &record::RecordView<'_>)> Sink for Each<F> {
     }
 }
 
+/// What a Fetch in flight ends with: its connection, given back when the call succeeded, and
+/// the answer.
+type FetchDone<R> = (Option<KafkaConn<R>>, Result<Response, ClientError>);
+
+/// A Fetch in flight to one leader: its address and the partitions it asked for, each with the
+/// position it asked from. It may outlive the poll that sent it, as in Kafka's consumer, which
+/// keeps one a broker in flight.
+struct Asked {
+    addr: Arc<str>,
+    asked: Vec<(i32, i64)>,
+}
+
+impl Asked {
+    fn asks_for(&self, partition: i32) -> bool {
+        self.asked.iter().any(|&(p, _)| p == partition)
+    }
+}
+
 pub struct Consumer<R: Runtime> {
     pub cluster: Cluster<R>,
     pub config: ConsumerConfig,
     topic: Arc<str>,
     /// partition → next offset to read; `None` until reset by `auto.offset.reset`.
     positions: BTreeMap<i32, Option<i64>>,
+    /// The Fetches in flight, at most one a leader.
+    in_flight: Vec<Pending<Asked, FetchDone<R>>>,
 }
 
 impl<R: Runtime> Consumer<R> {
@@ -145,6 +166,7 @@ impl<R: Runtime> Consumer<R> {
             config,
             topic: topic.into(),
             positions: BTreeMap::new(),
+            in_flight: Vec::new(),
         }
     }
 
@@ -172,9 +194,12 @@ impl<R: Runtime> Consumer<R> {
         self.positions.get(&partition).copied().flatten()
     }
 
-    /// One fetch from each assigned partition's leader. A partition that fails does not cost the
-    /// others their records (their positions have moved past them): the poll returns what it
-    /// read, and fails only when every partition failed and nothing was read.
+    /// Sends a Fetch to each leader of assigned partitions that has none in flight, and returns
+    /// with the first answers, from whichever leaders; the Fetches still out are awaited by the
+    /// next polls. An answer for a partition unassigned or moved since it was asked for is
+    /// dropped. A partition that fails does not cost the others their records (their positions
+    /// have moved past them): the poll returns what it read, and fails only when every partition
+    /// it heard about failed and nothing was read.
     pub async fn poll(&mut self) -> Result<Polled, ClientError> {
         let mut records = Vec::new();
         let summary = self.poll_into(&mut records).await?;
@@ -199,21 +224,31 @@ impl<R: Runtime> Consumer<R> {
     async fn poll_into(&mut self, sink: &mut impl Sink) -> Result<PollSummary, ClientError> {
         let mut summary = PollSummary::default();
         let mut first_error = None;
-        let partitions: Vec<i32> = self.positions.keys().copied().collect();
-        let count = partitions.len();
+        // A Fetch none of whose partitions is still assigned at the position it asked from is not
+        // waited for: its answer could not be used. It goes with its connection.
+        let positions = &self.positions;
+        self.in_flight
+            .retain(|(f, _)| f.asked.iter().any(|&(p, at)| positions.get(&p) == Some(&Some(at))));
+        // Partitions this poll had an outcome for: read, failed, or reset.
+        let mut considered = 0;
         let mut failed = 0;
-        // Each partition's position and leader, then one Fetch per leader for all its partitions,
-        // every leader's at once, as Kafka's consumer sends one per broker. A leader answers as
-        // soon as any of its partitions has records (min.bytes 1), so a poll waits at most one
-        // fetch.max.wait.ms. One Fetch per partition, in turn, made a poll wait that long for
-        // every idle partition before it (six partitions, one written: up to 2.5 s).
+        // One Fetch per leader for all its partitions, as Kafka's consumer sends one per broker,
+        // for every leader without one in flight; a partition already asked for waits for its
+        // answer. A leader answers as soon as any of its partitions has records (min.bytes 1).
+        let partitions: Vec<i32> = self.positions.keys().copied().collect();
         let mut leaders: Vec<Arc<str>> = Vec::new();
         let mut fetches: Vec<Vec<FetchPartition>> = Vec::new();
-        // (partition, position, index of its leader)
-        let mut wanted: Vec<(i32, i64, usize)> = Vec::with_capacity(count);
         for partition in partitions {
+            if self.in_flight.iter().any(|(f, _)| f.asks_for(partition)) {
+                continue;
+            }
             match self.position_and_leader(partition).await {
                 Ok((position, addr, epoch)) => {
+                    if self.in_flight.iter().any(|(f, _)| short_eq::same(&f.addr, &addr)) {
+                        // Its leader's Fetch went out without it (it was assigned or moved since):
+                        // the next one asks for it.
+                        continue;
+                    }
                     let at = match leaders.iter().position(|l| short_eq::same(l, &addr)) {
                         Some(at) => at,
                         None => {
@@ -230,40 +265,57 @@ impl<R: Runtime> Consumer<R> {
                         log_start_offset: -1,
                         partition_max_bytes: self.config.partition_max_bytes,
                     });
-                    wanted.push((partition, position, at));
                 }
                 Err(e) => {
+                    considered += 1;
                     failed += 1;
                     first_error.get_or_insert(e);
                 }
             }
         }
-        let answers = self.fetch_from(&leaders, fetches).await;
-        let mut answered = Vec::with_capacity(answers.len());
-        for (addr, answer) in leaders.iter().zip(answers) {
+        for (addr, partitions) in leaders.into_iter().zip(fetches) {
+            self.start_fetch(addr, partitions);
+        }
+        // The poll returns with the first answers, whichever leaders they come from; the other
+        // Fetches stay in flight for the next polls. Waiting for every leader's answer made one
+        // leader cut off from this client stall every partition for request.timeout.ms.
+        let answers = if self.in_flight.is_empty() {
+            Vec::new()
+        } else {
+            first_ready(&mut self.in_flight).await
+        };
+        for (fetch, (conn, answer)) in answers {
             let answer = match answer {
                 Ok(Response::Fetch(resp)) => Ok(resp),
                 Ok(_) => Err(ClientError::Protocol("Fetch answered with another API".into())),
                 Err(e) => Err(e),
             };
-            if answer.is_err() {
-                // A late answer must not answer the next request; the leader may have moved.
-                self.cluster.drop_conn(addr);
-                self.cluster.invalidate(&self.topic);
+            match (conn, &answer) {
+                // Taken back before the answer is read: an out-of-range partition's reset asks
+                // the same leader on it.
+                (Some(conn), Ok(_)) => self.cluster.put_conn(&fetch.addr, conn),
+                // Its connection is gone with the error (a late answer must not answer the next
+                // request), and the leader may have moved.
+                _ => self.cluster.invalidate(&self.topic),
             }
-            answered.push(answer);
-        }
-        for (partition, position, at) in wanted {
-            let result = match &answered[at] {
-                Ok(resp) => {
-                    self.take_answer(partition, position, &leaders[at], resp, sink, &mut summary)
-                        .await
+            for (partition, position) in fetch.asked {
+                // Unassigned or moved (a seek, a rebalance) while the Fetch was out: its answer
+                // is for a position the application left.
+                if self.positions.get(&partition) != Some(&Some(position)) {
+                    continue;
                 }
-                Err(e) => Err(e.clone()),
-            };
-            if let Err(e) = result {
-                failed += 1;
-                first_error.get_or_insert(e);
+                considered += 1;
+                let result = match &answer {
+                    Ok(resp) => {
+                        self.take_answer(partition, position, &fetch.addr, resp, sink, &mut summary)
+                            .await
+                    }
+                    Err(e) => Err(e.clone()),
+                };
+                if let Err(e) = result {
+                    failed += 1;
+                    first_error.get_or_insert(e);
+                }
             }
         }
         match first_error {
@@ -271,7 +323,7 @@ impl<R: Runtime> Consumer<R> {
             // in one response): those records and the positions past them must reach the caller,
             // or they are skipped for good. A campaign seed lost offset 121 this way when all
             // three partitions failed in the same poll.
-            Some(e) if failed == count && summary.records == 0 && summary.resets.is_empty() => Err(e),
+            Some(e) if failed == considered && summary.records == 0 && summary.resets.is_empty() => Err(e),
             _ => Ok(summary),
         }
     }
@@ -300,51 +352,44 @@ impl<R: Runtime> Consumer<R> {
         Ok((position, addr, epoch))
     }
 
-    /// One Fetch to each of `leaders` (the partitions in `fetches` at its index), all in flight
-    /// at once; their answers in the same order.
-    async fn fetch_from(
-        &mut self,
-        leaders: &[Arc<str>],
-        fetches: Vec<Vec<FetchPartition>>,
-    ) -> Vec<Result<Response, ClientError>> {
-        let requests: Vec<Request> = fetches
-            .into_iter()
-            .map(|partitions| {
-                Request::Fetch(FetchRequest {
-                    replica_id: -1,
-                    max_wait_ms: self.config.fetch_max_wait_ms,
-                    min_bytes: 1,
-                    max_bytes: self.config.fetch_max_bytes,
-                    isolation_level: 1,
-                    session_id: 0,
-                    session_epoch: -1,
-                    topics: vec![FetchTopic {
-                        topic: self.topic.clone(),
-                        partitions,
-                        ..FetchTopic::default()
-                    }],
-                    ..FetchRequest::default()
-                })
-            })
-            .collect();
-        // Connections first, one at a time (a new one is rare), then the calls together.
-        let mut connected = Vec::with_capacity(leaders.len());
-        for addr in leaders {
-            connected.push(self.cluster.conn(addr).await.map(|_| ()));
-        }
-        let conns = self.cluster.conns_mut(leaders);
-        let calls = conns
-            .into_iter()
-            .zip(&requests)
-            .zip(connected)
-            .map(|((conn, request), connected)| async move {
-                connected?;
-                match conn {
-                    Some(conn) => conn.call(request, FETCH_VERSION).await,
-                    None => Err(ClientError::Protocol("no connection to the leader".into())),
-                }
-            });
-        join_all(calls.collect()).await
+    /// Sends a Fetch for `partitions` to their leader at `addr`, on the connection the cluster
+    /// keeps for it (one is opened if it has none). The call owns the connection while it is
+    /// out, so that it can outlive this poll, and hands it back with the answer.
+    fn start_fetch(&mut self, addr: Arc<str>, partitions: Vec<FetchPartition>) {
+        let asked = partitions.iter().map(|p| (p.partition, p.fetch_offset)).collect();
+        let request = Request::Fetch(FetchRequest {
+            replica_id: -1,
+            max_wait_ms: self.config.fetch_max_wait_ms,
+            min_bytes: 1,
+            max_bytes: self.config.fetch_max_bytes,
+            isolation_level: 1,
+            session_id: 0,
+            session_epoch: -1,
+            topics: vec![FetchTopic {
+                topic: self.topic.clone(),
+                partitions,
+                ..FetchTopic::default()
+            }],
+            ..FetchRequest::default()
+        });
+        let conn = match self.cluster.take_conn(&addr) {
+            Some(conn) => Ok(conn),
+            None => Err((self.cluster.rt.clone(), self.cluster.config.clone(), addr.to_string())),
+        };
+        let call = Box::pin(async move {
+            let mut conn = match conn {
+                Ok(conn) => conn,
+                Err((rt, config, addr)) => match KafkaConn::connect_as(&rt, &addr, &config).await {
+                    Ok(conn) => conn,
+                    Err(e) => return (None, Err(e)),
+                },
+            };
+            match conn.call(&request, FETCH_VERSION).await {
+                Ok(answer) => (Some(conn), Ok(answer)),
+                Err(e) => (None, Err(e)),
+            }
+        });
+        self.in_flight.push((Asked { addr, asked }, call));
     }
 
     /// Takes `partition`'s part of its leader's answer (at `addr`): its records to `sink`, its

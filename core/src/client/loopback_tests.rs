@@ -22,6 +22,7 @@ use crate::error_code::ErrorCode;
 use crate::ids::{Offset, ProducerId};
 use crate::node::handlers::{self, Advertised};
 use crate::protocol::api::init_producer_id::InitProducerIdResponse;
+use crate::protocol::api::metadata::MetadataBroker;
 use crate::protocol::api::produce::{ProducePartitionResponse, ProduceRequest, ProduceResponse, ProduceTopicResponse};
 use crate::protocol::{decode_request_bytes, encode_response, Limits, Request};
 use crate::record::{build_batch, NewRecord, ProducerFields};
@@ -49,6 +50,14 @@ pub(super) struct World {
     /// made again: a batch as a Kafka producer with `compression.type` writes it, whose records
     /// this client cannot read.
     pub(super) compress_fetched_tail: bool,
+    /// Partitions whose leader Metadata names as broker 1 at `silent:9092`: the same broker
+    /// underneath, reached on a connection of its own that can be held silent.
+    pub(super) silent_partitions: Vec<i32>,
+    /// While set, `silent:9092` answers nothing and no sleep ends (no timeout fires): a leader
+    /// cut off from the client, for as long as the test likes.
+    pub(super) hold_silent: bool,
+    /// Requests sent to `silent:9092`, answered or not.
+    pub(super) silent_sent: u32,
 }
 
 impl World {
@@ -70,6 +79,9 @@ impl World {
             fetch_log: Vec::new(),
             corrupt_fetched_tail: false,
             compress_fetched_tail: false,
+            silent_partitions: Vec::new(),
+            hold_silent: false,
+            silent_sent: 0,
         }
     }
 
@@ -84,10 +96,25 @@ impl World {
         };
         let mut lost = false;
         let body = match &request {
-            Request::Metadata(r) => handlers::metadata(&mut self.broker, &mut self.disk, r, &advertised, || {
-                TopicId::from_random(9, 9)
-            })
-            .encode(v),
+            Request::Metadata(r) => {
+                let mut resp = handlers::metadata(&mut self.broker, &mut self.disk, r, &advertised, || {
+                    TopicId::from_random(9, 9)
+                });
+                if !self.silent_partitions.is_empty() {
+                    resp.brokers.push(MetadataBroker {
+                        node_id: 1,
+                        host: "silent".into(),
+                        port: 9092,
+                        rack: None,
+                    });
+                    for p in resp.topics.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
+                        if self.silent_partitions.contains(&p.partition_index) {
+                            p.leader_id = 1;
+                        }
+                    }
+                }
+                resp.encode(v)
+            }
             Request::Produce(r) => {
                 self.produce_requests += 1;
                 let partitions = r.topics.iter().map(|t| t.partitions.len()).sum();
@@ -204,6 +231,10 @@ struct Loopback(Rc<RefCell<World>>);
 struct Conn {
     world: Rc<RefCell<World>>,
     replies: VecDeque<Result<Bytes, NetError>>,
+    /// To `silent:9092`: requests are answered when received, and not while the world holds
+    /// that leader silent.
+    silent: bool,
+    unanswered: VecDeque<Bytes>,
 }
 
 struct NoListener;
@@ -217,12 +248,32 @@ impl Listener for NoListener {
 
 impl Connection for Conn {
     async fn send(&mut self, frame: Bytes) -> Result<(), NetError> {
-        let reply = self.world.borrow_mut().answer(&frame);
-        self.replies.push_back(reply);
+        if self.silent {
+            self.world.borrow_mut().silent_sent += 1;
+            self.unanswered.push_back(frame);
+        } else {
+            let reply = self.world.borrow_mut().answer(&frame);
+            self.replies.push_back(reply);
+        }
         Ok(())
     }
 
     async fn recv(&mut self) -> Result<Option<Bytes>, NetError> {
+        if self.silent {
+            let world = self.world.clone();
+            std::future::poll_fn(|_| {
+                if world.borrow().hold_silent {
+                    Poll::Pending
+                } else {
+                    Poll::Ready(())
+                }
+            })
+            .await;
+            if let Some(frame) = self.unanswered.pop_front() {
+                let reply = self.world.borrow_mut().answer(&frame);
+                self.replies.push_back(reply);
+            }
+        }
         self.replies.pop_front().map_or(Ok(None), |r| r.map(Some))
     }
 
@@ -247,16 +298,26 @@ impl Runtime for Loopback {
         // one per call and never awaits it here).
         let world = self.0.clone();
         async move {
+            std::future::poll_fn(|_| {
+                if world.borrow().hold_silent {
+                    Poll::Pending
+                } else {
+                    Poll::Ready(())
+                }
+            })
+            .await;
             world.borrow_mut().now_ms += u64::try_from(duration.as_millis()).expect("short sleeps");
         }
     }
     fn spawn(&self, _task: impl Future<Output = ()> + 'static) {
         panic!("the producer spawns nothing");
     }
-    fn connect(&self, _addr: &str) -> impl Future<Output = Result<Conn, NetError>> {
+    fn connect(&self, addr: &str) -> impl Future<Output = Result<Conn, NetError>> {
         std::future::ready(Ok(Conn {
             world: self.0.clone(),
             replies: VecDeque::new(),
+            silent: addr == "silent:9092",
+            unanswered: VecDeque::new(),
         }))
     }
     fn listen(&self, _addr: &str) -> impl Future<Output = Result<NoListener, NetError>> {
@@ -548,4 +609,77 @@ fn one_fetch_asks_the_leader_for_every_partition_it_leads() {
         (c.position(0), c.position(1), c.position(3)),
         (Some(0), Some(1), Some(2))
     );
+}
+
+/// A leader that does not answer holds up only its own partitions: the poll returns the other
+/// leader's records while its Fetch stays out, that Fetch is not sent again while it is out, and
+/// its answer is taken by a later poll, unless the application moved the partition meanwhile; a
+/// Fetch whose partitions were all unassigned is not waited for.
+/// Awaiting every leader's answer in each poll (as before) stalled every partition for as long
+/// as one leader was cut off: here that poll would never end (`block_on` panics).
+#[test]
+fn a_silent_leader_holds_up_only_its_own_partitions() {
+    let rt = Loopback(Rc::new(RefCell::new(World::new(3))));
+    let cluster = Cluster::new(rt.clone(), vec!["loopback:9092".into()], ClientConfig::default());
+    let mut p = Producer::new(cluster, ProducerConfig::default());
+    for (partition, value) in [(0, "a"), (1, "b"), (2, "c"), (2, "d")] {
+        assert!(block_on(p.send("t", partition, &recs(&[value]))).is_ok());
+    }
+    {
+        let mut world = rt.0.borrow_mut();
+        world.silent_partitions = vec![1, 2];
+        world.hold_silent = true;
+    }
+    let mut c = consumer_of(&rt, &[(0, Some(0)), (1, Some(0)), (2, Some(0))]);
+    let read = |polled: &super::consumer::Polled| -> Vec<(i32, i64)> {
+        polled.records.iter().map(|r| (r.partition, r.offset)).collect()
+    };
+    let first = block_on(c.poll()).expect("poll");
+    println!("first poll read {:?}", read(&first));
+    assert_eq!(
+        read(&first),
+        vec![(0, 0)],
+        "the answering leader's records, not held up"
+    );
+    let second = block_on(c.poll()).expect("poll");
+    assert_eq!(
+        read(&second),
+        vec![],
+        "nothing new on partition 0, the silent leader still out"
+    );
+    let (fetches, silent_sent) = (rt.0.borrow().fetch_log.clone(), rt.0.borrow().silent_sent);
+    println!("fetches answered while the leader was silent: {fetches:?}; sent to it: {silent_sent}");
+    assert_eq!(
+        fetches,
+        vec![vec![0], vec![0]],
+        "partition 0's leader asked once a poll"
+    );
+    assert_eq!(silent_sent, 1, "the silent leader's Fetch was not sent again while out");
+    // The application moves partition 2 while its Fetch is out: that part of the answer is stale.
+    c.assign(2, Some(1));
+    rt.0.borrow_mut().hold_silent = false;
+    let third = block_on(c.poll()).expect("poll");
+    println!("after the leader spoke: {:?}", read(&third));
+    assert_eq!(
+        read(&third),
+        vec![(1, 0)],
+        "partition 1's answer; partition 2's dropped"
+    );
+    assert_eq!((c.position(1), c.position(2)), (Some(1), Some(1)));
+    let fourth = block_on(c.poll()).expect("poll");
+    assert_eq!(
+        read(&fourth),
+        vec![(2, 1)],
+        "partition 2 asked again from where it was moved to"
+    );
+    // Silent again, with a Fetch out to it; then every partition is unassigned (a rebalance took
+    // them): the poll does not wait for an answer it could not use.
+    rt.0.borrow_mut().hold_silent = true;
+    block_on(c.poll()).expect("poll");
+    assert_eq!(rt.0.borrow().silent_sent, 3, "a second Fetch out to the silent leader");
+    for partition in 0..3 {
+        c.unassign(partition);
+    }
+    let fifth = block_on(c.poll()).expect("an empty poll, at once");
+    assert_eq!(read(&fifth), vec![]);
 }

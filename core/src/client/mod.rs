@@ -138,16 +138,19 @@ impl<R: Runtime> Cluster<R> {
         Ok(&mut self.conns[at].1)
     }
 
-    /// The open connections to `addrs`, each at its address's index (`None` where none is open):
-    /// several borrowed at once, for requests in flight together.
-    pub fn conns_mut(&mut self, addrs: &[Arc<str>]) -> Vec<Option<&mut KafkaConn<R>>> {
-        let mut out: Vec<Option<&mut KafkaConn<R>>> = addrs.iter().map(|_| None).collect();
-        for (addr, conn) in self.conns.iter_mut() {
-            if let Some(at) = addrs.iter().position(|a| short_eq::same(a, addr)) {
-                out[at] = Some(conn);
-            }
+    /// Takes the open connection to `addr` out, for a request that may outlive the borrow of
+    /// the cluster (a consumer's Fetch); [`put_conn`](Self::put_conn) gives it back.
+    pub fn take_conn(&mut self, addr: &str) -> Option<KafkaConn<R>> {
+        let at = self.conn_at(addr)?;
+        Some(self.conns.swap_remove(at).1)
+    }
+
+    /// Gives back a connection [`take_conn`](Self::take_conn) took, unless another to `addr`
+    /// was opened meanwhile (then it is closed: one a broker).
+    pub fn put_conn(&mut self, addr: &str, conn: KafkaConn<R>) {
+        if self.conn_at(addr).is_none() {
+            self.conns.push((addr.to_string(), conn));
         }
-        out
     }
 
     /// Forgets a connection after an error (a late reply must not answer the next request).
@@ -378,49 +381,54 @@ mod batching_tests;
 #[cfg(test)]
 mod loopback_tests;
 
-/// Runs `futures` together on the caller's task until every one is done; their outputs in the
-/// same order. Each is polled in order whenever the task wakes (core has no `futures` crate), so
-/// the order of their steps is a function of the wake-ups alone: runs stay deterministic.
-pub(crate) async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
-    let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
-    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+/// A future kept with what it is for, polled by [`first_ready`].
+pub(crate) type Pending<M, O> = (M, Pin<Box<dyn Future<Output = O>>>);
+
+/// Waits on the caller's task until at least one of `pending` is done, then takes out every one
+/// done by then, with its output, in the list's order; the others stay in the list, to be
+/// awaited again later. Each is polled in order whenever the task wakes (core has no `futures`
+/// crate), so the order of their steps is a function of the wake-ups alone: runs stay
+/// deterministic. Never done when `pending` is empty.
+pub(crate) async fn first_ready<M, O>(pending: &mut Vec<Pending<M, O>>) -> Vec<(M, O)> {
     std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
-            if output.is_none() {
-                match future.as_mut().poll(cx) {
-                    Poll::Ready(value) => *output = Some(value),
-                    Poll::Pending => pending = true,
+        let mut done = Vec::new();
+        let mut at = 0;
+        while at < pending.len() {
+            match pending[at].1.as_mut().poll(cx) {
+                Poll::Ready(out) => {
+                    let (meta, _) = pending.remove(at);
+                    done.push((meta, out));
                 }
+                Poll::Pending => at += 1,
             }
         }
-        if pending {
+        if done.is_empty() {
             Poll::Pending
         } else {
-            Poll::Ready(())
+            Poll::Ready(done)
         }
     })
-    .await;
-    outputs.into_iter().flatten().collect()
+    .await
 }
 
 #[cfg(test)]
-mod join_all_tests {
+mod first_ready_tests {
     use std::cell::Cell;
     use std::future::Future;
     use std::pin::{pin, Pin};
+    use std::rc::Rc;
     use std::task::{Context, Poll, Waker};
 
-    use super::join_all;
+    use super::{first_ready, Pending};
 
     /// Ready with `value` at its `polls`-th poll, logging each poll; wakes itself until then.
-    struct After<'a> {
+    struct After {
         polls: u32,
         value: char,
-        log: &'a Cell<u32>,
+        log: Rc<Cell<u32>>,
     }
 
-    impl Future for After<'_> {
+    impl Future for After {
         type Output = char;
         fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<char> {
             self.log.set(self.log.get() + 1);
@@ -434,40 +442,46 @@ mod join_all_tests {
         }
     }
 
-    /// Outputs in the futures' order whichever finishes first, each polled until it is done
-    /// and never after.
-    #[test]
-    fn every_output_in_order_each_future_polled_until_done() {
-        let log = [Cell::new(0), Cell::new(0), Cell::new(0)];
-        let futures = vec![
-            After {
-                polls: 3,
-                value: 'a',
-                log: &log[0],
-            },
-            After {
-                polls: 1,
-                value: 'b',
-                log: &log[1],
-            },
-            After {
-                polls: 2,
-                value: 'c',
-                log: &log[2],
-            },
-        ];
-        let mut joined = pin!(join_all(futures));
+    /// Polls `first_ready` until it is done; its outputs and the rounds it took.
+    fn run(pending: &mut Vec<Pending<usize, char>>) -> (Vec<(usize, char)>, u32) {
+        let mut ready = pin!(first_ready(pending));
         let mut cx = Context::from_waker(Waker::noop());
         let mut rounds = 1;
-        let out = loop {
-            match joined.as_mut().poll(&mut cx) {
-                Poll::Ready(out) => break out,
+        loop {
+            match ready.as_mut().poll(&mut cx) {
+                Poll::Ready(out) => return (out, rounds),
                 Poll::Pending => rounds += 1,
             }
-        };
-        let polls: Vec<u32> = log.iter().map(Cell::get).collect();
-        assert_eq!(out, vec!['a', 'b', 'c']);
-        assert_eq!(rounds, 3, "done when the slowest is");
-        assert_eq!(polls, vec![3, 1, 2], "none polled after it finished");
+        }
+    }
+
+    /// Done with the first to finish (and every other done in the same round), the rest kept
+    /// for the next call; each polled until it is done and never after.
+    #[test]
+    fn the_first_done_come_out_the_rest_stay_for_later() {
+        let log: Vec<Rc<Cell<u32>>> = (0..4).map(|_| Rc::new(Cell::new(0))).collect();
+        let mut pending: Vec<Pending<usize, char>> = [(3, 'a'), (2, 'b'), (5, 'c'), (2, 'd')]
+            .into_iter()
+            .enumerate()
+            .map(|(i, (polls, value))| -> Pending<usize, char> {
+                let log = log[i].clone();
+                (i, Box::pin(After { polls, value, log }))
+            })
+            .collect();
+        let (out, rounds) = run(&mut pending);
+        assert_eq!(
+            out,
+            vec![(1, 'b'), (3, 'd')],
+            "both done in round 2, in the list's order"
+        );
+        assert_eq!(rounds, 2, "done when the quickest is");
+        assert_eq!(pending.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![0, 2]);
+        let (out, rounds) = run(&mut pending);
+        assert_eq!((out, rounds), (vec![(0, 'a')], 1), "the rest go on where they were");
+        let (out, rounds) = run(&mut pending);
+        assert_eq!((out, rounds), (vec![(2, 'c')], 2));
+        assert!(pending.is_empty());
+        let polls: Vec<u32> = log.iter().map(|l| l.get()).collect();
+        assert_eq!(polls, vec![3, 2, 5, 2], "none polled after it finished");
     }
 }
