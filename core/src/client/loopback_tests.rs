@@ -228,6 +228,19 @@ fn refuse_produce(r: &ProduceRequest, code: ErrorCode) -> ProduceResponse {
 #[derive(Clone)]
 struct Loopback(Rc<RefCell<World>>);
 
+/// Ready once the world no longer holds `silent:9092` silent. The tests poll by hand
+/// ([`block_on`] polls once), so no waker is kept.
+async fn until_spoken(world: &RefCell<World>) {
+    std::future::poll_fn(|_| {
+        if world.borrow().hold_silent {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await
+}
+
 struct Conn {
     world: Rc<RefCell<World>>,
     replies: VecDeque<Result<Bytes, NetError>>,
@@ -260,15 +273,7 @@ impl Connection for Conn {
 
     async fn recv(&mut self) -> Result<Option<Bytes>, NetError> {
         if self.silent {
-            let world = self.world.clone();
-            std::future::poll_fn(|_| {
-                if world.borrow().hold_silent {
-                    Poll::Pending
-                } else {
-                    Poll::Ready(())
-                }
-            })
-            .await;
+            until_spoken(&self.world).await;
             if let Some(frame) = self.unanswered.pop_front() {
                 let reply = self.world.borrow_mut().answer(&frame);
                 self.replies.push_back(reply);
@@ -298,14 +303,7 @@ impl Runtime for Loopback {
         // one per call and never awaits it here).
         let world = self.0.clone();
         async move {
-            std::future::poll_fn(|_| {
-                if world.borrow().hold_silent {
-                    Poll::Pending
-                } else {
-                    Poll::Ready(())
-                }
-            })
-            .await;
+            until_spoken(&world).await;
             world.borrow_mut().now_ms += u64::try_from(duration.as_millis()).expect("short sleeps");
         }
     }
