@@ -236,8 +236,8 @@ impl<R: Runtime> Consumer<R> {
         // for every leader without one in flight; a partition already asked for waits for its
         // answer. A leader answers as soon as any of its partitions has records (min.bytes 1).
         let partitions: Vec<i32> = self.positions.keys().copied().collect();
-        let mut leaders: Vec<Arc<str>> = Vec::new();
-        let mut fetches: Vec<Vec<FetchPartition>> = Vec::new();
+        // Each leader to send a Fetch to, with its partitions, in the order first met.
+        let mut fetches: Vec<(Arc<str>, Vec<FetchPartition>)> = Vec::new();
         for partition in partitions {
             if self.in_flight.iter().any(|(f, _)| f.asks_for(partition)) {
                 continue;
@@ -249,22 +249,18 @@ impl<R: Runtime> Consumer<R> {
                         // the next one asks for it.
                         continue;
                     }
-                    let at = match leaders.iter().position(|l| short_eq::same(l, &addr)) {
-                        Some(at) => at,
-                        None => {
-                            leaders.push(addr);
-                            fetches.push(Vec::new());
-                            leaders.len() - 1
-                        }
-                    };
-                    fetches[at].push(FetchPartition {
+                    let asked = FetchPartition {
                         partition,
                         current_leader_epoch: epoch,
                         fetch_offset: position,
                         last_fetched_epoch: -1,
                         log_start_offset: -1,
                         partition_max_bytes: self.config.partition_max_bytes,
-                    });
+                    };
+                    match fetches.iter_mut().find(|(l, _)| short_eq::same(l, &addr)) {
+                        Some((_, partitions)) => partitions.push(asked),
+                        None => fetches.push((addr, vec![asked])),
+                    }
                 }
                 Err(e) => {
                     considered += 1;
@@ -273,7 +269,7 @@ impl<R: Runtime> Consumer<R> {
                 }
             }
         }
-        for (addr, partitions) in leaders.into_iter().zip(fetches) {
+        for (addr, partitions) in fetches {
             self.start_fetch(addr, partitions);
         }
         // The poll returns with the first answers, whichever leaders they come from; the other
