@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::task::Poll;
 
 use bytes::Bytes;
 
@@ -19,7 +20,7 @@ use crate::runtime::Runtime;
 use crate::{short_eq, ErrorCode};
 
 use super::conn::KafkaConn;
-use super::{code, first_ready, ClientError, Cluster, Pending, FETCH_VERSION, LIST_OFFSETS_VERSION};
+use super::{code, take_ready, ClientError, Cluster, Pending, FETCH_VERSION, LIST_OFFSETS_VERSION};
 
 #[derive(Clone, Debug)]
 pub struct ConsumerConfig {
@@ -138,7 +139,7 @@ type FetchDone<R> = (Option<KafkaConn<R>>, Result<Response, ClientError>);
 /// A Fetch in flight to one leader: its address and the partitions it asked for, each with the
 /// position it asked from. It may outlive the poll that sent it, as in Kafka's consumer, which
 /// keeps one a broker in flight.
-struct Asked {
+pub(crate) struct Asked {
     addr: Arc<str>,
     asked: Vec<(i32, i64)>,
 }
@@ -146,6 +147,45 @@ struct Asked {
 impl Asked {
     fn asks_for(&self, partition: i32) -> bool {
         self.asked.iter().any(|&(p, _)| p == partition)
+    }
+}
+
+/// The Fetches of one consumer answered in one wait, with what they asked for.
+pub(crate) struct Answers<R: Runtime>(Vec<(Asked, FetchDone<R>)>);
+
+impl<R: Runtime> Default for Answers<R> {
+    fn default() -> Self {
+        Answers(Vec::new())
+    }
+}
+
+/// The partitions a poll had an outcome for (read, failed, or reset), those that failed, and
+/// the first error.
+#[derive(Default)]
+pub(crate) struct Tally {
+    considered: usize,
+    failed: usize,
+    first_error: Option<ClientError>,
+}
+
+impl Tally {
+    fn fail(&mut self, e: ClientError) {
+        self.considered += 1;
+        self.failed += 1;
+        self.first_error.get_or_insert(e);
+    }
+
+    /// The poll's outcome: what it read, or its first error when every partition it heard about
+    /// failed and nothing was read.
+    fn verdict(self, summary: PollSummary) -> Result<PollSummary, ClientError> {
+        match self.first_error {
+            // A partition can fail after handing over records (a corrupt batch behind good ones
+            // in one response): those records and the positions past them must reach the caller,
+            // or they are skipped for good. A campaign seed lost offset 121 this way when all
+            // three partitions failed in the same poll.
+            Some(e) if self.failed == self.considered && summary.records == 0 && summary.resets.is_empty() => Err(e),
+            _ => Ok(summary),
+        }
     }
 }
 
@@ -222,16 +262,20 @@ impl<R: Runtime> Consumer<R> {
     }
 
     async fn poll_into(&mut self, sink: &mut impl Sink) -> Result<PollSummary, ClientError> {
-        let mut summary = PollSummary::default();
-        let mut first_error = None;
+        let tally = self.send_fetches().await;
+        let mut answers = Self::first_answers(&mut [&mut *self]).await;
+        let answers = answers.pop().unwrap_or_default();
+        self.take_answers(answers, tally, sink).await
+    }
+
+    /// A poll's first step: sends a Fetch to each leader of assigned partitions that has none in
+    /// flight, after dropping the Fetches whose answers could no longer be used. What it returns
+    /// counts the partitions that failed on the way (no position, no leader).
+    pub(crate) async fn send_fetches(&mut self) -> Tally {
+        let mut tally = Tally::default();
         // A Fetch none of whose partitions is still assigned at the position it asked from is not
         // waited for: its answer could not be used. It goes with its connection.
-        let positions = &self.positions;
-        self.in_flight
-            .retain(|(f, _)| f.asked.iter().any(|&(p, at)| positions.get(&p) == Some(&Some(at))));
-        // Partitions this poll had an outcome for: read, failed, or reset.
-        let mut considered = 0;
-        let mut failed = 0;
+        self.drop_unwanted_fetches();
         // One Fetch per leader for all its partitions, as Kafka's consumer sends one per broker,
         // for every leader without one in flight; a partition already asked for waits for its
         // answer. A leader answers as soon as any of its partitions has records (min.bytes 1).
@@ -262,25 +306,66 @@ impl<R: Runtime> Consumer<R> {
                         None => fetches.push((addr, vec![asked])),
                     }
                 }
-                Err(e) => {
-                    considered += 1;
-                    failed += 1;
-                    first_error.get_or_insert(e);
-                }
+                Err(e) => tally.fail(e),
             }
         }
         for (addr, partitions) in fetches {
             self.start_fetch(addr, partitions);
         }
-        // The poll returns with the first answers, whichever leaders they come from; the other
-        // Fetches stay in flight for the next polls. Waiting for every leader's answer made one
-        // leader cut off from this client stall every partition for request.timeout.ms.
-        let answers = if self.in_flight.is_empty() {
-            Vec::new()
-        } else {
-            first_ready(&mut self.in_flight).await
-        };
-        for (fetch, (conn, answer)) in answers {
+        tally
+    }
+
+    /// Drops the Fetches in flight none of whose partitions is still assigned at the position it
+    /// asked from, with their connections.
+    pub(crate) fn drop_unwanted_fetches(&mut self) {
+        let positions = &self.positions;
+        self.in_flight
+            .retain(|(f, _)| f.asked.iter().any(|&(p, at)| positions.get(&p) == Some(&Some(at))));
+    }
+
+    /// Waits until a Fetch in flight of any of `consumers` is answered, then takes out every one
+    /// answered by then: each consumer's, in its order. The poll returns with the first answers,
+    /// whichever leaders (or, for a group's topics, whichever consumers) they come from; the
+    /// other Fetches stay in flight for the next polls. Waiting for every leader's answer made
+    /// one leader cut off from this client stall every partition for request.timeout.ms, and
+    /// waiting for each topic in turn made an idle topic's long poll hold up the others. Done at
+    /// once when none has a Fetch in flight.
+    pub(crate) async fn first_answers(consumers: &mut [&mut Self]) -> Vec<Answers<R>> {
+        if consumers.iter().all(|c| c.in_flight.is_empty()) {
+            return consumers.iter().map(|_| Answers::default()).collect();
+        }
+        let n = consumers.len();
+        std::future::poll_fn(|cx| {
+            // Built only when something is done: most wakes of a consumer's task find nothing.
+            let mut done: Vec<Answers<R>> = Vec::new();
+            for (i, c) in consumers.iter_mut().enumerate() {
+                let ready = take_ready(&mut c.in_flight, cx);
+                if !ready.is_empty() {
+                    if done.is_empty() {
+                        done.resize_with(n, Answers::default);
+                    }
+                    done[i] = Answers(ready);
+                }
+            }
+            if done.is_empty() {
+                Poll::Pending
+            } else {
+                Poll::Ready(done)
+            }
+        })
+        .await
+    }
+
+    /// A poll's last step: takes `answers` (this consumer's, from [`Self::first_answers`]) into
+    /// `sink` and the positions, adding each partition's outcome to `tally`, the first step's.
+    async fn take_answers(
+        &mut self,
+        answers: Answers<R>,
+        mut tally: Tally,
+        sink: &mut impl Sink,
+    ) -> Result<PollSummary, ClientError> {
+        let mut summary = PollSummary::default();
+        for (fetch, (conn, answer)) in answers.0 {
             let answer = match answer {
                 Ok(Response::Fetch(resp)) => Ok(resp),
                 Ok(_) => Err(ClientError::Protocol("Fetch answered with another API".into())),
@@ -300,7 +385,6 @@ impl<R: Runtime> Consumer<R> {
                 if self.positions.get(&partition) != Some(&Some(position)) {
                     continue;
                 }
-                considered += 1;
                 let result = match &answer {
                     Ok(resp) => {
                         self.take_answer(partition, position, &fetch.addr, resp, sink, &mut summary)
@@ -308,20 +392,37 @@ impl<R: Runtime> Consumer<R> {
                     }
                     Err(e) => Err(e.clone()),
                 };
-                if let Err(e) = result {
-                    failed += 1;
-                    first_error.get_or_insert(e);
+                match result {
+                    Ok(()) => tally.considered += 1,
+                    Err(e) => tally.fail(e),
                 }
             }
         }
-        match first_error {
-            // A partition can fail after handing over records (a corrupt batch behind good ones
-            // in one response): those records and the positions past them must reach the caller,
-            // or they are skipped for good. A campaign seed lost offset 121 this way when all
-            // three partitions failed in the same poll.
-            Some(e) if failed == considered && summary.records == 0 && summary.resets.is_empty() => Err(e),
-            _ => Ok(summary),
-        }
+        tally.verdict(summary)
+    }
+
+    /// [`Self::take_answers`] into a list of records, as [`Self::poll`] returns them.
+    pub(crate) async fn take_answers_as_records(
+        &mut self,
+        answers: Answers<R>,
+        tally: Tally,
+    ) -> Result<Polled, ClientError> {
+        let mut records = Vec::new();
+        let summary = self.take_answers(answers, tally, &mut records).await?;
+        Ok(Polled {
+            records,
+            resets: summary.resets,
+        })
+    }
+
+    /// [`Self::take_answers`] handing each record to `each`, as [`Self::poll_with`] does.
+    pub(crate) async fn take_answers_with(
+        &mut self,
+        answers: Answers<R>,
+        tally: Tally,
+        each: impl FnMut(i32, &record::RecordView<'_>),
+    ) -> Result<PollSummary, ClientError> {
+        self.take_answers(answers, tally, &mut Each(each)).await
     }
 
     /// A partition's position (reset per `auto.offset.reset` when it has none) and its leader:

@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 
 use crate::name_map::NameMap;
 use crate::protocol::api::create_topics::{CreatableTopic, CreateTopicsRequest, TopicConfig};
@@ -381,45 +381,37 @@ mod batching_tests;
 #[cfg(test)]
 mod loopback_tests;
 
-/// A future kept with what it is for, polled by [`first_ready`].
+/// A future kept with what it is for, polled by [`take_ready`].
 pub(crate) type Pending<M, O> = (M, Pin<Box<dyn Future<Output = O>>>);
 
-/// Waits on the caller's task until at least one of `pending` is done, then takes out every one
-/// done by then, with its output, in the list's order; the others stay in the list, to be
-/// awaited again later. Each is polled in order whenever the task wakes (core has no `futures`
-/// crate), so the order of their steps is a function of the wake-ups alone: runs stay
-/// deterministic. Never done when `pending` is empty.
-pub(crate) async fn first_ready<M, O>(pending: &mut Vec<Pending<M, O>>) -> Vec<(M, O)> {
-    std::future::poll_fn(|cx| {
-        let mut done = Vec::new();
-        let mut at = 0;
-        while at < pending.len() {
-            match pending[at].1.as_mut().poll(cx) {
-                Poll::Ready(out) => {
-                    let (meta, _) = pending.remove(at);
-                    done.push((meta, out));
-                }
-                Poll::Pending => at += 1,
+/// Polls each of `pending` once, in the list's order, with the caller's context, and takes out
+/// every one done, with its output, in that order; the others stay in the list, to be polled
+/// again when the task wakes. Polling in order (core has no `futures` crate) makes the order of
+/// their steps a function of the wake-ups alone: runs stay deterministic.
+pub(crate) fn take_ready<M, O>(pending: &mut Vec<Pending<M, O>>, cx: &mut Context<'_>) -> Vec<(M, O)> {
+    let mut done = Vec::new();
+    let mut at = 0;
+    while at < pending.len() {
+        match pending[at].1.as_mut().poll(cx) {
+            Poll::Ready(out) => {
+                let (meta, _) = pending.remove(at);
+                done.push((meta, out));
             }
+            Poll::Pending => at += 1,
         }
-        if done.is_empty() {
-            Poll::Pending
-        } else {
-            Poll::Ready(done)
-        }
-    })
-    .await
+    }
+    done
 }
 
 #[cfg(test)]
-mod first_ready_tests {
+mod take_ready_tests {
     use std::cell::Cell;
     use std::future::Future;
-    use std::pin::{pin, Pin};
+    use std::pin::Pin;
     use std::rc::Rc;
     use std::task::{Context, Poll, Waker};
 
-    use super::{first_ready, Pending};
+    use super::{take_ready, Pending};
 
     /// Ready with `value` at its `polls`-th poll, logging each poll; wakes itself until then.
     struct After {
@@ -442,17 +434,17 @@ mod first_ready_tests {
         }
     }
 
-    /// Polls `first_ready` until it is done; its outputs and the rounds it took.
+    /// Polls the list with `take_ready` until something is done, as a task woken each round
+    /// would; what came out and the rounds it took.
     fn run(pending: &mut Vec<Pending<usize, char>>) -> (Vec<(usize, char)>, u32) {
-        let mut ready = pin!(first_ready(pending));
         let mut cx = Context::from_waker(Waker::noop());
-        let mut rounds = 1;
-        loop {
-            match ready.as_mut().poll(&mut cx) {
-                Poll::Ready(out) => return (out, rounds),
-                Poll::Pending => rounds += 1,
+        for rounds in 1..=100 {
+            let done = take_ready(pending, &mut cx);
+            if !done.is_empty() {
+                return (done, rounds);
             }
         }
+        panic!("nothing done in 100 rounds");
     }
 
     /// Done with the first to finish (and every other done in the same round), the rest kept

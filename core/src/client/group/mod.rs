@@ -35,7 +35,7 @@ use std::time::Duration;
 
 pub use assignor::{Assignor, TopicPartition};
 
-use super::consumer::{Consumer, ConsumerConfig, ConsumerRecord};
+use super::consumer::{Answers, Consumer, ConsumerConfig, ConsumerRecord, Tally};
 use super::{
     code, ClientError, Cluster, FIND_COORDINATOR_VERSION, JOIN_GROUP_VERSION, LEAVE_GROUP_VERSION,
     OFFSET_COMMIT_VERSION, OFFSET_FETCH_VERSION, SYNC_GROUP_VERSION,
@@ -231,19 +231,17 @@ impl<R: Runtime> GroupConsumer<R> {
             .collect()
     }
 
-    /// Joins if needed, heartbeats, auto-commits, then fetches once from every assigned
-    /// partition.
+    /// Joins if needed, heartbeats, auto-commits, then fetches from the assigned partitions, as
+    /// [`Consumer::poll`] does, for every subscribed topic at once: the poll returns with the
+    /// first answers, whichever topic they are for.
     pub async fn poll(&mut self) -> Result<GroupPolled, ClientError> {
         let mut polled = GroupPolled::default();
         if !self.before_fetch().await? {
             return Ok(polled);
         }
         let mut first_error = None;
-        for (topic, fetcher) in self.fetchers.iter_mut() {
-            if !fetcher.has_assignment() {
-                continue;
-            }
-            match fetcher.poll().await {
+        for ((topic, fetcher), (answers, tally)) in self.send_and_wait().await {
+            match fetcher.take_answers_as_records(answers, tally).await {
                 Ok(p) => {
                     polled.records.extend(p.records.into_iter().map(|record| GroupRecord {
                         topic: topic.clone(),
@@ -276,11 +274,11 @@ impl<R: Runtime> GroupConsumer<R> {
             return Ok(summary);
         }
         let mut first_error = None;
-        for (topic, fetcher) in self.fetchers.iter_mut() {
-            if !fetcher.has_assignment() {
-                continue;
-            }
-            match fetcher.poll_with(|partition, r| each(topic, partition, r)).await {
+        for ((topic, fetcher), (answers, tally)) in self.send_and_wait().await {
+            match fetcher
+                .take_answers_with(answers, tally, |partition, r| each(topic, partition, r))
+                .await
+            {
                 Ok(s) => {
                     summary.records += s.records;
                     summary.resets.extend(under_topic(topic, s.resets));
@@ -294,6 +292,31 @@ impl<R: Runtime> GroupConsumer<R> {
             Some(e) if summary.records == 0 => Err(e),
             _ => Ok(summary),
         }
+    }
+
+    /// The fetch of a poll, up to its answers: each topic's fetcher with assigned partitions
+    /// sends its Fetches, then one wait for the first answers of any of them. A topic whose
+    /// leaders have nothing new holds its Fetches in flight (a long poll of `fetch.max.wait.ms`)
+    /// without holding up the others' records. The fetchers of topics with nothing assigned drop
+    /// their Fetches.
+    async fn send_and_wait(&mut self) -> Vec<((&String, &mut Consumer<R>), (Answers<R>, Tally))> {
+        let mut fetchers: Vec<(&String, &mut Consumer<R>)> = Vec::new();
+        for (topic, fetcher) in self.fetchers.iter_mut() {
+            if fetcher.has_assignment() {
+                fetchers.push((topic, fetcher));
+            } else {
+                fetcher.drop_unwanted_fetches();
+            }
+        }
+        let mut tallies = Vec::with_capacity(fetchers.len());
+        for (_, fetcher) in fetchers.iter_mut() {
+            tallies.push(fetcher.send_fetches().await);
+        }
+        let answers = {
+            let mut consumers: Vec<&mut Consumer<R>> = fetchers.iter_mut().map(|(_, f)| &mut **f).collect();
+            Consumer::first_answers(&mut consumers).await
+        };
+        fetchers.into_iter().zip(answers.into_iter().zip(tallies)).collect()
     }
 
     /// What a poll does before it fetches: heartbeat news, an auto-commit when due, a join or a

@@ -163,6 +163,11 @@ fn run(rt: &Rt, mut tasks: Vec<Task<'_>>) {
 const PARTITIONS: i32 = 4;
 
 fn setup() -> Rt {
+    setup_with_fetch_wait(50)
+}
+
+/// [`setup`] with the broker's longest Fetch wait (`fetch.max.wait.ms` is capped at it).
+fn setup_with_fetch_wait(fetch_wait_ms_max: u64) -> Rt {
     let mut disk = MemDisk::new();
     let mut broker = Broker::open(&mut disk, BrokerConfig::default(), 0).expect("open");
     broker
@@ -186,7 +191,7 @@ fn setup() -> Rt {
         broker.produce(&mut disk, "t", 0, &mut batch, -1, 0).expect("append");
     }
     let mut node = NodeConfig::single_node("loopback:9092", "loopback", 9092, "c");
-    node.fetch_wait_ms_max = 50;
+    node.fetch_wait_ms_max = fetch_wait_ms_max;
     Rt(Rc::new(World {
         now_ms: Cell::new(1_000),
         timers: RefCell::new(BTreeSet::new()),
@@ -525,4 +530,91 @@ fn poll_with_hands_over_the_records_poll_returns() {
     assert_eq!(by_poll[0].3, Some(vec![0]), "with its value");
     assert_eq!(by_with, by_poll, "poll_with handed over what poll returned");
     assert_eq!(resets_with.into_inner(), resets_poll.into_inner());
+}
+
+/// A member subscribed to two topics gets one topic's new record without waiting out the other
+/// topic's long poll: both topics' Fetches go out together and the poll returns with the first
+/// answer. Polling the topics in turn held every poll up by the idle topic's `fetch.max.wait.ms`.
+#[test]
+fn an_idle_topic_does_not_hold_up_another_topics_records() {
+    const WAIT_MS: u64 = 500;
+    let rt = setup_with_fetch_wait(WAIT_MS);
+    {
+        let mut disk = rt.0.disk.borrow_mut();
+        rt.0.broker
+            .borrow_mut()
+            .create_topic(
+                &mut *disk,
+                "idle",
+                PARTITIONS,
+                1,
+                &[],
+                TopicId::from_random(2, 2),
+                false,
+            )
+            .expect("create");
+    }
+    let mut a = member(&rt, "a", Assignor::Range);
+    a.config.consumer.fetch_max_wait_ms = i32::try_from(WAIT_MS).expect("small");
+    // "idle" sorts before "t": a poll that waited for each topic in turn waited for it first.
+    a.subscribe(&["t", "idle"], Box::new(NoListener));
+    let seen = RefCell::new(Seen::default());
+    let everything = |s: &Seen| {
+        s.state
+            .get(&0)
+            .is_some_and(|(g, owned)| *g >= 0 && owned.len() == 2 * PARTITIONS as usize)
+            && s.read.get(&0).is_some_and(|r| r.len() == 5)
+    };
+    let deadline = rt.monotonic_ms() + 60_000;
+    run(
+        &rt,
+        vec![Box::pin(poll_until(&rt, &mut a, 0, &seen, &everything, deadline))],
+    );
+    assert!(
+        everything(&seen.borrow()),
+        "settled with both topics, setup's 5 records read: {:?}",
+        seen.borrow().state
+    );
+
+    // One new record in "t"; the Fetches left in flight are woken as a produce wakes them.
+    let records = [NewRecord {
+        timestamp: 1,
+        key: None,
+        value: Some(vec![42]),
+    }];
+    let fields = ProducerFields {
+        producer_id: -1,
+        producer_epoch: -1,
+        base_sequence: -1,
+    };
+    let mut batch = build_batch(&records, fields);
+    {
+        let mut disk = rt.0.disk.borrow_mut();
+        let mut broker = rt.0.broker.borrow_mut();
+        broker.produce(&mut *disk, "t", 1, &mut batch, -1, 0).expect("append");
+        rt.0.node.watch.poke(&broker, "t", 1);
+    }
+    let (started, took, read) = (rt.monotonic_ms(), Cell::new(u64::MAX), RefCell::new(Vec::new()));
+    run(
+        &rt,
+        vec![Box::pin(async {
+            while read.borrow().is_empty() && rt.monotonic_ms() < started + 10 * WAIT_MS {
+                if let Ok(p) = a.poll().await {
+                    let records = p
+                        .records
+                        .iter()
+                        .map(|r| (r.topic.clone(), r.record.partition, r.record.offset));
+                    read.borrow_mut().extend(records);
+                }
+            }
+            took.set(rt.monotonic_ms() - started);
+        })],
+    );
+    let (read, took) = (read.into_inner(), took.get());
+    println!("read {read:?} {took} ms after it was written (fetch.max.wait.ms {WAIT_MS})");
+    assert_eq!(read, vec![("t".to_string(), 1, 0)], "the new record, and nothing else");
+    assert!(
+        took < WAIT_MS / 2,
+        "read {took} ms after it was written: held up by the idle topic's long poll ({WAIT_MS} ms)"
+    );
 }
