@@ -162,6 +162,31 @@ fn run(rt: &Rt, mut tasks: Vec<Task<'_>>) {
 
 const PARTITIONS: i32 = 4;
 
+/// A batch of one record whose value is `value`, from no producer id.
+fn one_record(value: u8) -> Vec<u8> {
+    let records = [NewRecord {
+        timestamp: 1,
+        key: None,
+        value: Some(vec![value]),
+    }];
+    let fields = ProducerFields {
+        producer_id: -1,
+        producer_epoch: -1,
+        base_sequence: -1,
+    };
+    build_batch(&records, fields)
+}
+
+/// Appends [`one_record`] to `topic`'s `partition`, and wakes the Fetches waiting on it.
+fn append(rt: &Rt, topic: &str, partition: i32, value: u8) {
+    let mut disk = rt.0.disk.borrow_mut();
+    let mut broker = rt.0.broker.borrow_mut();
+    broker
+        .produce(&mut *disk, topic, partition, &mut one_record(value), -1, 0)
+        .expect("append");
+    rt.0.node.watch.poke(&broker, topic, partition);
+}
+
 fn setup() -> Rt {
     setup_with_fetch_wait(50)
 }
@@ -175,20 +200,9 @@ fn setup_with_fetch_wait(fetch_wait_ms_max: u64) -> Rt {
         .expect("create");
     // Five records in partition 0, so positions from committed offsets show in what is read.
     for i in 0..5u8 {
-        let records = [NewRecord {
-            timestamp: 1,
-            key: None,
-            value: Some(vec![i]),
-        }];
-        let mut batch = build_batch(
-            &records,
-            ProducerFields {
-                producer_id: -1,
-                producer_epoch: -1,
-                base_sequence: -1,
-            },
-        );
-        broker.produce(&mut disk, "t", 0, &mut batch, -1, 0).expect("append");
+        broker
+            .produce(&mut disk, "t", 0, &mut one_record(i), -1, 0)
+            .expect("append");
     }
     let mut node = NodeConfig::single_node("loopback:9092", "loopback", 9092, "c");
     node.fetch_wait_ms_max = fetch_wait_ms_max;
@@ -463,22 +477,7 @@ fn poll_with_hands_over_the_records_poll_returns() {
     let rt = setup();
     // Three records in partition 2 beside setup's five in partition 0: two partitions to read.
     for i in 10..13u8 {
-        let records = [NewRecord {
-            timestamp: 1,
-            key: None,
-            value: Some(vec![i]),
-        }];
-        let fields = ProducerFields {
-            producer_id: -1,
-            producer_epoch: -1,
-            base_sequence: -1,
-        };
-        let mut batch = build_batch(&records, fields);
-        let mut disk = rt.0.disk.borrow_mut();
-        rt.0.broker
-            .borrow_mut()
-            .produce(&mut *disk, "t", 2, &mut batch, -1, 0)
-            .expect("append");
+        append(&rt, "t", 2, i);
     }
     let mut a = member(&rt, "a", Assignor::Range);
     let mut b = member(&rt, "b", Assignor::Range);
@@ -577,23 +576,7 @@ fn an_idle_topic_does_not_hold_up_another_topics_records() {
     );
 
     // One new record in "t"; the Fetches left in flight are woken as a produce wakes them.
-    let records = [NewRecord {
-        timestamp: 1,
-        key: None,
-        value: Some(vec![42]),
-    }];
-    let fields = ProducerFields {
-        producer_id: -1,
-        producer_epoch: -1,
-        base_sequence: -1,
-    };
-    let mut batch = build_batch(&records, fields);
-    {
-        let mut disk = rt.0.disk.borrow_mut();
-        let mut broker = rt.0.broker.borrow_mut();
-        broker.produce(&mut *disk, "t", 1, &mut batch, -1, 0).expect("append");
-        rt.0.node.watch.poke(&broker, "t", 1);
-    }
+    append(&rt, "t", 1, 42);
     let (started, took, read) = (rt.monotonic_ms(), Cell::new(u64::MAX), RefCell::new(Vec::new()));
     run(
         &rt,
