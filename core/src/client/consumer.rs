@@ -139,7 +139,7 @@ type FetchDone<R> = (Option<KafkaConn<R>>, Result<Response, ClientError>);
 /// A Fetch in flight to one leader: its address and the partitions it asked for, each with the
 /// position it asked from. It may outlive the poll that sent it, as in Kafka's consumer, which
 /// keeps one a broker in flight.
-pub(crate) struct Asked {
+struct Asked {
     addr: Arc<str>,
     asked: Vec<(i32, i64)>,
 }
