@@ -15,6 +15,7 @@
 //! | `committed-offset-regression` | a group's committed offset for a partition went backwards |
 //! | `acked-never-processed` | acknowledged, below the group's final committed offset, never processed |
 //! | `two-owners-one-generation` | two members of a group were assigned one partition in the same generation |
+//! | `poll-outside-assignment` | a group member's poll returned a record of a partition it was not assigned at the time (Kafka's consumer hands over records of assigned partitions only) |
 //! | `lost-in-buffer` | an asynchronous send the application saw return, never acknowledged, not in the log: the producer's buffer died with its process (not an acknowledged write: told apart from `lost-write`) |
 //! | `two-leaders-one-epoch` | two brokers acted as leader of one partition in one leader epoch ([`leaders`]) |
 //! | `two-controllers-one-epoch` | two brokers acted as controller in one controller epoch ([`leaders`]) |
@@ -68,6 +69,7 @@ pub enum AnomalyKind {
     ReplicaDivergence,
     Nonlinearizable,
     TwoOwnersOneGeneration,
+    PollOutsideAssignment,
     Unbalanced,
     RevokedWrite,
     LostCoordinatorWrite,
@@ -75,7 +77,7 @@ pub enum AnomalyKind {
 }
 
 impl AnomalyKind {
-    pub const ALL: [AnomalyKind; 19] = [
+    pub const ALL: [AnomalyKind; 20] = [
         AnomalyKind::LostWrite,
         AnomalyKind::Unseen,
         AnomalyKind::InconsistentOffsets,
@@ -91,6 +93,7 @@ impl AnomalyKind {
         AnomalyKind::ReplicaDivergence,
         AnomalyKind::Nonlinearizable,
         AnomalyKind::TwoOwnersOneGeneration,
+        AnomalyKind::PollOutsideAssignment,
         AnomalyKind::Unbalanced,
         AnomalyKind::RevokedWrite,
         AnomalyKind::LostCoordinatorWrite,
@@ -114,6 +117,7 @@ impl AnomalyKind {
             AnomalyKind::ReplicaDivergence => "replica-divergence",
             AnomalyKind::Nonlinearizable => "nonlinearizable",
             AnomalyKind::TwoOwnersOneGeneration => "two-owners-one-generation",
+            AnomalyKind::PollOutsideAssignment => "poll-outside-assignment",
             AnomalyKind::Unbalanced => "unbalanced",
             AnomalyKind::RevokedWrite => "revoked-write",
             AnomalyKind::LostCoordinatorWrite => "lost-coordinator-write",
@@ -153,6 +157,9 @@ pub struct Compared {
     pub processed_duplicates: usize,
     /// Group assignments compared for `two-owners-one-generation`.
     pub assignments: usize,
+    /// Polled records of group members checked against their assignment at the time
+    /// (`poll-outside-assignment`).
+    pub polls_in_assignments: usize,
     pub partitions_read: usize,
     pub final_records: usize,
     /// acks=0 sends: successful to the application, never answered by a broker.
@@ -235,8 +242,8 @@ impl Report {
         }
         if c.assignments > 0 || c.processed_duplicates > 0 {
             out.push_str(&format!(
-                "; {} group assignments, {} duplicate processings",
-                c.assignments, c.processed_duplicates
+                "; {} group assignments, {} polled records checked against them, {} duplicate processings",
+                c.assignments, c.polls_in_assignments, c.processed_duplicates
             ));
         }
         for (kind, n) in self.counts() {

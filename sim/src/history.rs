@@ -100,6 +100,9 @@ pub struct Assignment {
     pub generation: i32,
     pub partitions: Vec<Partition>,
     pub at_ms: u64,
+    /// The consumer's poll session that starts with this assignment: every poll of that session
+    /// ([`Poll::session`]) returned records under it.
+    pub session: u32,
 }
 
 /// A partition read in full after the heal phase, from its log start.

@@ -479,7 +479,10 @@ async fn group_consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions:
     }
 
     let mut session = sessions.fetch_add(1, Ordering::Relaxed);
-    let mut generation_seen = None;
+    // The (member id, generation) of the latest assignment recorded. A generation number alone
+    // may come back: a coordinator that forgets a group whose members all left starts it again
+    // at generation 1, under new member ids.
+    let mut generation_seen: Option<(String, i32)> = None;
     // Each poll's records as (partition, offset, value), read from the fetched bytes as the poll
     // goes (no `GroupRecord` built, no copy of the topic's name per record).
     let mut records: Vec<(i32, i64, Value)> = Vec::new();
@@ -494,9 +497,10 @@ async fn group_consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions:
             .await;
         let at_ms = rt.monotonic_ms();
         let (member, generation) = consumer.generation();
-        if generation >= 0 && generation_seen != Some(generation) {
+        let seen = generation_seen.as_ref().map(|(m, g)| (m.as_str(), *g));
+        if generation >= 0 && seen != Some((member, generation)) {
             // A new assignment: positions come from committed offsets, a new poll session.
-            generation_seen = Some(generation);
+            generation_seen = Some((member.to_string(), generation));
             session = sessions.fetch_add(1, Ordering::Relaxed);
             let assignment = Assignment {
                 consumer: c,
@@ -505,6 +509,7 @@ async fn group_consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions:
                 generation,
                 partitions: consumer.assignment().iter().map(|tp| tp.partition).collect(),
                 at_ms,
+                session,
             };
             books(|b| b.history.assignments.push(assignment));
         }
