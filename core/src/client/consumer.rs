@@ -241,12 +241,8 @@ impl<R: Runtime> Consumer<R> {
     /// have moved past them): the poll returns what it read, and fails only when every partition
     /// it heard about failed and nothing was read.
     pub async fn poll(&mut self) -> Result<Polled, ClientError> {
-        let mut records = Vec::new();
-        let summary = self.poll_into(&mut records).await?;
-        Ok(Polled {
-            records,
-            resets: summary.resets,
-        })
+        let (answers, tally) = self.send_and_wait().await;
+        self.take_answers_as_records(answers, tally).await
     }
 
     /// [`poll`](Self::poll), handing each record to `each` (its partition, the record as it lies
@@ -258,14 +254,16 @@ impl<R: Runtime> Consumer<R> {
         &mut self,
         each: impl FnMut(i32, &record::RecordView<'_>),
     ) -> Result<PollSummary, ClientError> {
-        self.poll_into(&mut Each(each)).await
+        let (answers, tally) = self.send_and_wait().await;
+        self.take_answers_with(answers, tally, each).await
     }
 
-    async fn poll_into(&mut self, sink: &mut impl Sink) -> Result<PollSummary, ClientError> {
+    /// A poll's fetch, up to its answers: [`Self::send_fetches`], then [`Self::first_answers`] of
+    /// this consumer alone.
+    async fn send_and_wait(&mut self) -> (Answers<R>, Tally) {
         let tally = self.send_fetches().await;
         let mut answers = Self::first_answers(&mut [&mut *self]).await;
-        let answers = answers.pop().unwrap_or_default();
-        self.take_answers(answers, tally, sink).await
+        (answers.pop().unwrap_or_default(), tally)
     }
 
     /// A poll's first step: sends a Fetch to each leader of assigned partitions that has none in
