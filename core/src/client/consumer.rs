@@ -97,6 +97,15 @@ pub struct PollSummary {
     pub resets: Vec<(i32, i64, i64)>,
 }
 
+/// What [`Consumer::poll_all_with`] did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PollAllSummary {
+    /// Records handed over.
+    pub records: usize,
+    /// Partitions whose position was reset: (the consumer's place, partition, from, to).
+    pub resets: Vec<(usize, i32, i64, i64)>,
+}
+
 /// Where a poll puts each record it reads: the fetched bytes they lie in, the partition, the
 /// record. `make_room` is told each answer's record set before its records come.
 trait Sink {
@@ -264,6 +273,53 @@ impl<R: Runtime> Consumer<R> {
         let tally = self.send_fetches().await;
         let mut answers = Self::first_answers(&mut [&mut *self]).await;
         (answers.pop().unwrap_or_default(), tally)
+    }
+
+    /// The fetch of a poll of several consumers together (a group's topics, or
+    /// [`Self::poll_all_with`]'s): each sends its Fetches, then one wait for the first answers of
+    /// any of them, so that one whose leaders have nothing new (a long poll of
+    /// `fetch.max.wait.ms`) holds up none of the others' records. Each consumer's answers and
+    /// tally, in the order given.
+    pub(crate) async fn send_and_wait_all(consumers: &mut [&mut Self]) -> Vec<(Answers<R>, Tally)> {
+        let mut tallies = Vec::with_capacity(consumers.len());
+        for c in consumers.iter_mut() {
+            tallies.push(c.send_fetches().await);
+        }
+        Self::first_answers(consumers).await.into_iter().zip(tallies).collect()
+    }
+
+    /// Polls `consumers` (one per topic, each with its partitions assigned) as one Kafka consumer
+    /// `assign()`ed all their partitions polls: every Fetch goes out, the poll returns with the
+    /// first answers of any, and each record goes to `each` with its consumer's place in
+    /// `consumers` and its partition. An error only when every consumer's poll failed or found
+    /// nothing and one failed, as a single consumer's.
+    pub async fn poll_all_with(
+        consumers: &mut [&mut Self],
+        mut each: impl FnMut(usize, i32, &record::RecordView<'_>),
+    ) -> Result<PollAllSummary, ClientError> {
+        let answers = Self::send_and_wait_all(consumers).await;
+        let mut summary = PollAllSummary::default();
+        let mut first_error = None;
+        for (i, (c, (answers, tally))) in consumers.iter_mut().zip(answers).enumerate() {
+            match c
+                .take_answers_with(answers, tally, |partition, r| each(i, partition, r))
+                .await
+            {
+                Ok(s) => {
+                    summary.records += s.records;
+                    summary
+                        .resets
+                        .extend(s.resets.into_iter().map(|(p, from, to)| (i, p, from, to)));
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e) if summary.records == 0 => Err(e),
+            _ => Ok(summary),
+        }
     }
 
     /// A poll's first step: sends a Fetch to each leader of assigned partitions that has none in

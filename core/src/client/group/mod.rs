@@ -308,15 +308,11 @@ impl<R: Runtime> GroupConsumer<R> {
                 fetcher.drop_unwanted_fetches();
             }
         }
-        let mut tallies = Vec::with_capacity(fetchers.len());
-        for (_, fetcher) in fetchers.iter_mut() {
-            tallies.push(fetcher.send_fetches().await);
-        }
         let answers = {
             let mut consumers: Vec<&mut Consumer<R>> = fetchers.iter_mut().map(|(_, f)| &mut **f).collect();
-            Consumer::first_answers(&mut consumers).await
+            Consumer::send_and_wait_all(&mut consumers).await
         };
-        fetchers.into_iter().zip(answers.into_iter().zip(tallies)).collect()
+        fetchers.into_iter().zip(answers).collect()
     }
 
     /// What a poll does before it fetches: heartbeat news, an auto-commit when due, a join or a

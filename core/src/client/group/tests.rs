@@ -538,21 +538,7 @@ fn poll_with_hands_over_the_records_poll_returns() {
 fn an_idle_topic_does_not_hold_up_another_topics_records() {
     const WAIT_MS: u64 = 500;
     let rt = setup_with_fetch_wait(WAIT_MS);
-    {
-        let mut disk = rt.0.disk.borrow_mut();
-        rt.0.broker
-            .borrow_mut()
-            .create_topic(
-                &mut *disk,
-                "idle",
-                PARTITIONS,
-                1,
-                &[],
-                TopicId::from_random(2, 2),
-                false,
-            )
-            .expect("create");
-    }
+    create_idle_topic(&rt);
     let mut a = member(&rt, "a", Assignor::Range);
     a.config.consumer.fetch_max_wait_ms = i32::try_from(WAIT_MS).expect("small");
     // "idle" sorts before "t": a poll that waited for each topic in turn waited for it first.
@@ -596,6 +582,89 @@ fn an_idle_topic_does_not_hold_up_another_topics_records() {
     let (read, took) = (read.into_inner(), took.get());
     println!("read {read:?} {took} ms after it was written (fetch.max.wait.ms {WAIT_MS})");
     assert_eq!(read, vec![("t".to_string(), 1, 0)], "the new record, and nothing else");
+    assert!(
+        took < WAIT_MS / 2,
+        "read {took} ms after it was written: held up by the idle topic's long poll ({WAIT_MS} ms)"
+    );
+}
+
+/// A second topic, "idle", of [`PARTITIONS`] partitions and no records.
+fn create_idle_topic(rt: &Rt) {
+    let mut disk = rt.0.disk.borrow_mut();
+    rt.0.broker
+        .borrow_mut()
+        .create_topic(
+            &mut *disk,
+            "idle",
+            PARTITIONS,
+            1,
+            &[],
+            TopicId::from_random(2, 2),
+            false,
+        )
+        .expect("create");
+}
+
+/// Consumers of two topics polled together ([`Consumer::poll_all_with`], as one Kafka consumer
+/// `assign()`ed partitions of both polls) hand over one topic's new record without waiting out
+/// the other's long poll, each record with its consumer's place. Polling them in turn held
+/// every poll up by the idle topic's `fetch.max.wait.ms`.
+#[test]
+fn consumers_polled_together_are_not_held_up_by_an_idle_one() {
+    const WAIT_MS: u64 = 500;
+    let rt = setup_with_fetch_wait(WAIT_MS);
+    create_idle_topic(&rt);
+    let config = crate::client::consumer::ConsumerConfig {
+        fetch_max_wait_ms: i32::try_from(WAIT_MS).expect("small"),
+        reset_to_earliest: true,
+        ..Default::default()
+    };
+    let consumer = |topic: &str| {
+        let client = ClientConfig {
+            client_id: "reader".into(),
+            request_timeout_ms: 5_000,
+            retry_backoff_ms: 100,
+            sasl: None,
+        };
+        let cluster = Cluster::new(rt.clone(), vec!["loopback:9092".into()], client);
+        let mut c = Consumer::new(cluster, config.clone(), topic);
+        for p in 0..PARTITIONS {
+            c.assign(p, None);
+        }
+        c
+    };
+    // "idle" first: polled in turn, its long poll would come first.
+    let (mut idle, mut t) = (consumer("idle"), consumer("t"));
+    let read = RefCell::new(Vec::new());
+    let mut poll_until = |enough: usize, deadline: u64| {
+        let (started, took) = (rt.monotonic_ms(), Cell::new(u64::MAX));
+        run(
+            &rt,
+            vec![Box::pin(async {
+                while read.borrow().len() < enough && rt.monotonic_ms() < deadline {
+                    let mut both = [&mut idle, &mut t];
+                    let polled = Consumer::poll_all_with(&mut both, |i, partition, r| {
+                        read.borrow_mut().push((i, partition, r.offset.0));
+                    });
+                    if polled.await.is_err() {
+                        rt.sleep(Duration::from_millis(100)).await;
+                    }
+                }
+                took.set(rt.monotonic_ms() - started);
+            })],
+        );
+        took.get()
+    };
+    poll_until(5, rt.monotonic_ms() + 60_000);
+    let setup: Vec<(usize, i32, i64)> = (0..5).map(|o| (1, 0, o)).collect();
+    assert_eq!(*read.borrow(), setup, "setup's five records, of t (place 1)");
+
+    // One new record in "t"; the Fetches left in flight are woken as a produce wakes them.
+    append(&rt, "t", 1, 42);
+    let took = poll_until(6, rt.monotonic_ms() + 10 * WAIT_MS);
+    let new = read.borrow()[5..].to_vec();
+    println!("read {new:?} {took} ms after it was written (fetch.max.wait.ms {WAIT_MS})");
+    assert_eq!(new, vec![(1, 1, 0)], "the new record, and nothing else");
     assert!(
         took < WAIT_MS / 2,
         "read {took} ms after it was written: held up by the idle topic's long poll ({WAIT_MS} ms)"
