@@ -29,7 +29,7 @@ fn main() {
                 .collect();
             (v[0] as i32, v[1], v[2])
         };
-        for s in result.history.sends.iter().filter(|s| s.partition == p) {
+        for s in result.history.sends.iter().filter(|s| s.partition.index == p) {
             if let gregor_sim::history::SendOutcome::Acked { offset } = s.outcome {
                 if (lo..=hi).contains(&offset) {
                     println!("  send {:?} acked at {offset} at {} ms", s.value, s.at_ms);
@@ -40,7 +40,7 @@ fn main() {
             .history
             .polls
             .iter()
-            .filter(|q| q.partition == p && (lo..=hi).contains(&q.offset))
+            .filter(|q| q.partition.index == p && (lo..=hi).contains(&q.offset))
         {
             println!(
                 "  poll c{} s{} offset {} {:?} at {} ms",

@@ -349,13 +349,22 @@ pub fn check(h: &History) -> Report {
     for ((p, o), values) in at_position.found {
         report.add(
             AnomalyKind::InconsistentOffsets,
-            format!("partition {p} offset {o} holds {values:?}"),
+            format!("partition {pn} offset {o} holds {values:?}", pn = h.partition(p)),
         );
     }
     for (v, positions) in positions_of.found {
         report.add(
             AnomalyKind::Duplicate,
-            format!("value {}/{} at {positions:?}", v.producer(), v.seq()),
+            format!(
+                "value {}/{} at {{{}}}",
+                v.producer(),
+                v.seq(),
+                positions
+                    .iter()
+                    .map(|&(p, o)| format!("({}, {o})", h.partition(p)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         );
     }
 
@@ -372,10 +381,15 @@ pub fn check(h: &History) -> Report {
             set
         })
     };
-    // Each partition's final read, looked for at its number's place first (partitions are
-    // numbered from 0, so that is where it is), else in the map: once an acknowledged send.
+    // Each partition's final read, looked for at its number's place first (the first topic's
+    // partitions are numbered from 0, so that is where it is), else in the map: once an
+    // acknowledged send.
     let reads: Vec<(Partition, &crate::history::FinalRead)> = h.final_reads.iter().map(|(&p, r)| (p, r)).collect();
-    let final_read = |p: Partition| match usize::try_from(p).ok().and_then(|i| reads.get(i)) {
+    let first_topic = |p: Partition| (p.topic == 0).then_some(p.index);
+    let final_read = |p: Partition| match first_topic(p)
+        .and_then(|i| usize::try_from(i).ok())
+        .and_then(|i| reads.get(i))
+    {
         Some(&(q, read)) if q == p => Some(read),
         _ => h.final_reads.get(&p),
     };
@@ -393,9 +407,10 @@ pub fn check(h: &History) -> Report {
                 report.add(
                     AnomalyKind::Unseen,
                     format!(
-                        "{}/{} acked at partition {p} offset {offset}, in the log, never delivered to a consumer",
+                        "{}/{} acked at partition {pn} offset {offset}, in the log, never delivered to a consumer",
                         v.producer(),
-                        v.seq()
+                        v.seq(),
+                        pn = h.partition(p)
                     ),
                 );
             }
@@ -404,10 +419,11 @@ pub fn check(h: &History) -> Report {
                 report.add(
                     AnomalyKind::Unseen,
                     format!(
-                        "{}/{} acked at partition {p} offset {offset}, deleted by retention (log start now {}) before any consumer read it",
+                        "{}/{} acked at partition {pn} offset {offset}, deleted by retention (log start now {}) before any consumer read it",
                         v.producer(),
                         v.seq(),
-                        read.log_start_offset
+                        read.log_start_offset,
+                        pn = h.partition(p)
                     ),
                 );
             }
@@ -418,11 +434,12 @@ pub fn check(h: &History) -> Report {
             report.add(
                 AnomalyKind::LostWrite,
                 format!(
-                    "{}/{} acked at partition {p} offset {offset}; the final read (log start {}, high watermark {}) has {there} there",
+                    "{}/{} acked at partition {pn} offset {offset}; the final read (log start {}, high watermark {}) has {there} there",
                     v.producer(),
                     v.seq(),
                     read.log_start_offset,
-                    read.high_watermark
+                    read.high_watermark,
+                    pn = h.partition(p)
                 ),
             );
         }
@@ -444,11 +461,12 @@ pub fn check(h: &History) -> Report {
             report.add(
                 AnomalyKind::LostWrite,
                 format!(
-                    "{}/{} sent with acks=0 to partition {p} (a success to the application); the final read (log start {}, high watermark {}) does not hold it",
+                    "{}/{} sent with acks=0 to partition {pn} (a success to the application); the final read (log start {}, high watermark {}) does not hold it",
                     v.producer(),
                     v.seq(),
                     read.log_start_offset,
-                    read.high_watermark
+                    read.high_watermark,
+                    pn = h.partition(p)
                 ),
             );
         }
@@ -470,7 +488,7 @@ pub fn check(h: &History) -> Report {
                     "{}/{} to partition {}: send() had returned, the producer died with it buffered",
                     s.value.producer(),
                     s.value.seq(),
-                    s.partition
+                    h.partition(s.partition)
                 ),
             );
         }
@@ -507,7 +525,10 @@ pub fn check(h: &History) -> Report {
                     AnomalyKind::NonmonotonicPoll,
                     format!(
                         "consumer {} session {} partition {}: offset {} after {prev}",
-                        poll.consumer, poll.session, poll.partition, poll.offset
+                        poll.consumer,
+                        poll.session,
+                        h.partition(poll.partition),
+                        poll.offset
                     ),
                 );
             } else if let Some(missed) = (poll.offset > prev + 1)
@@ -523,7 +544,10 @@ pub fn check(h: &History) -> Report {
                     AnomalyKind::PollSkip,
                     format!(
                         "consumer {} session {} partition {}: jumped from {prev} to {}, skipping offset {missed}",
-                        poll.consumer, poll.session, poll.partition, poll.offset
+                        poll.consumer,
+                        poll.session,
+                        h.partition(poll.partition),
+                        poll.offset
                     ),
                 );
             }
@@ -559,8 +583,12 @@ pub fn check(h: &History) -> Report {
                 report.add(
                     AnomalyKind::NonmonotonicSend,
                     format!(
-                        "producer {producer} partition {p}: send {} acked at {} after send {} at {}",
-                        w[1].0, w[1].1, w[0].0, w[0].1
+                        "producer {producer} partition {pn}: send {} acked at {} after send {} at {}",
+                        w[1].0,
+                        w[1].1,
+                        w[0].0,
+                        w[0].1,
+                        pn = h.partition(p)
                     ),
                 );
             }
@@ -581,7 +609,9 @@ pub fn check(h: &History) -> Report {
                     AnomalyKind::CommittedOffsetRegression,
                     format!(
                         "group {} partition {}: committed {} after {prev}",
-                        commit.group, commit.partition, commit.offset
+                        commit.group,
+                        h.partition(commit.partition),
+                        commit.offset
                     ),
                 );
             }
@@ -611,7 +641,7 @@ pub fn check(h: &History) -> Report {
                         "{}/{} acked at partition {} offset {offset}, below the committed offset, never processed",
                         s.value.producer(),
                         s.value.seq(),
-                        s.partition
+                        h.partition(s.partition)
                     ),
                 );
             }

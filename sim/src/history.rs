@@ -29,8 +29,40 @@ impl Value {
     }
 }
 
-/// A topic partition, by index (the workload uses one topic per run).
-pub type Partition = i32;
+/// A partition of one of the scenario's topics: the topic by its place in the scenario's list
+/// (the order of its `[[topic]]` tables), then the partition's index. The history's names for
+/// the topics print it ([`History::partition`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Partition {
+    pub topic: u16,
+    pub index: i32,
+}
+
+impl Partition {
+    /// Partition `index` of the scenario's first (or only) topic.
+    pub const fn of_first(index: i32) -> Partition {
+        Partition { topic: 0, index }
+    }
+}
+
+/// A partition as findings name it: its index alone in a run of one topic (every scenario
+/// before there could be several), else Kafka's `topic-index`.
+#[derive(Clone, Copy, Debug)]
+pub struct PartitionName<'a> {
+    topics: &'a [String],
+    partition: Partition,
+}
+
+impl std::fmt::Display for PartitionName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        let Partition { topic, index } = self.partition;
+        match self.topics.get(usize::from(topic)) {
+            Some(name) if self.topics.len() > 1 => write!(f, "{name}-{index}"),
+            _ if topic == 0 => write!(f, "{index}"),
+            _ => write!(f, "#{topic}-{index}"),
+        }
+    }
+}
 
 /// How a send ended, as the producer saw it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -143,9 +175,19 @@ pub struct History {
     pub acl: Option<crate::checker::acl::AclObservation>,
     /// `[quorum]` scenarios: the probe's coordinator writes and the membership changes.
     pub quorum: Option<crate::checker::coordinator::QuorumObservation>,
+    /// The scenario's topics' names, in [`Partition::topic`] order: what findings call them.
+    pub topics: Vec<String>,
 }
 
 impl History {
+    /// `p` as findings name it.
+    pub fn partition(&self, p: Partition) -> PartitionName<'_> {
+        PartitionName {
+            topics: &self.topics,
+            partition: p,
+        }
+    }
+
     /// An empty history with room for `records` sends, polls and processings.
     pub fn with_room_for(records: usize) -> History {
         History {

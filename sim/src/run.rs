@@ -34,7 +34,7 @@ use gregor_core::BrokerId;
 
 use crate::checker::{self, Report};
 use crate::coverage::{Observed, Reached};
-use crate::history::{Assignment, Commit, FinalRead, History, Poll, Processed, Send, SendOutcome, Value};
+use crate::history::{Assignment, Commit, FinalRead, History, Partition, Poll, Processed, Send, SendOutcome, Value};
 use crate::nemesis::{FaultEvent, Nemesis};
 use crate::runtime::SimRuntime;
 use crate::scenario::{CommitPolicy, PartitionerChoice, Scenario, ScheduledFault, SendMode};
@@ -211,25 +211,39 @@ async fn producer_main(rt: SimRuntime, w: Arc<Workload>, p: u32) {
         ..ProducerConfig::default()
     };
     let mut pacer = Pacer::new(Duration::from_millis(u64::from(1_000 / spec.rate_per_s.max(1)).max(1)));
-    let partitions = w.scenario.topic.get_ref().partitions;
-    let topic = w.scenario.topic.get_ref().name.clone();
+    // The topics this producer writes, in turn: (place in the scenario's list, name, partitions).
+    let topics: Vec<(u16, &str, u32)> = w
+        .scenario
+        .producer_topics()
+        .into_iter()
+        .map(|k| {
+            let t = w.scenario.topics[usize::from(k)].get_ref();
+            (k, t.name.as_str(), t.partitions)
+        })
+        .collect();
+    let n = u32::try_from(topics.len()).expect("validated: at most 16 topics");
     // Sticky: the producer's partitioner picks (keyless records); until it has, the record's
     // partition is NOT_CHOSEN.
     let sticky = spec.partitioner == PartitionerChoice::Sticky;
+    // A record's value, partition and topic name.
     let next = |now: u64| {
-        let (value, partition) = books(|b| {
+        let (value, partition, name) = books(|b| {
             let seq = b.pending.next_seq(p);
-            let (value, partition) = (
-                Value::new(p, seq),
-                if sticky { NOT_CHOSEN } else { (seq % partitions) as i32 },
-            );
+            // Record `seq` goes to topic `seq % n`, round robin over its partitions.
+            let (topic, name, partitions) = topics[(seq % n) as usize];
+            let index = if sticky {
+                NOT_CHOSEN
+            } else {
+                (seq / n % partitions) as i32
+            };
+            let (value, partition) = (Value::new(p, seq), Partition { topic, index });
             b.pending.insert(value, partition);
-            (value, partition)
+            (value, partition, name)
         });
         if w.scenario.acl.as_ref().is_some_and(|a| p < a.toggled_producers) {
             lock(&w.created).insert(value, now);
         }
-        (value, partition)
+        (value, partition, name)
     };
     match spec.mode {
         SendMode::Sync => {
@@ -239,8 +253,8 @@ async fn producer_main(rt: SimRuntime, w: Arc<Workload>, p: u32) {
                 if now >= w.produce_until_ms {
                     break;
                 }
-                let (value, partition) = next(now);
-                let result = producer.send(&topic, partition, &[record(timestamp, value)]).await;
+                let (value, partition, topic) = next(now);
+                let result = producer.send(topic, partition.index, &[record(timestamp, value)]).await;
                 record_outcome(&rt, &w, p, value, partition, result);
                 if let Some(pause) = pacer.after_send() {
                     rt.sleep(pause).await;
@@ -265,16 +279,24 @@ async fn producer_main(rt: SimRuntime, w: Arc<Workload>, p: u32) {
                 if now >= w.produce_until_ms {
                     break;
                 }
-                let (value, partition) = next(now);
-                let chosen = (!sticky).then_some(partition);
+                let (value, partition, topic) = next(now);
+                let chosen = (!sticky).then_some(partition.index);
                 let cb = shared.clone();
                 let on_delivery = move |chosen: Option<i32>, result| {
-                    record_outcome(&cb.0, &cb.1, p, value, chosen.unwrap_or(partition), result);
+                    let partition = Partition {
+                        index: chosen.unwrap_or(partition.index),
+                        ..partition
+                    };
+                    record_outcome(&cb.0, &cb.1, p, value, partition, result);
                 };
                 let chosen = producer
-                    .send_with_callback(&topic, chosen, record(timestamp, value), on_delivery)
+                    .send_with_callback(topic, chosen, record(timestamp, value), on_delivery)
                     .await;
-                books(|b| b.pending.returned(value, chosen.unwrap_or(partition)));
+                let partition = Partition {
+                    index: chosen.unwrap_or(partition.index),
+                    ..partition
+                };
+                books(|b| b.pending.returned(value, partition));
                 if let Some(pause) = pacer.after_send() {
                     rt.sleep(pause).await;
                 }
@@ -334,7 +356,7 @@ fn record_outcome(
     w: &Workload,
     p: u32,
     value: Value,
-    partition: i32,
+    partition: Partition,
     result: Result<Option<i64>, SendError>,
 ) {
     let outcome = match result {
@@ -361,7 +383,6 @@ async fn consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions: Arc<A
     if let Some(group_id) = &spec.group_id {
         return group_consumer_main(rt, w.clone(), c, sessions, group_id.clone()).await;
     }
-    let topic = &w.scenario.topic.get_ref().name;
     let start_ms = w.produce_until_ms - w.scenario.duration_s * 1_000 + spec.start_after_s * 1_000;
     rt.sleep(Duration::from_millis(start_ms.saturating_sub(rt.monotonic_ms())))
         .await;
@@ -370,22 +391,30 @@ async fn consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions: Arc<A
         reset_to_earliest: spec.auto_offset_reset == "earliest",
         ..ConsumerConfig::default()
     };
-    let mut consumer = Consumer::new(client(&rt, format!("consumer-{c}"), w.brokers), config, topic);
-    for p in 0..w.scenario.topic.get_ref().partitions {
-        consumer.assign(p as i32, None);
+    // Every partition of every topic assigned: a consumer per topic, polled together as one
+    // Kafka consumer `assign()`ed them all is.
+    let mut consumers: Vec<Consumer<SimRuntime>> = Vec::with_capacity(w.scenario.topics.len());
+    for t in &w.scenario.topics {
+        let t = t.get_ref();
+        let mut consumer = Consumer::new(client(&rt, format!("consumer-{c}"), w.brokers), config.clone(), &t.name);
+        for p in 0..t.partitions {
+            consumer.assign(p as i32, None);
+        }
+        consumers.push(consumer);
     }
+    let mut consumers: Vec<&mut Consumer<SimRuntime>> = consumers.iter_mut().collect();
     // Each poll's records as (partition, offset, value), read from the fetched bytes as the poll
     // goes (no `ConsumerRecord` built, no reference count taken), stamped when it returns.
-    let mut read: Vec<(i32, i64, Value)> = Vec::new();
+    let mut read: Vec<(Partition, i64, Value)> = Vec::new();
     while rt.monotonic_ms() < w.consume_until_ms {
         read.clear();
-        let polled = consumer
-            .poll_with(|partition, r| {
-                if let Some(value) = r.value.and_then(Value::from_bytes) {
-                    read.push((partition, r.offset.0, value));
-                }
-            })
-            .await;
+        let polled = Consumer::poll_all_with(&mut consumers, |topic, index, r| {
+            if let Some(value) = r.value.and_then(Value::from_bytes) {
+                let topic = u16::try_from(topic).expect("validated: at most 16 topics");
+                read.push((Partition { topic, index }, r.offset.0, value));
+            }
+        })
+        .await;
         match polled {
             Ok(_) => {
                 let at_ms = rt.monotonic_ms();
@@ -439,7 +468,7 @@ async fn group_consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions:
         .consumer
         .as_ref()
         .expect("group consumers run with a [consumer]");
-    let topic = w.scenario.topic.get_ref().name.clone();
+    let topics: Vec<&str> = w.scenario.topics.iter().map(|t| t.get_ref().name.as_str()).collect();
     let start_ms = w.produce_until_ms - w.scenario.duration_s * 1_000 + spec.start_after_s * 1_000;
     rt.sleep(Duration::from_millis(start_ms.saturating_sub(rt.monotonic_ms())))
         .await;
@@ -457,7 +486,7 @@ async fn group_consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions:
     let mut consumer = GroupConsumer::new(client(&rt, format!("consumer-{c}"), w.brokers), config);
     let policy = spec.commit;
     let commits_on_revoke = matches!(policy, CommitPolicy::AfterProcessing | CommitPolicy::BeforeProcessing);
-    consumer.subscribe(&[topic.as_str()], Box::new(CommitOnRevoke(commits_on_revoke)));
+    consumer.subscribe(&topics, Box::new(CommitOnRevoke(commits_on_revoke)));
     let processing = Duration::from_millis(spec.processing_ms);
 
     // commit = "auto": the application hands records to a worker and keeps polling.
@@ -485,13 +514,13 @@ async fn group_consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions:
     let mut generation_seen: Option<(String, i32)> = None;
     // Each poll's records as (partition, offset, value), read from the fetched bytes as the poll
     // goes (no `GroupRecord` built, no copy of the topic's name per record).
-    let mut records: Vec<(i32, i64, Value)> = Vec::new();
+    let mut records: Vec<(Partition, i64, Value)> = Vec::new();
     while rt.monotonic_ms() < w.consume_until_ms {
         records.clear();
         let polled = consumer
-            .poll_with(|_, partition, r| {
+            .poll_with(|topic, index, r| {
                 if let Some(value) = r.value.and_then(Value::from_bytes) {
-                    records.push((partition, r.offset.0, value));
+                    records.push((partition_of(&topics, topic, index), r.offset.0, value));
                 }
             })
             .await;
@@ -507,13 +536,17 @@ async fn group_consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions:
                 group: group_id.clone(),
                 member: member.to_string(),
                 generation,
-                partitions: consumer.assignment().iter().map(|tp| tp.partition).collect(),
+                partitions: consumer
+                    .assignment()
+                    .iter()
+                    .map(|tp| partition_of(&topics, &tp.topic, tp.partition))
+                    .collect(),
                 at_ms,
                 session,
             };
             books(|b| b.history.assignments.push(assignment));
         }
-        record_commits(c, &group_id, &mut consumer);
+        record_commits(c, &group_id, &topics, &mut consumer);
         if let Err(e) = polled {
             tracing::debug!(target: "workload", consumer = c, error = %e, "group poll failed");
             rt.sleep(Duration::from_millis(100)).await;
@@ -536,7 +569,7 @@ async fn group_consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions:
             if let Err(e) = consumer.commit_sync(&positions).await {
                 tracing::debug!(target: "workload", consumer = c, error = %e, "commit failed");
             }
-            record_commits(c, &group_id, &mut consumer);
+            record_commits(c, &group_id, &topics, &mut consumer);
         }
         match policy {
             CommitPolicy::Auto => queue.borrow_mut().extend(records.iter().map(|r| r.2)),
@@ -554,14 +587,26 @@ async fn group_consumer_main(rt: SimRuntime, w: Arc<Workload>, c: u32, sessions:
             if let Err(e) = consumer.commit_sync(&positions).await {
                 tracing::debug!(target: "workload", consumer = c, error = %e, "commit failed");
             }
-            record_commits(c, &group_id, &mut consumer);
+            record_commits(c, &group_id, &topics, &mut consumer);
         }
+    }
+}
+
+/// Partition `index` of the topic named `topic`, one of `topics` (the scenario's, in order).
+fn partition_of(topics: &[&str], topic: &str, index: i32) -> Partition {
+    let place = match topics {
+        [_] => 0,
+        _ => topics.iter().position(|&t| t == topic).unwrap_or(usize::MAX),
+    };
+    Partition {
+        topic: u16::try_from(place).unwrap_or(u16::MAX),
+        index,
     }
 }
 
 /// The commits the coordinator accepted from `consumer` since the last call, into the history,
 /// each at the time its answer arrived (commits made inside a poll are taken after it returns).
-fn record_commits(c: u32, group: &str, consumer: &mut GroupConsumer<SimRuntime>) {
+fn record_commits(c: u32, group: &str, topics: &[&str], consumer: &mut GroupConsumer<SimRuntime>) {
     let commits = consumer.take_commits();
     books(|b| {
         for (at_ms, offsets) in commits {
@@ -569,7 +614,7 @@ fn record_commits(c: u32, group: &str, consumer: &mut GroupConsumer<SimRuntime>)
                 b.history.commits.push(Commit {
                     consumer: c,
                     group: group.to_string(),
-                    partition: tp.partition,
+                    partition: partition_of(topics, &tp.topic, tp.partition),
                     offset,
                     at_ms,
                 });
@@ -578,55 +623,62 @@ fn record_commits(c: u32, group: &str, consumer: &mut GroupConsumer<SimRuntime>)
     });
 }
 
-/// Creates the topic with the scenario's configs, retrying until the cluster answers.
+/// Creates the topics with the scenario's configs, in order, retrying each until the cluster
+/// answers.
 async fn setup(rt: SimRuntime, w: Arc<Workload>) {
-    let t = w.scenario.topic.get_ref();
     let mut cluster = client(&rt, "admin".into(), w.brokers);
-    let configs: Vec<(String, String)> = [
-        ("min.insync.replicas", i64::from(t.min_insync_replicas)),
-        ("retention.ms", t.retention_ms),
-        ("retention.bytes", t.retention_bytes),
-        ("segment.bytes", t.segment_bytes),
-        ("flush.messages", t.flush_messages),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .chain(
-        t.unclean_leader_election
-            .then(|| ("unclean.leader.election.enable".to_string(), "true".to_string())),
-    )
-    .chain(t.flush_ms.map(|ms| ("flush.ms".to_string(), ms.to_string())))
-    .collect();
-    let configs: Vec<(&str, &str)> = configs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    for attempt in 0..600 {
-        match cluster
-            .create_topic(&t.name, t.partitions as i32, t.replication_factor as i16, &configs)
-            .await
-        {
-            Ok(()) => return,
-            Err(e) => {
-                tracing::debug!(target: "workload", attempt, error = %e, "create topic failed; retrying");
-                rt.sleep(Duration::from_millis(100)).await;
+    'topics: for t in &w.scenario.topics {
+        let t = t.get_ref();
+        let configs: Vec<(String, String)> = [
+            ("min.insync.replicas", i64::from(t.min_insync_replicas)),
+            ("retention.ms", t.retention_ms),
+            ("retention.bytes", t.retention_bytes),
+            ("segment.bytes", t.segment_bytes),
+            ("flush.messages", t.flush_messages),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .chain(
+            t.unclean_leader_election
+                .then(|| ("unclean.leader.election.enable".to_string(), "true".to_string())),
+        )
+        .chain(t.flush_ms.map(|ms| ("flush.ms".to_string(), ms.to_string())))
+        .collect();
+        let configs: Vec<(&str, &str)> = configs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        for attempt in 0..600 {
+            match cluster
+                .create_topic(&t.name, t.partitions as i32, t.replication_factor as i16, &configs)
+                .await
+            {
+                Ok(()) => continue 'topics,
+                Err(e) => {
+                    tracing::debug!(target: "workload", attempt, error = %e, "create topic failed; retrying");
+                    rt.sleep(Duration::from_millis(100)).await;
+                }
             }
         }
+        panic!("topic {:?} could not be created in 60 s of virtual time", t.name);
     }
-    panic!("the topic could not be created in 60 s of virtual time");
 }
 
-/// Reads every partition from its log start to its high watermark.
-async fn final_read(rt: SimRuntime, w: Arc<Workload>) -> BTreeMap<i32, FinalRead> {
-    let t = w.scenario.topic.get_ref();
+/// Reads every partition of every topic from its log start to its high watermark.
+async fn final_read(rt: SimRuntime, w: Arc<Workload>) -> BTreeMap<Partition, FinalRead> {
     let mut reads = BTreeMap::new();
-    for p in 0..t.partitions as i32 {
-        for _attempt in 0..100 {
-            match read_partition(&rt, &w, p).await {
-                Ok(read) => {
-                    reads.insert(p, read);
-                    break;
-                }
-                Err(e) => {
-                    tracing::info!(target: "workload", partition = p, error = %e, "final read failed; retrying");
-                    rt.sleep(Duration::from_millis(200)).await;
+    for (k, t) in w.scenario.topics.iter().enumerate() {
+        let t = t.get_ref();
+        let topic = u16::try_from(k).expect("validated: at most 16 topics");
+        for index in 0..t.partitions as i32 {
+            let p = Partition { topic, index };
+            for _attempt in 0..100 {
+                match read_partition(&rt, &w, &t.name, index).await {
+                    Ok(read) => {
+                        reads.insert(p, read);
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::info!(target: "workload", partition = index, error = %e, "final read failed; retrying");
+                        rt.sleep(Duration::from_millis(200)).await;
+                    }
                 }
             }
         }
@@ -634,8 +686,7 @@ async fn final_read(rt: SimRuntime, w: Arc<Workload>) -> BTreeMap<i32, FinalRead
     reads
 }
 
-async fn read_partition(rt: &SimRuntime, w: &Workload, p: i32) -> Result<FinalRead, String> {
-    let topic = &w.scenario.topic.get_ref().name;
+async fn read_partition(rt: &SimRuntime, w: &Workload, topic: &str, p: i32) -> Result<FinalRead, String> {
     let earliest = ConsumerConfig {
         reset_to_earliest: true,
         fetch_max_wait_ms: 0,
@@ -764,7 +815,7 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
                 .and_then(|n| n.parse::<usize>().ok())
                 .and_then(|n| nodes.get(n).copied())
         };
-        let topic = &s.topic.get_ref().name;
+        let topic = &s.topic().name;
         match name {
             "leader" if replicated => cluster::current_leader(topic),
             "follower" if replicated => cluster::current_follower(topic),
@@ -865,6 +916,7 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
         });
     }
     history.final_reads = reads;
+    history.topics = s.topics.iter().map(|t| t.get_ref().name.clone()).collect();
     if let Some(mut seen) = quorum_seen {
         let addrs = cluster::coordinator_addrs(s);
         seen.read = world
@@ -874,9 +926,11 @@ async fn simulate(world: World, scenario: Scenario) -> Simulated {
         history.quorum = Some(seen);
     }
     if replicated {
-        let t = s.topic.get_ref();
         (history.leaders, history.controllers) = cluster::take_role_observations();
-        history.replicas = cluster::collect_replicas(&world, &t.name, t.partitions);
+        history.replicas = (s.topics.iter())
+            .flat_map(|t| cluster::collect_replicas(&world, &t.get_ref().name, t.get_ref().partitions))
+            .collect();
+        let t = s.topic();
         history.balance = s
             .elastic
             .as_ref()
@@ -923,6 +977,96 @@ fn monotonic_ms() -> u64 {
 mod tests {
     use super::*;
 
+    fn run_seed(file: &str, seed: u64) -> RunResult {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../scenarios")
+            .join(file);
+        let scenario = Scenario::load(&path).expect("the scenario loads");
+        let result = run_scenario(
+            &scenario,
+            &RunOptions {
+                seed,
+                print_trace: false,
+                trace_filter: None,
+            },
+        );
+        assert!(result.error.is_none(), "seed {seed}: {:?}", result.error);
+        result
+    }
+
+    /// `scenarios/topics/retention_applies_per_topic_short_one_loses_unread.toml`: two topics
+    /// written in turn, a consumer 25 s late. Every unseen record is of `short` (retention.ms 5 s,
+    /// so the findings name `short-N`), and every acknowledged record of `kept` (a week) was
+    /// polled: each topic's retention is its own.
+    #[test]
+    fn each_topic_keeps_to_its_own_retention() {
+        for seed in 0..2 {
+            let result = run_seed("topics/retention_applies_per_topic_short_one_loses_unread.toml", seed);
+            let h = &result.history;
+            let unseen: Vec<&str> = (result.report.findings.iter())
+                .filter(|f| f.kind == crate::checker::AnomalyKind::Unseen)
+                .map(|f| f.detail.as_str())
+                .collect();
+            let polled: std::collections::HashSet<Value> = h.polls.iter().map(|p| p.value).collect();
+            let kept: Vec<&Send> = (h.sends.iter())
+                .filter(|s| s.partition.topic == 0 && matches!(s.outcome, SendOutcome::Acked { .. }))
+                .collect();
+            let short = h.sends.iter().filter(|s| s.partition.topic == 1).count();
+            println!(
+                "seed {seed}: {} unseen findings, {} acknowledged sends to kept, {short} sends to short",
+                unseen.len(),
+                kept.len()
+            );
+            assert!(
+                !unseen.is_empty() && !kept.is_empty() && short > 0,
+                "seed {seed}: compared nothing"
+            );
+            assert!(
+                unseen.iter().all(|d| d.contains("partition short-")),
+                "seed {seed}: {:?}",
+                unseen.iter().find(|d| !d.contains("partition short-"))
+            );
+            assert!(
+                kept.iter().all(|s| polled.contains(&s.value)),
+                "seed {seed}: a record of kept went unread"
+            );
+        }
+    }
+
+    /// `scenarios/topics/group_reads_two_topics_and_an_idle_one_through_broker_crashes.toml`: the
+    /// group's members are assigned partitions of all three topics (the idle one too), they poll
+    /// records of both written topics, none of the idle one, and the checker finds nothing.
+    #[test]
+    fn a_group_reads_every_subscribed_topic() {
+        for seed in 0..2 {
+            let result = run_seed(
+                "topics/group_reads_two_topics_and_an_idle_one_through_broker_crashes.toml",
+                seed,
+            );
+            let h = &result.history;
+            let assigned: BTreeSet<u16> = h
+                .assignments
+                .iter()
+                .flat_map(|a| a.partitions.iter().map(|p| p.topic))
+                .collect();
+            let polled: BTreeMap<u16, usize> = h.polls.iter().fold(BTreeMap::new(), |mut m, p| {
+                *m.entry(p.partition.topic).or_default() += 1;
+                m
+            });
+            println!(
+                "seed {seed}: topics assigned {assigned:?}, polls per topic {polled:?}, {} findings",
+                result.report.findings.len()
+            );
+            assert_eq!(assigned, BTreeSet::from([0, 1, 2]), "seed {seed}");
+            assert_eq!(polled.keys().copied().collect::<Vec<_>>(), [0, 1], "seed {seed}");
+            assert!(
+                result.report.findings.is_empty(),
+                "seed {seed}: {}",
+                result.report.summary()
+            );
+        }
+    }
+
     /// `scenarios/replication/consumer_reads_on_while_one_leader_is_cut_off.toml`: while
     /// consumer-0 cannot reach broker-1, it keeps reading the partitions the other two brokers
     /// lead. The longest time without a poll that brought records, over the cut, stays under a
@@ -961,7 +1105,7 @@ mod tests {
                 .iter()
                 .filter(|p| cut <= p.at_ms && p.at_ms <= mended)
             {
-                let e = partitions.entry(p.partition).or_insert((p.at_ms, p.at_ms, 0));
+                let e = partitions.entry(p.partition.index).or_insert((p.at_ms, p.at_ms, 0));
                 e.1 = p.at_ms;
                 e.2 += 1;
             }

@@ -27,6 +27,10 @@
 //! "segment.bytes" = 1048576
 //! "flush.messages" = -1
 //! "unclean.leader.election.enable" = false
+//! # Several topics: `[[topic]]` tables instead (1 to 16, distinct names), each with the keys
+//! # above. Producers write them in turn (see producer.topics), consumers read them all (a group
+//! # subscribes to every one). [elastic], [acl] and [quorum] scenarios have one topic; a fault
+//! # node "leader" or "follower" is of the first topic's partition 0.
 //!
 //! [broker]
 //! "replica.lag.time.max.ms" = 30000   # a follower this far behind leaves the ISR
@@ -56,6 +60,7 @@
 //! partitioner = "round-robin"  # the workload picks partitions in turn (Kafka's RoundRobinPartitioner),
 //!                          # or "sticky": keyless records, the producer's built-in partitioner
 //!                          # (KIP-794 sticky) picks, so records batch (async only)
+//! topics = ["events"]      # the topics written, a record each in turn (unset: every topic)
 //!
 //! [consumer]
 //! count = 2
@@ -155,7 +160,14 @@ pub struct Scenario {
     pub cluster: Cluster,
     #[serde(default)]
     pub broker: Broker,
-    pub topic: Spanned<Topic>,
+    /// One `[topic]`, or several as `[[topic]]` (distinct names): the first is the one
+    /// single-topic features (`[elastic]`, `[acl]`, `[quorum]`) use.
+    #[serde(
+        rename = "topic",
+        deserialize_with = "one_topic_or_many",
+        serialize_with = "one_topic_or_many_out"
+    )]
+    pub topics: Vec<Spanned<Topic>>,
     pub producer: Producer,
     #[serde(default)]
     pub consumer: Option<Consumer>,
@@ -249,6 +261,52 @@ fn seed_number_or_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Optio
             .parse()
             .map(Some)
             .map_err(|_| serde::de::Error::custom(format!("seed {t:?} is not an unsigned 64-bit integer"))),
+    }
+}
+
+/// `[topic]` (one table) or `[[topic]]` (an array of tables), as a list. Each topic keeps its
+/// span for errors; a single table's is the span of the whole value.
+fn one_topic_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Spanned<Topic>>, D::Error> {
+    struct OneOrMany(Vec<Spanned<Topic>>);
+    impl<'de> Deserialize<'de> for OneOrMany {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct Visit;
+            impl<'de> serde::de::Visitor<'de> for Visit {
+                type Value = OneOrMany;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a [topic] table or [[topic]] tables")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<OneOrMany, A::Error> {
+                    let topic = Topic::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                    Ok(OneOrMany(vec![Spanned::new(0..0, topic)]))
+                }
+                fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<OneOrMany, A::Error> {
+                    let mut topics = Vec::new();
+                    while let Some(topic) = seq.next_element::<Spanned<Topic>>()? {
+                        topics.push(topic);
+                    }
+                    Ok(OneOrMany(topics))
+                }
+            }
+            d.deserialize_any(Visit)
+        }
+    }
+    let spanned = Spanned::<OneOrMany>::deserialize(d)?;
+    let span = spanned.span();
+    let mut topics = spanned.into_inner().0;
+    if let [one] = topics.as_mut_slice() {
+        if one.span() == (0..0) {
+            *one = Spanned::new(span, one.get_ref().clone());
+        }
+    }
+    Ok(topics)
+}
+
+/// The topics as they were written: one table when there is one.
+fn one_topic_or_many_out<S: serde::Serializer>(topics: &[Spanned<Topic>], s: S) -> Result<S::Ok, S::Error> {
+    match topics {
+        [one] => one.get_ref().serialize(s),
+        many => s.collect_seq(many.iter().map(Spanned::get_ref)),
     }
 }
 
@@ -508,6 +566,10 @@ pub struct Producer {
     pub rate_per_s: u32,
     #[serde(default)]
     pub partitioner: PartitionerChoice,
+    /// The topics the producers write, by name (unset: every topic). Each producer sends its
+    /// records to them in turn, one record each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topics: Option<Vec<String>>,
 }
 
 impl Producer {
@@ -814,6 +876,61 @@ fn key_line(source: &str, section: &str, key: &str) -> usize {
     header.unwrap_or(1)
 }
 
+/// The line of `key` in the table whose header is at or after `offset` (a `[[topic]]` of
+/// several), else of that header.
+fn key_line_from(source: &str, offset: usize, key: &str) -> usize {
+    let header = line_of(source, offset);
+    for (i, line) in source.lines().enumerate().skip(header) {
+        let t = line.trim();
+        if t.starts_with('[') {
+            break;
+        }
+        if t.split('=').next().unwrap_or("").trim().trim_matches('"') == key {
+            return i + 1;
+        }
+    }
+    header
+}
+
+/// What is wrong with `t` on a cluster of `brokers`, as (key, why).
+fn topic_error(t: &Topic, brokers: u32) -> Result<(), (&'static str, String)> {
+    let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if t.name.is_empty() || t.name.len() > 249 || !t.name.chars().all(legal) || t.name.starts_with("__") {
+        return Err((
+            "name",
+            format!(
+                "{:?} is not a topic name (1 to 249 of a-z, A-Z, 0-9, '.', '_', '-', not starting with \"__\")",
+                t.name
+            ),
+        ));
+    }
+    if t.partitions == 0 || t.partitions > 64 {
+        return Err(("partitions", format!("{} is not between 1 and 64", t.partitions)));
+    }
+    if t.replication_factor == 0 || t.replication_factor > brokers {
+        let why = format!("{} is impossible with {brokers} broker(s)", t.replication_factor);
+        return Err(("replication.factor", why));
+    }
+    if t.min_insync_replicas == 0 || t.min_insync_replicas > t.replication_factor {
+        let why = format!(
+            "{} must be between 1 and the replication factor {}",
+            t.min_insync_replicas, t.replication_factor
+        );
+        return Err(("min.insync.replicas", why));
+    }
+    let mut log = gregor_core::log::LogConfig::default();
+    for (key, value) in [
+        ("retention.ms", t.retention_ms),
+        ("retention.bytes", t.retention_bytes),
+        ("segment.bytes", t.segment_bytes),
+        ("flush.messages", t.flush_messages),
+        ("flush.ms", t.flush_ms.unwrap_or(i64::MAX)),
+    ] {
+        log.apply(key, &value.to_string()).map_err(|why| (key, why))?;
+    }
+    Ok(())
+}
+
 fn line_of(source: &str, offset: usize) -> usize {
     source[..offset.min(source.len())]
         .bytes()
@@ -823,6 +940,25 @@ fn line_of(source: &str, offset: usize) -> usize {
 }
 
 impl Scenario {
+    /// The places (in [`Scenario::topics`]) of the topics the producers write, in turn.
+    pub fn producer_topics(&self) -> Vec<u16> {
+        let place = |name: &String| self.topics.iter().position(|t| &t.get_ref().name == name);
+        match &self.producer.topics {
+            Some(names) => names
+                .iter()
+                .filter_map(place)
+                .filter_map(|i| u16::try_from(i).ok())
+                .collect(),
+            None => (0..self.topics.len()).filter_map(|i| u16::try_from(i).ok()).collect(),
+        }
+    }
+
+    /// The first topic: the one `[elastic]`, `[acl]` and `[quorum]` scenarios (which have one)
+    /// act on.
+    pub fn topic(&self) -> &Topic {
+        self.topics[0].get_ref()
+    }
+
     pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
         let source = std::fs::read_to_string(path)
             .map_err(|e| ScenarioError(format!("{}: cannot read: {e}", path.display())))?;
@@ -844,7 +980,6 @@ impl Scenario {
         scenario.name = name.to_string();
         let at = |span: std::ops::Range<usize>| format!("{file}:{}", line_of(source, span.start));
         let bad = |where_: String, key: &str, why: String| Err(ScenarioError(format!("{where_}: {key}: {why}")));
-        let topic = scenario.topic.get_ref();
         let c = &scenario.cluster;
         let key_at = |section: &str, key: &str| format!("{file}:{}", key_line(source, section, key));
         if c.brokers == 0 || c.brokers > 9 {
@@ -866,33 +1001,35 @@ impl Scenario {
                 ),
             );
         }
-        if topic.partitions == 0 || topic.partitions > 64 {
-            return bad(
-                key_at("topic", "partitions"),
-                "topic.partitions",
-                format!("{} is not between 1 and 64", topic.partitions),
-            );
+        let mut names = std::collections::BTreeSet::new();
+        for spanned in &scenario.topics {
+            let t = spanned.get_ref();
+            let key_at = |key: &str| format!("{file}:{}", key_line_from(source, spanned.span().start, key));
+            if let Err((key, why)) = topic_error(t, c.brokers) {
+                return bad(key_at(key), &format!("topic.{key}"), why);
+            }
+            if !names.insert(t.name.as_str()) {
+                return bad(key_at("name"), "topic.name", format!("{:?} names two topics", t.name));
+            }
         }
-        if topic.replication_factor == 0 || topic.replication_factor > c.brokers {
-            return bad(
-                key_at("topic", "replication.factor"),
-                "topic.replication.factor",
-                format!(
-                    "{} is impossible with {} broker(s)",
-                    topic.replication_factor, c.brokers
-                ),
-            );
+        if scenario.topics.is_empty() || scenario.topics.len() > 16 {
+            return bad(format!("{file}:1"), "topic", "1 to 16 topics are needed".into());
         }
-        if topic.min_insync_replicas == 0 || topic.min_insync_replicas > topic.replication_factor {
-            return bad(
-                key_at("topic", "min.insync.replicas"),
-                "topic.min.insync.replicas",
-                format!(
-                    "{} must be between 1 and the replication factor {}",
-                    topic.min_insync_replicas, topic.replication_factor
-                ),
-            );
+        let extra_topics = scenario.topics.len() > 1;
+        for (section, present) in [
+            ("elastic", scenario.elastic.is_some()),
+            ("acl", scenario.acl.is_some()),
+            ("quorum", scenario.quorum.is_some()),
+        ] {
+            if extra_topics && present {
+                return bad(
+                    key_at(section, ""),
+                    section,
+                    format!("[{section}] scenarios have one [topic]"),
+                );
+            }
         }
+        let topic = scenario.topic();
         if let Some(e) = &scenario.elastic {
             let rf = topic.replication_factor;
             let ok = (rf..=c.brokers).contains(&e.initial_brokers)
@@ -983,16 +1120,20 @@ impl Scenario {
                 format!("{offsets_rf} is not between 1 and 16"),
             );
         }
-        let mut log = gregor_core::log::LogConfig::default();
-        for (key, value) in [
-            ("retention.ms", topic.retention_ms),
-            ("retention.bytes", topic.retention_bytes),
-            ("segment.bytes", topic.segment_bytes),
-            ("flush.messages", topic.flush_messages),
-            ("flush.ms", topic.flush_ms.unwrap_or(i64::MAX)),
-        ] {
-            if let Err(why) = log.apply(key, &value.to_string()) {
-                return bad(at(scenario.topic.span()), &format!("topic.{key}"), why);
+        if let Some(names) = &scenario.producer.topics {
+            let unknown = names
+                .iter()
+                .find(|n| !scenario.topics.iter().any(|t| &t.get_ref().name == *n));
+            let twice = names.iter().enumerate().any(|(i, n)| names[..i].contains(n));
+            if names.is_empty() || unknown.is_some() || twice {
+                return bad(
+                    key_at("producer", "topics"),
+                    "producer.topics",
+                    match unknown {
+                        Some(n) => format!("{n:?} is not a [topic] of this scenario"),
+                        None => "must name one or more topics, each once".into(),
+                    },
+                );
             }
         }
         if !matches!(scenario.producer.acks.as_str(), "all" | "-1" | "0" | "1") {
@@ -1205,7 +1346,7 @@ outcome = "no-anomalies"
     #[test]
     fn a_good_scenario_parses_with_kafka_names() {
         let s = Scenario::parse(GOOD, "good.toml", "good").expect("parses");
-        assert_eq!(s.topic.get_ref().replication_factor, 3);
+        assert_eq!(s.topic().replication_factor, 3);
         assert_eq!(s.producer.linger_ms, 5);
         assert_eq!(s.producer.acks_value(), -1);
         assert_eq!(s.faults.schedule[0].get_ref().fault, FaultKind::Crash);
@@ -1296,7 +1437,7 @@ outcome = "no-anomalies"
             );
         let s = Scenario::parse(&source, "multi.toml", "multi").expect("parses");
         assert_eq!((s.cluster.brokers, s.cluster.coordinators), (3, 3));
-        let t = s.topic.get_ref();
+        let t = s.topic();
         assert_eq!((t.replication_factor, t.min_insync_replicas), (3, 2));
         assert!(t.unclean_leader_election);
         assert_eq!(s.broker.replica_lag_time_max_ms, 10_000);
@@ -1304,7 +1445,7 @@ outcome = "no-anomalies"
         let d = Scenario::parse(GOOD, "good.toml", "good").expect("parses");
         assert_eq!(d.cluster.coordinators, 1);
         assert_eq!(d.broker.replica_lag_time_max_ms, 30_000);
-        assert!(!d.topic.get_ref().unclean_leader_election);
+        assert!(!d.topic().unclean_leader_election);
         // Every kind of fault target of a 3-broker, 3-coordinator cluster.
         for node in [
             "leader",
@@ -1459,5 +1600,83 @@ outcome = "no-anomalies"
         );
         let e = error(&group.replace("= 6000", "= 100"));
         assert!(e.contains("session.timeout.ms"), "{e}");
+    }
+
+    /// `[[topic]]` tables: several topics, each checked as a `[topic]` is, an error naming the
+    /// line of the key in its own table; distinct names; the producers' `topics` must name
+    /// them; the single-topic sections refuse several; written back as they were written.
+    #[test]
+    fn several_topics_parse_and_each_is_checked_as_one_is() {
+        let two = GOOD
+            .replace("[topic]\npartitions = 2", "[[topic]]\nname = \"a\"\npartitions = 2")
+            .replace(
+                "[producer]",
+                "[[topic]]\nname = \"b\"\npartitions = 3\n\"replication.factor\" = 2\n[producer]",
+            );
+        let s = Scenario::parse(&two, "two.toml", "two").expect("parses");
+        let names: Vec<&str> = s.topics.iter().map(|t| t.get_ref().name.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!((s.topic().name.as_str(), s.producer_topics()), ("a", vec![0, 1]));
+        assert_eq!(s.topics[1].get_ref().replication_factor, 2);
+
+        // Errors in the second table name its lines (13: its replication.factor).
+        let e = error(&two.replace("\"replication.factor\" = 2", "\"replication.factor\" = 4"));
+        assert!(
+            e.starts_with("bad.toml:13:") && e.contains("topic.replication.factor"),
+            "{e}"
+        );
+        let e = error(&two.replace(
+            "\"replication.factor\" = 2",
+            "\"replication.factor\" = 2\n\"retention.sm\" = 1",
+        ));
+        assert!(e.starts_with("bad.toml:14:") && e.contains("retention.sm"), "{e}");
+        let e = error(&two.replace(
+            "\"replication.factor\" = 2",
+            "\"replication.factor\" = 2\n\"retention.ms\" = -5",
+        ));
+        assert!(e.starts_with("bad.toml:14:") && e.contains("topic.retention.ms"), "{e}");
+        let e = error(&two.replace("name = \"b\"", "name = \"a\""));
+        assert!(e.starts_with("bad.toml:11:") && e.contains("names two topics"), "{e}");
+        let e = error(&two.replace("name = \"b\"", "name = \"b c\""));
+        assert!(e.starts_with("bad.toml:11:") && e.contains("not a topic name"), "{e}");
+        // A single [topic] names its lines too (8: the unknown key).
+        let e = error(&GOOD.replace(
+            "\"min.insync.replicas\" = 2",
+            "\"min.insync.replicas\" = 2\n\"retention.sm\" = 1",
+        ));
+        assert!(e.starts_with("bad.toml:9:") && e.contains("retention.sm"), "{e}");
+
+        // The producers write the topics named, in the order named.
+        let only_b = two.replace("mode = \"sync\"", "mode = \"sync\"\ntopics = [\"b\"]");
+        let s = Scenario::parse(&only_b, "b.toml", "b").expect("parses");
+        assert_eq!(s.producer_topics(), vec![1]);
+        for (topics, why) in [
+            ("[\"c\"]", "\"c\" is not a [topic]"),
+            ("[]", "one or more"),
+            ("[\"a\", \"a\"]", "each once"),
+        ] {
+            let e = error(&two.replace("mode = \"sync\"", &format!("mode = \"sync\"\ntopics = {topics}")));
+            assert!(
+                e.starts_with("bad.toml:16:") && e.contains("producer.topics") && e.contains(why),
+                "{e}"
+            );
+        }
+        let quorum = "[quorum]\ninitial_coordinators = 2\nreplace_at_s = 10\nremove = 1\n[expect]";
+        let e = error(
+            &two.replace("[expect]", quorum)
+                .replace("brokers = 3", "brokers = 3\ncoordinators = 3"),
+        );
+        assert!(e.contains("quorum") && e.contains("one [topic]"), "{e}");
+
+        // Written back (as `shrink` writes a scenario): one table stays `[topic]`, several
+        // `[[topic]]`, and each reads back the same.
+        for source in [GOOD, two.as_str()] {
+            let s = Scenario::parse(source, "s.toml", "s").expect("parses");
+            let text = toml::to_string(&s).expect("serialises");
+            let back = Scenario::parse(&text, "back.toml", "s").expect("reads back");
+            let topics = |s: &Scenario| s.topics.iter().map(|t| t.get_ref().clone()).collect::<Vec<_>>();
+            assert_eq!(topics(&back), topics(&s), "{text}");
+            assert_eq!(text.contains("[[topic]]"), s.topics.len() > 1, "{text}");
+        }
     }
 }

@@ -496,7 +496,14 @@ pub fn shrink(
     ));
 
     let mut best = (case, replayed);
-    let rf = u64::from(scenario.topic.get_ref().replication_factor);
+    let rf = u64::from(
+        scenario
+            .topics
+            .iter()
+            .map(|t| t.get_ref().replication_factor)
+            .max()
+            .unwrap_or(1),
+    );
     for round in 1..=3 {
         let start = best.0.clone();
         (search.log)(&format!("round {round}"));

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
-use crate::history::{SendOutcome, Value};
+use crate::history::{Partition, SendOutcome, Value};
 use crate::run::RunResult;
 
 const LEFT: f64 = 170.0;
@@ -127,7 +127,7 @@ pub fn render(result: &RunResult, title: &str) -> String {
     }
 
     // Sends (ticks), and acknowledged records the final read lacks (red).
-    let in_log: BTreeSet<(i32, i64, Value)> = h
+    let in_log: BTreeSet<(Partition, i64, Value)> = h
         .final_reads
         .iter()
         .flat_map(|(&p, r)| r.records.iter().map(move |&(o, v)| (p, o, v)))
@@ -184,7 +184,8 @@ pub fn render(result: &RunResult, title: &str) -> String {
             format!(", then {} {} at {:.3}s", f.what, f.node, f.at_ms as f64 / 1000.0)
         });
         lines.push(format!(
-            "first lost: producer-{producer}'s record at partition {p} offset {o}, acknowledged at {:.3}s{then}",
+            "first lost: producer-{producer}'s record at partition {} offset {o}, acknowledged at {:.3}s{then}",
+            h.partition(p),
             at as f64 / 1000.0
         ));
     }
@@ -215,13 +216,13 @@ mod tests {
         let mut history = History::default();
         history.sends.push(Send {
             producer: 0,
-            partition: 0,
+            partition: Partition::of_first(0),
             value,
             outcome: SendOutcome::Acked { offset: 0 },
             at_ms: 1_000,
         });
         history.final_reads.insert(
-            0,
+            Partition::of_first(0),
             FinalRead {
                 log_start_offset: 0,
                 high_watermark: 0,
@@ -263,7 +264,7 @@ mod tests {
         let mut kept = result.clone();
         kept.history
             .final_reads
-            .get_mut(&0)
+            .get_mut(&Partition::of_first(0))
             .expect("read")
             .records
             .push((0, value));

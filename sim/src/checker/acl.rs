@@ -90,9 +90,10 @@ pub fn check(o: &AclObservation) -> (AclCompared, Vec<Finding>) {
             findings.push(Finding {
                 kind: AnomalyKind::RevokedWrite,
                 detail: format!(
-                    "{}/{} created at {created} ms is in broker {}'s log of partition {partition} at offset {offset}; User:producer-{}'s Write was revoked (issued {} ms, answered {} ms) and refused from {} ms (bound {} ms) until {}",
+                    "{}/{} created at {created} ms is in broker {}'s log of partition {} at offset {offset}; User:producer-{}'s Write was revoked (issued {} ms, answered {} ms) and refused from {} ms (bound {} ms) until {}",
                     value.producer(),
                     value.seq(),
+                    partition.index,
                     broker.0,
                     w.producer,
                     w.revoke_issued_ms,
@@ -123,7 +124,10 @@ mod tests {
                 until_ms: 3_000,
             }],
             created_ms: [(v, created_at), (Value::new(1, 7), 2_000)].into_iter().collect(),
-            replica_records: vec![(BrokerId(1), 0, 4, v), (BrokerId(2), 0, 4, Value::new(1, 7))],
+            replica_records: vec![
+                (BrokerId(1), Partition::of_first(0), 4, v),
+                (BrokerId(2), Partition::of_first(0), 4, Value::new(1, 7)),
+            ],
         }
     }
 

@@ -46,7 +46,10 @@ pub(super) fn check(h: &History, report: &mut Report) {
         if !both.is_empty() {
             report.add(
                 AnomalyKind::TwoOwnersOneGeneration,
-                format!("group {group} generation {generation}: partition {p} assigned to {both:?} at once"),
+                format!(
+                    "group {group} generation {generation}: partition {} assigned to {both:?} at once",
+                    h.partition(p)
+                ),
             );
         }
     }
@@ -81,15 +84,24 @@ fn polls_outside_assignments(h: &History, report: &mut Report) {
     }
     for ((consumer, session, partition), (offset, at_ms)) in outside {
         let under = match held.get(&(consumer, session)) {
-            Some((a, partitions)) => format!(
-                "member {} of group {} holds {partitions:?} in generation {}",
-                a.member, a.group, a.generation
-            ),
+            Some((a, partitions)) => {
+                let names: Vec<String> = partitions.iter().map(|&p| h.partition(p).to_string()).collect();
+                format!(
+                    "member {} of group {} holds {{{}}} in generation {}",
+                    a.member,
+                    a.group,
+                    names.join(", "),
+                    a.generation
+                )
+            }
             None => "it holds no assignment in that session".to_string(),
         };
         report.add(
             AnomalyKind::PollOutsideAssignment,
-            format!("consumer {consumer} polled partition {partition} offset {offset} at {at_ms} ms, but {under}"),
+            format!(
+                "consumer {consumer} polled partition {} offset {offset} at {at_ms} ms, but {under}",
+                h.partition(partition)
+            ),
         );
     }
 }
@@ -100,13 +112,14 @@ mod tests {
     use super::*;
     use crate::history::{Poll, Processed, Value};
 
-    fn assignment(member: &str, generation: i32, partitions: &[Partition]) -> Assignment {
+    /// An assignment of partitions (indices) of the history's one topic.
+    fn assignment(member: &str, generation: i32, partitions: &[i32]) -> Assignment {
         Assignment {
             consumer: 0,
             group: "g".into(),
             member: member.into(),
             generation,
-            partitions: partitions.to_vec(),
+            partitions: partitions.iter().map(|&i| Partition::of_first(i)).collect(),
             at_ms: 0,
             session: 0,
         }
@@ -138,7 +151,7 @@ mod tests {
         // The same partition owned by different members in different generations is a handover;
         // a generation number reused by a later incarnation of the group (after the first one's
         // members all moved on) is not a second owner either.
-        let later = |consumer: u32, member: &str, generation: i32, partitions: &[Partition], at_ms: u64| {
+        let later = |consumer: u32, member: &str, generation: i32, partitions: &[i32], at_ms: u64| {
             let mut a = assignment(member, generation, partitions);
             a.consumer = consumer;
             a.at_ms = at_ms;
@@ -162,10 +175,10 @@ mod tests {
     /// per (consumer, session, partition). A consumer of no group is not judged.
     #[test]
     fn a_poll_outside_the_members_assignment_is_found() {
-        let poll = |consumer: u32, session: u32, partition: Partition, offset: i64| Poll {
+        let poll = |consumer: u32, session: u32, partition: i32, offset: i64| Poll {
             consumer,
             session,
-            partition,
+            partition: Partition::of_first(partition),
             offset,
             value: Value::new(0, u32::try_from(offset).expect("small")),
             at_ms: 100,

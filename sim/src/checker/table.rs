@@ -23,8 +23,10 @@ pub(super) trait Dense: Copy + Eq + Hash {
 }
 
 impl Dense for (Partition, i64) {
+    /// A group per (topic, partition index below 128): the topic's place times 128 plus the index.
     fn group_and_place(self) -> Option<(usize, i64)> {
-        Some((usize::try_from(self.0).ok()?, self.1))
+        let index = usize::try_from(self.0.index).ok().filter(|&i| i < 128)?;
+        Some((usize::from(self.0.topic) << 7 | index, self.1))
     }
 }
 
@@ -180,11 +182,22 @@ mod tests {
 
     /// A random key: mostly near the dense range a layout covers, sometimes far off or in a
     /// group with no slots, so slots, their edges and the hash map are all exercised.
+    fn p(index: i32) -> Partition {
+        Partition::of_first(index)
+    }
+
     fn key(rng: &mut ChaCha8Rng) -> (Partition, i64) {
         match rng.gen_range(0..10) {
-            0 => (rng.gen_range(-2..3), rng.gen_range(-1_000..1_000_000)),
-            1 => (i32::MAX, rng.gen_range(0..50)),
-            _ => (rng.gen_range(0..3), rng.gen_range(0..60)),
+            0 => (p(rng.gen_range(-2..3)), rng.gen_range(-1_000..1_000_000)),
+            1 => (p(i32::MAX), rng.gen_range(0..50)),
+            2 => (
+                Partition {
+                    topic: 1,
+                    index: rng.gen_range(0..3),
+                },
+                rng.gen_range(0..60),
+            ),
+            _ => (p(rng.gen_range(0..3)), rng.gen_range(0..60)),
         }
     }
 
@@ -223,19 +236,19 @@ mod tests {
 
     #[test]
     fn dense_keys_get_slots_and_a_far_off_key_leaves_its_group_to_the_hash_map() {
-        let layout = Layout::covering([(0, 10), (0, 12), (2, 0)].into_iter());
+        let layout = Layout::covering([(p(0), 10), (p(0), 12), (p(2), 0)].into_iter());
         assert_eq!(layout.slots, 3 + 1);
-        assert_eq!(layout.slot((0, 11)), Some(1));
-        assert_eq!(layout.slot((2, 0)), Some(3));
-        assert_eq!(layout.slot((0, 13)), None);
-        assert_eq!(layout.slot((1, 0)), None);
-        assert_eq!(layout.slot((-1, 0)), None);
-        let far = Layout::covering([(0, 0), (0, 1_000_000), (1, 5)].into_iter());
-        assert_eq!((far.slot((0, 0)), far.slot((1, 5))), (None, Some(0)));
+        assert_eq!(layout.slot((p(0), 11)), Some(1));
+        assert_eq!(layout.slot((p(2), 0)), Some(3));
+        assert_eq!(layout.slot((p(0), 13)), None);
+        assert_eq!(layout.slot((p(1), 0)), None);
+        assert_eq!(layout.slot((p(-1), 0)), None);
+        let far = Layout::covering([(p(0), 0), (p(0), 1_000_000), (p(1), 5)].into_iter());
+        assert_eq!((far.slot((p(0), 0)), far.slot((p(1), 5))), (None, Some(0)));
         // Keys at the ends of i64 (a corrupted offset) get no slots and no overflow.
-        let edge = Layout::covering([(0, i64::MAX), (1, i64::MIN), (1, i64::MIN + 1)].into_iter());
+        let edge = Layout::covering([(p(0), i64::MAX), (p(1), i64::MIN), (p(1), i64::MIN + 1)].into_iter());
         assert_eq!(
-            (edge.slot((0, i64::MAX)), edge.slot((1, i64::MIN + 1))),
+            (edge.slot((p(0), i64::MAX)), edge.slot((p(1), i64::MIN + 1))),
             (None, Some(1))
         );
         let values = Layout::covering([Value::new(1, 0), Value::new(1, 1), Value::new(u32::MAX, 0)].into_iter());

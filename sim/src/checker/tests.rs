@@ -4,6 +4,9 @@
 use super::*;
 use crate::history::{Commit, FinalRead, Poll, Processed, Send};
 
+/// Partition 0 of the history's one topic.
+const P0: Partition = Partition::of_first(0);
+
 fn v(producer: u32, seq: u32) -> Value {
     Value::new(producer, seq)
 }
@@ -22,7 +25,7 @@ fn poll(consumer: u32, session: u32, offset: i64, value: Value) -> Poll {
     Poll {
         consumer,
         session,
-        partition: 0,
+        partition: P0,
         offset,
         value,
         at_ms: 0,
@@ -33,7 +36,7 @@ fn commit(offset: i64) -> Commit {
     Commit {
         consumer: 1,
         group: "g".into(),
-        partition: 0,
+        partition: P0,
         offset,
         at_ms: 0,
     }
@@ -41,7 +44,7 @@ fn commit(offset: i64) -> Commit {
 
 /// Three acked sends at 0..3 of partition 0, all read back, polled, committed and processed.
 fn clean() -> History {
-    let sends: Vec<Send> = (0..3).map(|i| acked(1, i, 0, i64::from(i))).collect();
+    let sends: Vec<Send> = (0..3).map(|i| acked(1, i, P0, i64::from(i))).collect();
     let records: Vec<(i64, Value)> = (0..3).map(|i| (i64::from(i), v(1, i))).collect();
     History {
         sends,
@@ -52,7 +55,7 @@ fn clean() -> History {
             .map(|&(_, value)| Processed { consumer: 1, value })
             .collect(),
         final_reads: [(
-            0,
+            P0,
             FinalRead {
                 log_start_offset: 0,
                 high_watermark: 3,
@@ -68,6 +71,7 @@ fn clean() -> History {
         replicas: vec![],
         balance: None,
         acl: None,
+        topics: vec![],
         quorum: None,
     }
 }
@@ -96,7 +100,7 @@ fn a_clean_history_has_no_anomalies_and_says_what_it_compared() {
 #[test]
 fn lost_write_when_the_final_read_lacks_an_acked_record() {
     let mut h = clean();
-    let read = h.final_reads.get_mut(&0).expect("read");
+    let read = h.final_reads.get_mut(&P0).expect("read");
     read.records.truncate(2);
     read.high_watermark = 2;
     h.polls.truncate(2);
@@ -106,7 +110,7 @@ fn lost_write_when_the_final_read_lacks_an_acked_record() {
 #[test]
 fn a_write_polled_before_a_crash_and_gone_after_is_lost() {
     let mut h = clean();
-    let read = h.final_reads.get_mut(&0).expect("read");
+    let read = h.final_reads.get_mut(&P0).expect("read");
     read.records.truncate(2);
     read.high_watermark = 2;
     // The consumer saw offset 2 before the crash; the final read no longer has it.
@@ -119,7 +123,7 @@ fn unseen_when_retention_deletes_before_anyone_reads_or_consumers_miss_it() {
     let mut h = clean();
     h.polls.clear();
     h.commits.clear();
-    let read = h.final_reads.get_mut(&0).expect("read");
+    let read = h.final_reads.get_mut(&P0).expect("read");
     read.log_start_offset = 2;
     read.records.drain(..2);
     let report = check(&h);
@@ -141,7 +145,7 @@ fn inconsistent_offsets_and_duplicates() {
     h.polls.push(poll(2, 0, 1, v(9, 9)));
     assert!(kinds(&h).contains(&AnomalyKind::InconsistentOffsets));
     let mut h = clean();
-    let read = h.final_reads.get_mut(&0).expect("read");
+    let read = h.final_reads.get_mut(&P0).expect("read");
     read.records.push((3, v(1, 0)));
     assert_eq!(kinds(&h), vec![AnomalyKind::Duplicate]);
 }
@@ -154,7 +158,7 @@ fn inconsistent_offsets_and_duplicates_name_every_value_and_position_in_order() 
     h.polls.push(poll(2, 0, 1, v(9, 9)));
     h.polls.push(poll(4, 0, 1, v(9, 7)));
     h.polls.push(poll(5, 0, 1, v(9, 9)));
-    let read = h.final_reads.get_mut(&0).expect("read");
+    let read = h.final_reads.get_mut(&P0).expect("read");
     read.records.push((4, v(1, 2)));
     read.records.push((3, v(1, 2)));
     let report = check(&h);
@@ -224,10 +228,10 @@ fn polls_and_acks_that_alternate_between_keys_are_judged_per_key() {
     // partition 1's came between.
     let mut h = clean();
     h.sends = vec![
-        acked(1, 0, 0, 0),
-        acked(1, 1, 0, 2),
-        acked(1, 2, 1, 0),
-        acked(1, 3, 0, 1),
+        acked(1, 0, P0, 0),
+        acked(1, 1, P0, 2),
+        acked(1, 2, Partition::of_first(1), 0),
+        acked(1, 3, P0, 1),
     ];
     let report = check(&h);
     let sends: Vec<&str> = report
@@ -267,14 +271,14 @@ fn unknown_sends_may_or_may_not_appear() {
     let mut h = clean();
     h.sends.push(Send {
         producer: 1,
-        partition: 0,
+        partition: P0,
         value: v(1, 3),
         outcome: SendOutcome::Unknown,
         at_ms: 0,
     });
     h.sends.push(Send {
         producer: 1,
-        partition: 0,
+        partition: P0,
         value: v(1, 4),
         outcome: SendOutcome::Failed,
         at_ms: 0,
@@ -287,14 +291,14 @@ fn lost_in_buffer_is_told_apart_from_lost_write() {
     let mut h = clean();
     h.sends.push(Send {
         producer: 1,
-        partition: 0,
+        partition: P0,
         value: v(1, 7),
         outcome: SendOutcome::Abandoned,
         at_ms: 0,
     });
     assert_eq!(kinds(&h), vec![AnomalyKind::LostInBuffer]);
     // Abandoned but written after all (the sender got it out before dying): no loss.
-    let read = h.final_reads.get_mut(&0).expect("read");
+    let read = h.final_reads.get_mut(&P0).expect("read");
     read.records.push((3, v(1, 7)));
     h.polls.push(poll(1, 0, 3, v(1, 7)));
     h.processed.push(Processed {
@@ -308,7 +312,7 @@ fn lost_in_buffer_is_told_apart_from_lost_write() {
 fn an_acks0_send_missing_from_the_log_is_lost_and_one_present_is_not() {
     let sent = |seq: u32| Send {
         outcome: SendOutcome::SentUnacknowledged,
-        ..acked(2, seq, 0, -1)
+        ..acked(2, seq, P0, -1)
     };
     // Present: value 1/0 is at offset 0 of the clean history's log.
     let mut present = clean();
@@ -376,10 +380,10 @@ fn conflicts_match_a_model_of_every_pair_seen() {
             };
             h.polls.push(poll(1, 0, o, value));
             if rng.gen_range(0..3) == 0 {
-                h.sends.push(acked(value.producer(), value.seq(), 0, o));
+                h.sends.push(acked(value.producer(), value.seq(), P0, o));
             }
         }
-        h.final_reads.get_mut(&0).expect("partition 0").records = records.clone();
+        h.final_reads.get_mut(&P0).expect("partition 0").records = records.clone();
         // The model: every pair, in ordered maps.
         let mut at: BTreeMap<(Partition, i64), BTreeSet<Value>> = BTreeMap::new();
         let mut of: BTreeMap<Value, BTreeSet<(Partition, i64)>> = BTreeMap::new();
@@ -388,23 +392,26 @@ fn conflicts_match_a_model_of_every_pair_seen() {
             .copied()
             .chain(h.polls.iter().map(|p| (p.offset, p.value)));
         for (o, value) in shown {
-            at.entry((0, o)).or_default().insert(value);
-            of.entry(value).or_default().insert((0, o));
+            at.entry((P0, o)).or_default().insert(value);
+            of.entry(value).or_default().insert((P0, o));
         }
         for s in &h.sends {
             if let SendOutcome::Acked { offset } = s.outcome {
-                at.entry((0, offset)).or_default().insert(s.value);
+                at.entry((P0, offset)).or_default().insert(s.value);
             }
         }
         let mut expected: Vec<String> = at
             .iter()
             .filter(|(_, values)| values.len() > 1)
-            .map(|((p, o), values)| format!("partition {p} offset {o} holds {values:?}"))
+            .map(|((p, o), values)| format!("partition {} offset {o} holds {values:?}", p.index))
             .collect();
         expected.extend(
             of.iter()
                 .filter(|(_, positions)| positions.len() > 1)
-                .map(|(value, positions)| format!("value {}/{} at {positions:?}", value.producer(), value.seq())),
+                .map(|(value, positions)| {
+                    let places: BTreeSet<(i32, i64)> = positions.iter().map(|&(p, o)| (p.index, o)).collect();
+                    format!("value {}/{} at {places:?}", value.producer(), value.seq())
+                }),
         );
         let report = check(&h);
         let got: Vec<&str> = report

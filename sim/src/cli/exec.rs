@@ -167,7 +167,7 @@ mod tests {
         for seq in 0..o.seed {
             history.sends.push(crate::history::Send {
                 producer: 0,
-                partition: 0,
+                partition: crate::history::Partition::of_first(0),
                 value: crate::history::Value::new(0, seq as u32),
                 outcome: crate::history::SendOutcome::Acked { offset: seq as i64 },
                 at_ms: seq,

@@ -139,7 +139,7 @@ async fn until_answered(rt: &SimRuntime, cluster: &mut Cluster<SimRuntime>, requ
 /// Grants Write to every producer; returns once answered (before the workload starts).
 pub async fn grant_all(rt: SimRuntime, s: Scenario, brokers: usize) {
     let mut cluster = super::client(&rt, "acl-driver".into(), brokers);
-    let topic = &s.topic.get_ref().name;
+    let topic = &s.topic().name;
     let request = Request::CreateAcls(CreateAclsRequest {
         creations: (0..s.producer.count).map(|p| write_acl(topic, p)).collect(),
     });
@@ -153,7 +153,7 @@ pub async fn grant_all(rt: SimRuntime, s: Scenario, brokers: usize) {
 /// `until_ms`; returns the revocation windows (the last one open when no grant followed).
 pub async fn drive(rt: SimRuntime, s: Scenario, brokers: usize, start_ms: u64, until_ms: u64) -> Vec<RevokedWindow> {
     let a = s.acl.clone().expect("drive runs for [acl] scenarios");
-    let topic = s.topic.get_ref().name.clone();
+    let topic = s.topic().name.clone();
     let mut cluster = super::client(&rt, "acl-driver".into(), brokers);
     let toggled: Vec<u32> = (0..a.toggled_producers).collect();
     let mut windows = Vec::new();
@@ -233,7 +233,7 @@ pub fn collect_records(world: &World, topic: &str, partitions: u32) -> Vec<(Brok
                         let batch = buf.get(pos..end).ok_or("a batch runs past the slice")?;
                         for r in records(batch).ok_or("undecodable batch")? {
                             if let Some(v) = r.value.and_then(Value::from_bytes) {
-                                out.push((BrokerId(i as i32), p, r.offset.0, v));
+                                out.push((BrokerId(i as i32), Partition::of_first(p), r.offset.0, v));
                             }
                         }
                         pos = end;

@@ -3,7 +3,7 @@
 
 use std::cell::RefCell;
 
-use crate::history::{History, Value};
+use crate::history::{History, Partition, Value};
 
 /// What the workload writes down: the history, and the sends without an outcome yet (a send's
 /// outcome updates both).
@@ -33,7 +33,7 @@ pub(super) fn books<T>(f: impl FnOnce(&mut Books) -> T) -> T {
 /// no hashing (a hash map's insert and remove per send were most of recording an outcome).
 #[derive(Debug, Default)]
 pub(super) struct Pending {
-    producers: Vec<Vec<Option<(i32, bool)>>>,
+    producers: Vec<Vec<Option<(Partition, bool)>>>,
 }
 
 impl Pending {
@@ -43,7 +43,7 @@ impl Pending {
         u32::try_from(given).expect("fewer than 2^32 sends")
     }
 
-    fn place(&mut self, value: Value) -> &mut Option<(i32, bool)> {
+    fn place(&mut self, value: Value) -> &mut Option<(Partition, bool)> {
         let (p, seq) = (value.producer() as usize, value.seq() as usize);
         if self.producers.len() <= p {
             self.producers.resize_with(p + 1, Vec::new);
@@ -55,12 +55,12 @@ impl Pending {
         &mut places[seq]
     }
 
-    pub(super) fn insert(&mut self, value: Value, partition: i32) {
+    pub(super) fn insert(&mut self, value: Value, partition: Partition) {
         *self.place(value) = Some((partition, false));
     }
 
     /// Notes that `send()` returned for `value` (if it is still pending), with its partition.
-    pub(super) fn returned(&mut self, value: Value, partition: i32) {
+    pub(super) fn returned(&mut self, value: Value, partition: Partition) {
         if let Some(entry) = self.place(value) {
             *entry = (partition, true);
         }
@@ -72,7 +72,7 @@ impl Pending {
 
     /// Every value still pending, in value order, with its partition and whether `send()` had
     /// returned.
-    pub(super) fn take(&mut self) -> Vec<(Value, (i32, bool))> {
+    pub(super) fn take(&mut self) -> Vec<(Value, (Partition, bool))> {
         let producers = std::mem::take(&mut self.producers).into_iter().enumerate();
         let values = producers.flat_map(|(p, places)| {
             let p = u32::try_from(p).expect("producer numbers are u32");
@@ -87,34 +87,38 @@ impl Pending {
 mod tests {
     use super::*;
 
+    fn p(index: i32) -> Partition {
+        Partition::of_first(index)
+    }
+
     #[test]
     fn pending_sends_are_those_without_an_outcome_in_value_order_with_their_state() {
         let mut pending = Pending::default();
         for _ in 0..4 {
-            pending.insert(Value::new(2, pending.next_seq(2)), 7);
-            pending.insert(Value::new(0, pending.next_seq(0)), 3);
+            pending.insert(Value::new(2, pending.next_seq(2)), p(7));
+            pending.insert(Value::new(0, pending.next_seq(0)), p(3));
         }
         assert_eq!(
             (pending.next_seq(0), pending.next_seq(1), pending.next_seq(2)),
             (4, 0, 4)
         );
-        pending.returned(Value::new(2, 1), 9);
-        pending.returned(Value::new(0, 3), 4);
+        pending.returned(Value::new(2, 1), p(9));
+        pending.returned(Value::new(0, 3), p(4));
         for done in [Value::new(2, 0), Value::new(0, 1), Value::new(0, 2)] {
             pending.remove(done);
         }
         // An outcome learnt after it was taken off (a late callback) leaves nothing behind.
-        pending.returned(Value::new(2, 0), 1);
+        pending.returned(Value::new(2, 0), p(1));
         assert_eq!(pending.next_seq(2), 4, "numbering goes on after outcomes");
         let left = pending.take();
         assert_eq!(
             left,
             vec![
-                (Value::new(0, 0), (3, false)),
-                (Value::new(0, 3), (4, true)),
-                (Value::new(2, 1), (9, true)),
-                (Value::new(2, 2), (7, false)),
-                (Value::new(2, 3), (7, false)),
+                (Value::new(0, 0), (p(3), false)),
+                (Value::new(0, 3), (p(4), true)),
+                (Value::new(2, 1), (p(9), true)),
+                (Value::new(2, 2), (p(7), false)),
+                (Value::new(2, 3), (p(7), false)),
             ]
         );
         assert!(pending.take().is_empty(), "taking empties it");
