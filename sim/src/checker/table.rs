@@ -160,8 +160,15 @@ impl<'a, K: Dense, V: Copy> Table<'a, K, V> {
     pub(super) fn get(&self, key: K) -> Option<V> {
         match self.layout.slot(key) {
             Some(i) => self.slots[i],
-            None => self.rest.get(&key).copied(),
+            None => self.get_in_rest(key),
         }
+    }
+
+    /// Out of line, as [`Self::first_in_rest`]: hashing a (topic, partition, offset) key inline
+    /// made `get` too large to inline into the checker's loops.
+    #[inline(never)]
+    fn get_in_rest(&self, key: K) -> Option<V> {
+        self.rest.get(&key).copied()
     }
 
     #[inline]
