@@ -559,7 +559,9 @@ pub fn check(h: &History) -> Report {
     // The lists by (producer, partition), in that order; the list of the send before kept at
     // hand (one producer's acks come in runs to one partition) rather than looked up.
     let mut lists: Vec<Vec<(u32, i64)>> = Vec::new();
-    let mut index: BTreeMap<(u32, Partition), usize> = BTreeMap::new();
+    // Looked up by hash (a send's partition changes with nearly every send under round robin:
+    // a tree's search per send), then walked in key order for the findings.
+    let mut index: FxHashMap<(u32, Partition), usize> = FxHashMap::default();
     let mut recent: Option<((u32, Partition), usize)> = None;
     for s in &h.sends {
         if let SendOutcome::Acked { offset } = s.outcome {
@@ -575,6 +577,8 @@ pub fn check(h: &History) -> Report {
             lists[i].push((s.value.seq(), offset));
         }
     }
+    let mut index: Vec<((u32, Partition), usize)> = index.into_iter().collect();
+    index.sort_unstable();
     for ((producer, p), i) in index {
         let list = &mut lists[i];
         list.sort_unstable();
