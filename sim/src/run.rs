@@ -1075,19 +1075,8 @@ mod tests {
     /// request.timeout.ms.
     #[test]
     fn a_consumer_cut_off_from_one_leader_reads_the_others() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../scenarios/replication/consumer_reads_on_while_one_leader_is_cut_off.toml");
-        let scenario = Scenario::load(&path).expect("the scenario loads");
         for seed in 0..2 {
-            let result = run_scenario(
-                &scenario,
-                &RunOptions {
-                    seed,
-                    print_trace: false,
-                    trace_filter: None,
-                },
-            );
-            assert!(result.error.is_none(), "seed {seed}: {:?}", result.error);
+            let result = run_seed("replication/consumer_reads_on_while_one_leader_is_cut_off.toml", seed);
             let at = |what: &str| {
                 let event = result.faults.iter().find(|f| f.what == what);
                 event

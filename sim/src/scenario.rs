@@ -1619,32 +1619,41 @@ outcome = "no-anomalies"
         assert_eq!((s.topic().name.as_str(), s.producer_topics()), ("a", vec![0, 1]));
         assert_eq!(s.topics[1].get_ref().replication_factor, 2);
 
-        // Errors in the second table name its lines (13: its replication.factor).
-        let e = error(&two.replace("\"replication.factor\" = 2", "\"replication.factor\" = 4"));
-        assert!(
-            e.starts_with("bad.toml:13:") && e.contains("topic.replication.factor"),
-            "{e}"
+        // Each error names its line and what is wrong: in the second table, its own lines.
+        let refused = |source: &str, line: usize, words: &[&str]| {
+            let e = error(source);
+            let at = format!("bad.toml:{line}:");
+            assert!(e.starts_with(&at) && words.iter().all(|w| e.contains(w)), "{e}");
+        };
+        let rf = "\"replication.factor\" = 2";
+        refused(
+            &two.replace(rf, "\"replication.factor\" = 4"),
+            13,
+            &["topic.replication.factor"],
         );
-        let e = error(&two.replace(
-            "\"replication.factor\" = 2",
-            "\"replication.factor\" = 2\n\"retention.sm\" = 1",
-        ));
-        assert!(e.starts_with("bad.toml:14:") && e.contains("retention.sm"), "{e}");
-        let e = error(&two.replace(
-            "\"replication.factor\" = 2",
-            "\"replication.factor\" = 2\n\"retention.ms\" = -5",
-        ));
-        assert!(e.starts_with("bad.toml:14:") && e.contains("topic.retention.ms"), "{e}");
-        let e = error(&two.replace("name = \"b\"", "name = \"a\""));
-        assert!(e.starts_with("bad.toml:11:") && e.contains("names two topics"), "{e}");
-        let e = error(&two.replace("name = \"b\"", "name = \"b c\""));
-        assert!(e.starts_with("bad.toml:11:") && e.contains("not a topic name"), "{e}");
-        // A single [topic] names its lines too (8: the unknown key).
-        let e = error(&GOOD.replace(
-            "\"min.insync.replicas\" = 2",
-            "\"min.insync.replicas\" = 2\n\"retention.sm\" = 1",
-        ));
-        assert!(e.starts_with("bad.toml:9:") && e.contains("retention.sm"), "{e}");
+        refused(
+            &two.replace(rf, &format!("{rf}\n\"retention.sm\" = 1")),
+            14,
+            &["retention.sm"],
+        );
+        refused(
+            &two.replace(rf, &format!("{rf}\n\"retention.ms\" = -5")),
+            14,
+            &["topic.retention.ms"],
+        );
+        refused(&two.replace("name = \"b\"", "name = \"a\""), 11, &["names two topics"]);
+        refused(
+            &two.replace("name = \"b\"", "name = \"b c\""),
+            11,
+            &["not a topic name"],
+        );
+        // A single [topic] names its lines too (9: the unknown key).
+        let isr = "\"min.insync.replicas\" = 2";
+        refused(
+            &GOOD.replace(isr, &format!("{isr}\n\"retention.sm\" = 1")),
+            9,
+            &["retention.sm"],
+        );
 
         // The producers write the topics named, in the order named.
         let only_b = two.replace("mode = \"sync\"", "mode = \"sync\"\ntopics = [\"b\"]");
@@ -1655,11 +1664,8 @@ outcome = "no-anomalies"
             ("[]", "one or more"),
             ("[\"a\", \"a\"]", "each once"),
         ] {
-            let e = error(&two.replace("mode = \"sync\"", &format!("mode = \"sync\"\ntopics = {topics}")));
-            assert!(
-                e.starts_with("bad.toml:16:") && e.contains("producer.topics") && e.contains(why),
-                "{e}"
-            );
+            let source = two.replace("mode = \"sync\"", &format!("mode = \"sync\"\ntopics = {topics}"));
+            refused(&source, 16, &["producer.topics", why]);
         }
         let quorum = "[quorum]\ninitial_coordinators = 2\nreplace_at_s = 10\nremove = 1\n[expect]";
         let e = error(
