@@ -1033,6 +1033,35 @@ mod tests {
         }
     }
 
+    /// `scenarios/topics/acks1_leader_crashes_lose_acknowledged_in_both_topics.toml`: the
+    /// lost-write findings of a few seeds name partitions of both topics, and each names a
+    /// partition the scenario has.
+    #[test]
+    fn lost_writes_are_found_in_each_topic() {
+        let mut topics_named = BTreeSet::new();
+        let mut lost = 0;
+        for seed in 0..3 {
+            let result = run_seed(
+                "topics/acks1_leader_crashes_lose_acknowledged_in_both_topics.toml",
+                seed,
+            );
+            for f in &result.report.findings {
+                if f.kind != crate::checker::AnomalyKind::LostWrite {
+                    continue;
+                }
+                lost += 1;
+                let named = ["orders", "payments"]
+                    .into_iter()
+                    .find(|t| (0..3).any(|p| f.detail.contains(&format!("partition {t}-{p} "))));
+                topics_named.insert(
+                    named.unwrap_or_else(|| panic!("seed {seed}: no partition of the scenario in {}", f.detail)),
+                );
+            }
+        }
+        println!("{lost} lost-write findings over seeds 0..3, of topics {topics_named:?}");
+        assert_eq!(topics_named, BTreeSet::from(["orders", "payments"]));
+    }
+
     /// `scenarios/topics/group_reads_two_topics_and_an_idle_one_through_broker_crashes.toml`: the
     /// group's members are assigned partitions of all three topics (the idle one too), they poll
     /// records of both written topics, none of the idle one, and the checker finds nothing.
