@@ -269,29 +269,19 @@ impl<R: Runtime> GroupConsumer<R> {
         &mut self,
         mut each: impl FnMut(&str, i32, &RecordView<'_>),
     ) -> Result<GroupPollSummary, ClientError> {
-        let mut summary = GroupPollSummary::default();
         if !self.before_fetch().await? {
-            return Ok(summary);
+            return Ok(GroupPollSummary::default());
         }
-        let mut first_error = None;
-        for ((topic, fetcher), (answers, tally)) in self.send_and_wait().await {
-            match fetcher
-                .take_answers_with(answers, tally, |partition, r| each(topic, partition, r))
-                .await
-            {
-                Ok(s) => {
-                    summary.records += s.records;
-                    summary.resets.extend(under_topic(topic, s.resets));
-                }
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        match first_error {
-            Some(e) if summary.records == 0 => Err(e),
-            _ => Ok(summary),
-        }
+        // The topics' fetchers polled as one consumer assigned all their partitions.
+        let (topics, mut fetchers): (Vec<&String>, Vec<&mut Consumer<R>>) = self.fetchers_to_poll().into_iter().unzip();
+        let s = Consumer::poll_all_with(&mut fetchers, |i, partition, r| each(topics[i], partition, r)).await?;
+        let resets = s.resets.into_iter();
+        Ok(GroupPollSummary {
+            records: s.records,
+            resets: resets
+                .map(|(i, partition, from, to)| (TopicPartition::new(topics[i], partition), from, to))
+                .collect(),
+        })
     }
 
     /// The fetch of a poll, up to its answers: each topic's fetcher with assigned partitions
@@ -300,7 +290,18 @@ impl<R: Runtime> GroupConsumer<R> {
     /// without holding up the others' records. The fetchers of topics with nothing assigned drop
     /// their Fetches.
     async fn send_and_wait(&mut self) -> Vec<((&String, &mut Consumer<R>), (Answers<R>, Tally))> {
-        let mut fetchers: Vec<(&String, &mut Consumer<R>)> = Vec::new();
+        let mut fetchers = self.fetchers_to_poll();
+        let answers = {
+            let mut consumers: Vec<&mut Consumer<R>> = fetchers.iter_mut().map(|(_, f)| &mut **f).collect();
+            Consumer::send_and_wait_all(&mut consumers).await
+        };
+        fetchers.into_iter().zip(answers).collect()
+    }
+
+    /// The fetchers of topics with assigned partitions, with their topics; the others drop their
+    /// Fetches.
+    fn fetchers_to_poll(&mut self) -> Vec<(&String, &mut Consumer<R>)> {
+        let mut fetchers = Vec::new();
         for (topic, fetcher) in self.fetchers.iter_mut() {
             if fetcher.has_assignment() {
                 fetchers.push((topic, fetcher));
@@ -308,11 +309,7 @@ impl<R: Runtime> GroupConsumer<R> {
                 fetcher.drop_unwanted_fetches();
             }
         }
-        let answers = {
-            let mut consumers: Vec<&mut Consumer<R>> = fetchers.iter_mut().map(|(_, f)| &mut **f).collect();
-            Consumer::send_and_wait_all(&mut consumers).await
-        };
-        fetchers.into_iter().zip(answers).collect()
+        fetchers
     }
 
     /// What a poll does before it fetches: heartbeat news, an auto-commit when due, a join or a
